@@ -1,0 +1,137 @@
+//! The worker side and the wire format.
+
+use std::io::{BufRead, Write};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use umpire_core::eval::{FetchedBody, Outcome, evaluate};
+use umpire_core::json::{Value, parse};
+use umpire_core::spec::{Deliverable, parse_spec};
+
+/// One pass of one verdict, as sent to a worker.
+#[derive(Debug, Clone)]
+pub struct JudgeRequest {
+    /// The normalized spec (already validated by the caller).
+    pub spec: Value,
+    pub deliverable: Deliverable,
+    /// Per check: the fetched response for network checks, None otherwise.
+    pub fetched: Vec<Option<FetchedBody>>,
+}
+
+impl JudgeRequest {
+    pub(crate) fn line(&self, start: usize) -> Vec<u8> {
+        let fetched: Vec<Value> = self
+            .fetched
+            .iter()
+            .map(|f| match f {
+                None => Value::Null,
+                Some(f) => Value::object()
+                    .with("status", f.status)
+                    .with("body_base64", B64.encode(&f.body))
+                    .with("truncated", f.truncated),
+            })
+            .collect();
+        let v = Value::object()
+            .with("spec", self.spec.clone())
+            .with("deliverable", self.deliverable.hash_input())
+            .with("fetched", Value::Array(fetched))
+            .with("start", start);
+        let mut line = v.to_canonical_vec();
+        line.push(b'\n');
+        line
+    }
+
+    pub fn check_count(&self) -> usize {
+        self.spec
+            .get("checks")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    }
+}
+
+/// What a worker answers for one check.
+pub(crate) fn parse_answer(line: &str) -> Option<(usize, Outcome)> {
+    let v = parse(line.as_bytes()).ok()?;
+    let index = usize::try_from(v.get("index")?.as_u64()?).ok()?;
+    Some((
+        index,
+        Outcome {
+            passed: v.get("passed")?.as_bool()?,
+            reason: v.get("reason")?.as_str()?.to_owned(),
+        },
+    ))
+}
+
+fn decode_request(line: &str) -> Result<(Vec<umpire_core::spec::Check>, Deliverable, Vec<Option<FetchedBody>>, usize), String> {
+    let v = parse(line.as_bytes()).map_err(|e| e.to_string())?;
+    let spec = parse_spec(v.get("spec").ok_or("no spec")?, None)
+        .map_err(|p| format!("invalid spec: {p:?}"))?;
+    let d = v.get("deliverable").ok_or("no deliverable")?;
+    let deliverable = Deliverable {
+        text: d.get("text").and_then(Value::as_str).map(str::to_owned),
+        json: d.get("json").filter(|j| **j != Value::Null).cloned(),
+    };
+    let fetched = v
+        .get("fetched")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|f| {
+                    Some(FetchedBody {
+                        status: u16::try_from(f.get("status")?.as_u64()?).ok()?,
+                        body: B64.decode(f.get("body_base64")?.as_str()?).ok()?,
+                        truncated: f.get("truncated")?.as_bool()?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let start = v
+        .get("start")
+        .and_then(Value::as_u64)
+        .and_then(|s| usize::try_from(s).ok())
+        .unwrap_or(0);
+    Ok((spec.checks, deliverable, fetched, start))
+}
+
+/// Serves requests from `input` until it closes. Errors in a request are reported as
+/// failed checks; only I/O errors end the loop.
+pub fn worker_loop(input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match decode_request(&line) {
+            Ok((checks, deliverable, fetched, start)) => {
+                for (i, check) in checks.iter().enumerate().skip(start) {
+                    let fetched_i = fetched.get(i).and_then(Option::as_ref);
+                    let o = evaluate(check, &deliverable, fetched_i);
+                    let answer = Value::object()
+                        .with("index", i)
+                        .with("passed", o.passed)
+                        .with("reason", o.reason);
+                    let mut bytes = answer.to_canonical_vec();
+                    bytes.push(b'\n');
+                    output.write_all(&bytes)?;
+                    output.flush()?;
+                }
+            }
+            Err(e) => {
+                let answer = Value::object().with("error", e);
+                let mut bytes = answer.to_canonical_vec();
+                bytes.push(b'\n');
+                output.write_all(&bytes)?;
+                output.flush()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Entry point for a binary acting as a worker: serve stdin/stdout until stdin closes.
+pub fn worker_main() -> std::io::Result<()> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    worker_loop(stdin.lock(), stdout.lock())
+}

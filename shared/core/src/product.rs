@@ -1,0 +1,150 @@
+//! What Umpire sells and the limits it sells it under: the contract's numbers, once.
+
+/// The public identity documents name as their issuer (overridable per deployment).
+pub const DEFAULT_ISSUER: &str = "https://umpire.vimabrosta.com";
+pub const OPERATOR: &str = "Vima Brosta LLC";
+
+/// USDC has 6 decimals: 1 USD = 1_000_000 base units.
+pub const USDC_DECIMALS: u32 = 6;
+
+pub const MIN_CHECKS: usize = 1;
+pub const MAX_CHECKS: usize = 10;
+pub const MAX_NETWORK_CHECKS: usize = 3;
+/// "text up to 200KB": 200 KiB of UTF-8.
+pub const MAX_TEXT_BYTES: usize = 200 * 1024;
+/// Whole request bodies; generous next to the text cap so a JSON deliverable fits too.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Days specs and signed documents are kept for re-reads.
+pub const DOCUMENT_RETENTION_DAYS: u64 = 90;
+/// Bytes read from a fetched URL; larger bodies are truncated and fail content_hash.
+pub const FETCH_READ_CAP_BYTES: u64 = 2 * 1024 * 1024;
+pub const FETCH_MAX_REDIRECTS: u32 = 4;
+pub const FETCH_TIMEOUT_SECS: u64 = 12;
+pub const FETCH_USER_AGENT: &str = "UmpireProbe/1.0 (+https://umpire.vimabrosta.com/bot)";
+pub const ALLOWED_PORTS: [u16; 4] = [80, 443, 8080, 8443];
+/// Sworn verdicts run every check again about this long after pass 1.
+pub const SWORN_PASS2_DELAY_SECS: u64 = 60;
+pub const WEBHOOK_MAX_RETRIES: u32 = 5;
+/// Feedback floor: 0.01 USDC.
+pub const MIN_FEEDBACK_USDC_UNITS: u64 = 10_000;
+pub const FEEDBACK_WINDOW_DAYS: u64 = 90;
+/// Idempotency keys: at least 16 characters (the contract), at most this many.
+pub const IDEMPOTENCY_KEY_MIN: usize = 16;
+pub const IDEMPOTENCY_KEY_MAX: usize = 128;
+/// The premium over spot for payers in native SOL, in basis points (1.5%).
+pub const SOL_QUOTE_BUFFER_BPS: u64 = 150;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    Witness,
+    Basic,
+    Probe,
+    Sworn,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 4] = [Tier::Witness, Tier::Basic, Tier::Probe, Tier::Sworn];
+
+    pub fn parse(s: &str) -> Option<Tier> {
+        match s {
+            "witness" => Some(Tier::Witness),
+            "basic" => Some(Tier::Basic),
+            "probe" => Some(Tier::Probe),
+            "sworn" => Some(Tier::Sworn),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Witness => "witness",
+            Tier::Basic => "basic",
+            Tier::Probe => "probe",
+            Tier::Sworn => "sworn",
+        }
+    }
+
+    pub fn price(self) -> Price {
+        match self {
+            Tier::Witness => Price::usdc_units(250_000),
+            Tier::Basic => Price::usdc_units(1_000_000),
+            Tier::Probe => Price::usdc_units(2_000_000),
+            Tier::Sworn => Price::usdc_units(5_000_000),
+        }
+    }
+
+    /// Whether checks that fetch URLs may be bought in this tier.
+    pub fn allows_network(self) -> bool {
+        !matches!(self, Tier::Basic)
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Tier::Witness => {
+                "Exactly one url_probe: a stake-free party says whether the public state agrees with a claim of success."
+            }
+            Tier::Basic => "Up to 10 checks on the deliverable itself; nothing is fetched.",
+            Tier::Probe => {
+                "Up to 10 checks, of which up to 3 may fetch public URLs (url_probe, content_hash on a url)."
+            }
+            Tier::Sworn => {
+                "Every check runs twice about 60 seconds apart and passes only if it passes both times; the final document goes to your webhook."
+            }
+        }
+    }
+}
+
+pub const REPUTATION_PRICE: Price = Price::usdc_units(10_000);
+
+/// A price in USDC base units (6 decimals); stablecoin rails charge exactly this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Price {
+    pub usdc_units: u64,
+}
+
+impl Price {
+    pub const fn usdc_units(usdc_units: u64) -> Price {
+        Price { usdc_units }
+    }
+
+    /// "$1.00", "$0.25", "$0.01".
+    pub fn usd_display(self) -> String {
+        let cents = self.usdc_units / 10_000;
+        format!("${}.{:02}", cents / 100, cents % 100)
+    }
+
+    /// "1.00" as a decimal string of dollars, exact to the base unit.
+    pub fn usd_decimal(self) -> String {
+        let whole = self.usdc_units / 1_000_000;
+        let frac = self.usdc_units % 1_000_000;
+        let mut frac = format!("{frac:06}");
+        while frac.len() > 2 && frac.ends_with('0') {
+            frac.pop();
+        }
+        format!("{whole}.{frac}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prices_match_the_contract() {
+        assert_eq!(Tier::Witness.price().usd_display(), "$0.25");
+        assert_eq!(Tier::Basic.price().usd_display(), "$1.00");
+        assert_eq!(Tier::Probe.price().usd_display(), "$2.00");
+        assert_eq!(Tier::Sworn.price().usd_display(), "$5.00");
+        assert_eq!(REPUTATION_PRICE.usd_display(), "$0.01");
+        assert_eq!(Tier::Sworn.price().usd_decimal(), "5.00");
+        assert_eq!(Price::usdc_units(1_234_567).usd_decimal(), "1.234567");
+    }
+
+    #[test]
+    fn tiers_parse() {
+        for t in Tier::ALL {
+            assert_eq!(Tier::parse(t.as_str()), Some(t));
+        }
+        assert_eq!(Tier::parse("gold"), None);
+    }
+}

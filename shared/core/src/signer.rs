@@ -1,0 +1,142 @@
+//! Ed25519 signing behind one trait, and the published key document.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+
+use crate::json::Value;
+
+pub const ALG: &str = "ed25519";
+
+/// Anything that can sign Umpire documents: a local seed today, a KMS-held key later.
+pub trait Signer: Send + Sync {
+    fn key_id(&self) -> &str;
+    fn public_key(&self) -> [u8; 32];
+    fn sign(&self, message: &[u8]) -> [u8; 64];
+}
+
+/// The key id documents name: `ed25519-` and 16 hex digits of sha256(public key).
+pub fn key_id_for(public_key: &[u8; 32]) -> String {
+    format!("{ALG}-{}", &crate::hash::sha256_hex(public_key)[..16])
+}
+
+/// A signer holding the 32-byte seed in memory.
+pub struct LocalSigner {
+    key: SigningKey,
+    key_id: String,
+}
+
+impl LocalSigner {
+    pub fn from_seed(seed: [u8; 32]) -> LocalSigner {
+        let key = SigningKey::from_bytes(&seed);
+        let key_id = key_id_for(&key.verifying_key().to_bytes());
+        LocalSigner { key, key_id }
+    }
+
+    pub fn generate() -> LocalSigner {
+        LocalSigner::from_seed(crate::hash::random_bytes::<32>())
+    }
+
+    pub fn seed(&self) -> [u8; 32] {
+        self.key.to_bytes()
+    }
+}
+
+impl Signer for LocalSigner {
+    fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    fn public_key(&self) -> [u8; 32] {
+        self.key.verifying_key().to_bytes()
+    }
+
+    fn sign(&self, message: &[u8]) -> [u8; 64] {
+        self.key.sign(message).to_bytes()
+    }
+}
+
+/// One published key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    pub key_id: String,
+    pub bytes: [u8; 32],
+}
+
+impl PublicKey {
+    pub fn of(signer: &dyn Signer) -> PublicKey {
+        PublicKey {
+            key_id: signer.key_id().to_owned(),
+            bytes: signer.public_key(),
+        }
+    }
+
+    pub fn verify(&self, message: &[u8], sig: &[u8]) -> bool {
+        let Ok(vk) = VerifyingKey::from_bytes(&self.bytes) else {
+            return false;
+        };
+        let Ok(sig) = ed25519_dalek::Signature::from_slice(sig) else {
+            return false;
+        };
+        vk.verify_strict(message, &sig).is_ok()
+    }
+
+    pub fn to_value(&self, status: &str) -> Value {
+        Value::object()
+            .with("key_id", self.key_id.as_str())
+            .with("alg", ALG)
+            .with("public_key_base64", B64.encode(self.bytes))
+            .with("public_key_hex", hex::encode(self.bytes))
+            .with("status", status)
+    }
+
+    /// Reads one key entry of a key document.
+    pub fn from_value(v: &Value) -> Option<PublicKey> {
+        let key_id = v.get("key_id")?.as_str()?.to_owned();
+        let bytes = if let Some(b) = v.get("public_key_base64").and_then(Value::as_str) {
+            B64.decode(b).ok()?
+        } else {
+            hex::decode(v.get("public_key_hex")?.as_str()?).ok()?
+        };
+        Some(PublicKey {
+            key_id,
+            bytes: bytes.try_into().ok()?,
+        })
+    }
+}
+
+pub const RECIPE: &[&str] = &[
+    "Remove the signature field from the document.",
+    "Serialize the rest as JSON with object keys sorted at every depth, no whitespace, UTF-8, non-ASCII left unescaped: Python json.dumps(doc, sort_keys=True, separators=(\",\", \":\"), ensure_ascii=False).encode(\"utf-8\").",
+    "Check that sha256 of those bytes equals signature.payload_sha256 (a mismatch means your serialization differs, not that the document is forged).",
+    "Find the key whose key_id equals signature.key_id in this document and verify the Ed25519 signature signature.sig_base64 (standard base64) over those bytes.",
+    "For verdicts: spec_hash is sha256 of the stable JSON of the embedded spec; deliverable_hash is sha256 of the stable JSON of {\"json\": <json or null>, \"text\": <text or null>}.",
+];
+
+/// The `/.well-known/umpire-key.json` document: active key first, then retired ones.
+pub fn key_document(issuer: &str, active: &PublicKey, retired: &[PublicKey]) -> Value {
+    let mut keys = vec![active.to_value("active")];
+    keys.extend(retired.iter().map(|k| k.to_value("retired")));
+    Value::object()
+        .with("issuer", issuer)
+        .with("operator", crate::product::OPERATOR)
+        .with("keys", Value::Array(keys))
+        .with(
+            "verification",
+            Value::object()
+                .with("alg", ALG)
+                .with("steps", RECIPE.iter().map(|s| Value::from(*s)).collect::<Vec<_>>())
+                .with(
+                    "python",
+                    "json.dumps(doc, sort_keys=True, separators=(\",\", \":\"), ensure_ascii=False).encode(\"utf-8\")",
+                ),
+        )
+}
+
+/// Keys from a key document (or a bare key entry).
+pub fn keys_from_document(v: &Value) -> Vec<PublicKey> {
+    match v.get("keys").and_then(Value::as_array) {
+        Some(keys) => keys.iter().filter_map(PublicKey::from_value).collect(),
+        None => PublicKey::from_value(v).into_iter().collect(),
+    }
+}
