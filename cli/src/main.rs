@@ -1,1 +1,334 @@
-fn main(){}
+//! The `umpire` binary: the local server, the reproducibility tool, the offline
+//! verifier, and the isolated check worker the server runs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use umpire_api::datadir::{default_data_dir, load_or_create_signer};
+use umpire_api::purchase::{Envelope, assess};
+use umpire_api::{AppState, Config};
+use umpire_checker::{CheckerPool, PoolConfig};
+use umpire_core::json::{Value, parse};
+use umpire_core::product::Tier;
+use umpire_core::signer::{PublicKey, Signer, keys_from_document};
+use umpire_core::spec::parse_deliverable;
+
+#[derive(Parser)]
+#[command(
+    name = "umpire",
+    version,
+    about = "Umpire: signed pass/fail verdicts on deliverables, verifiable offline.",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve every endpoint in one process, with state in the data directory.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        /// Data directory (signing key). Default: $UMPIRE_DATA_DIR, else ~/.local/share/umpire.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Judge a deliverable locally and print the signed verdict document, exactly as
+    /// the service builds it (checks that fetch URLs are not run here).
+    Judge {
+        /// witness, basic, probe or sworn.
+        #[arg(long, default_value = "basic")]
+        tier: String,
+        /// File holding the spec: {"checks":[...]}.
+        #[arg(long)]
+        spec: PathBuf,
+        /// File holding the deliverable object: {"text"?, "json"?}.
+        #[arg(long)]
+        deliverable: PathBuf,
+        /// Echoed in the document (e.g. an ERC-8183 job id).
+        #[arg(long)]
+        job_ref: Option<String>,
+        /// Data directory whose key signs. Default as for `serve`.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Verify a signed document offline with the contract's recipe. Exit 0 when every
+    /// step passes, 1 when one fails (the failing step is named), 2 on usage errors.
+    Verify {
+        /// The document (JSON file, or - for stdin).
+        doc: PathBuf,
+        /// Key document: a file or an http(s) URL (/.well-known/umpire-key.json).
+        /// Default: the key of the local data directory.
+        #[arg(long)]
+        key: Option<String>,
+        /// The deliverable object, to check deliverable_hash too.
+        #[arg(long)]
+        deliverable: Option<PathBuf>,
+        /// Data directory for the default key.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Run as an isolated check worker (JSON lines on stdin/stdout); the server
+    /// starts these itself.
+    #[command(name = "check-worker", hide = true)]
+    CheckWorker,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::CheckWorker = cli.command {
+        // No runtime, no logging: the worker is a plain loop the parent can kill.
+        return match umpire_checker::worker_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(2, &format!("cannot start the async runtime: {e}")),
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Serve { addr, data_dir } => serve(addr, data_dir).await,
+            Command::Judge {
+                tier,
+                spec,
+                deliverable,
+                job_ref,
+                data_dir,
+            } => judge(&tier, &spec, &deliverable, job_ref, data_dir).await,
+            Command::Verify {
+                doc,
+                key,
+                deliverable,
+                data_dir,
+            } => verify(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await,
+            Command::CheckWorker => ExitCode::SUCCESS,
+        }
+    })
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("umpire: {message}");
+    ExitCode::from(code)
+}
+
+async fn state_for(data_dir: Option<PathBuf>, with_checker: bool) -> Result<AppState, String> {
+    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let dir = data_dir.unwrap_or_else(default_data_dir);
+    let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
+    let checker = if with_checker {
+        let pool_config = PoolConfig::current_exe(config.check_limit)
+            .map_err(|e| format!("cannot find the umpire binary: {e}"))?;
+        let pool = CheckerPool::new(pool_config);
+        pool.prewarm(2)
+            .await
+            .map_err(|e| format!("the isolated checker does not work: {e}"))?;
+        Some(Arc::new(pool))
+    } else {
+        None
+    };
+    Ok(AppState {
+        config,
+        signer: Arc::new(signer),
+        retired_keys: Vec::new(),
+        checker,
+    })
+}
+
+async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
+    let state = match state_for(data_dir, true).await {
+        Ok(s) => Arc::new(s),
+        Err(e) => return fail(2, &e),
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(2, &format!("cannot listen on {addr}: {e}")),
+    };
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, key_id = state.signer.key_id(), "umpire serving");
+    // The one line tests and scripts wait for.
+    println!("umpire listening on http://{bound}");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match umpire_api::local::serve(listener, state, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let bytes = if path == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| format!("stdin: {e}"))?;
+        b
+    } else {
+        std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?
+    };
+    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+async fn judge(
+    tier: &str,
+    spec: &Path,
+    deliverable: &Path,
+    job_ref: Option<String>,
+    data_dir: Option<PathBuf>,
+) -> ExitCode {
+    let Some(tier) = Tier::parse(tier) else {
+        return fail(
+            2,
+            &format!("unknown tier {tier:?}; use witness, basic, probe or sworn"),
+        );
+    };
+    let (spec_v, deliverable_v) = match (read_json(spec), read_json(deliverable)) {
+        (Ok(s), Ok(d)) => (s, d),
+        (Err(e), _) | (_, Err(e)) => return fail(2, &e),
+    };
+    let body = Value::object()
+        .with("spec", spec_v)
+        .with("deliverable", deliverable_v)
+        .with("job_ref", job_ref);
+    let Some(obj) = body.as_object() else {
+        return fail(2, "internal: body is not an object");
+    };
+    let purchase = match assess(tier, obj, Envelope::Purchase).into_purchase(tier) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("umpire: {}: {}", e.code, e.message);
+            for (k, v) in &e.details {
+                if k == "problems" {
+                    for p in v.as_array().into_iter().flatten() {
+                        eprintln!(
+                            "  {}: {} ({})\n    hint: {}",
+                            p.get("where").and_then(Value::as_str).unwrap_or(""),
+                            p.get("message").and_then(Value::as_str).unwrap_or(""),
+                            p.get("code").and_then(Value::as_str).unwrap_or(""),
+                            p.get("hint").and_then(Value::as_str).unwrap_or("")
+                        );
+                    }
+                }
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if purchase.spec.network_check_count() > 0 {
+        return fail(
+            2,
+            "this spec fetches URLs; `umpire judge` runs only checks on the deliverable itself",
+        );
+    }
+    let state = match state_for(data_dir, true).await {
+        Ok(s) => s,
+        Err(e) => return fail(2, &e),
+    };
+    let results = match umpire_api::verdict::run_checks(&state, &purchase, Vec::new()).await {
+        Ok(r) => r,
+        Err(e) => return fail(1, &e.to_string()),
+    };
+    let id = umpire_core::hash::random_id("vrd");
+    let doc = umpire_api::verdict::signed_verdict(&state, &purchase, &id, &results);
+    println!("{}", doc.to_canonical_string());
+    ExitCode::SUCCESS
+}
+
+async fn load_keys(key: Option<&str>, data_dir: Option<PathBuf>) -> Result<Vec<PublicKey>, String> {
+    let doc = match key {
+        Some(k) if k.starts_with("http://") || k.starts_with("https://") => {
+            let body = fetch_key_document(k).await?;
+            parse(&body).map_err(|e| format!("{k}: {e}"))?
+        }
+        Some(k) => read_json(Path::new(k))?,
+        None => {
+            let dir = data_dir.unwrap_or_else(default_data_dir);
+            let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
+            return Ok(vec![PublicKey::of(&signer as &dyn Signer)]);
+        }
+    };
+    let keys = keys_from_document(&doc);
+    if keys.is_empty() {
+        return Err("the key document lists no usable keys".into());
+    }
+    Ok(keys)
+}
+
+async fn fetch_key_document(url: &str) -> Result<Vec<u8>, String> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("{url}: HTTP {}", resp.status()));
+    }
+    resp.bytes()
+        .await
+        .map(|b| b.to_vec())
+        .map_err(|e| format!("{url}: {e}"))
+}
+
+async fn verify(
+    doc: &Path,
+    key: Option<&str>,
+    deliverable: Option<&Path>,
+    data_dir: Option<PathBuf>,
+) -> ExitCode {
+    let doc = match read_json(doc) {
+        Ok(d) => d,
+        Err(e) => return fail(2, &e),
+    };
+    let keys = match load_keys(key, data_dir).await {
+        Ok(k) => k,
+        Err(e) => return fail(2, &e),
+    };
+    let deliverable = match deliverable.map(read_json).transpose() {
+        Ok(None) => None,
+        Ok(Some(v)) => match parse_deliverable(&v, "deliverable") {
+            Ok(d) => Some(d),
+            Err(p) => return fail(2, &format!("deliverable: {}", p[0].message)),
+        },
+        Err(e) => return fail(2, &e),
+    };
+    let steps = umpire_core::document::verify(&doc, &keys, deliverable.as_ref());
+    for s in &steps {
+        println!(
+            "{} {:<17} {}",
+            if s.ok { "ok  " } else { "FAIL" },
+            s.name,
+            s.detail
+        );
+    }
+    if steps.iter().all(|s| s.ok) && steps.iter().any(|s| s.name == "ed25519") {
+        if let Some(v) = doc.get("verdict").and_then(Value::as_str) {
+            println!("verified: verdict {v}");
+        } else {
+            println!("verified");
+        }
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

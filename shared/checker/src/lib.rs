@@ -12,11 +12,11 @@
 //! request  `{"spec": <normalized spec>, "deliverable": {"text","json"}, "fetched": [<body or null> per check], "start": k}`
 //! answers  `{"index": i, "passed": bool, "reason": "..."}` for i = k..n, in order.
 
-mod protocol;
 mod pool;
+mod protocol;
 
 pub use pool::{CheckerError, CheckerPool, DEFAULT_CHECK_LIMIT, PoolConfig};
-pub use protocol::{JudgeRequest, worker_main, worker_loop};
+pub use protocol::{JudgeRequest, worker_loop, worker_main};
 
 /// The argument that makes a binary act as a check worker.
 pub const WORKER_ARG: &str = "check-worker";

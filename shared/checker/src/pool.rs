@@ -96,8 +96,10 @@ impl CheckerPool {
     /// check of paying customers.
     pub async fn prewarm(&self, n: usize) -> Result<(), CheckerError> {
         let probe = JudgeRequest {
-            spec: umpire_core::json::parse_str(r#"{"checks":[{"type":"length","unit":"chars","min":1,"max":1}]}"#)
-                .map_err(|e| CheckerError::Protocol(e.to_string()))?,
+            spec: umpire_core::json::parse_str(
+                r#"{"checks":[{"type":"length","unit":"chars","min":1,"max":1}]}"#,
+            )
+            .map_err(|e| CheckerError::Protocol(e.to_string()))?,
             deliverable: umpire_core::spec::Deliverable {
                 text: Some("x".into()),
                 json: None,
@@ -111,7 +113,9 @@ impl CheckerPool {
         self.idle_pool().extend(started);
         match self.judge(&probe).await?.as_slice() {
             [o] if o.passed => Ok(()),
-            other => Err(CheckerError::Protocol(format!("self-test failed: {other:?}"))),
+            other => Err(CheckerError::Protocol(format!(
+                "self-test failed: {other:?}"
+            ))),
         }
     }
 
@@ -210,7 +214,8 @@ impl CheckerPool {
             },
             Ok(Ok(None) | Err(_)) => Ok(Step::Lost(Outcome {
                 passed: false,
-                reason: "the isolated checker crashed while running this check; the check fails".into(),
+                reason: "the isolated checker crashed while running this check; the check fails"
+                    .into(),
             })),
         }
     }

@@ -62,7 +62,17 @@ pub(crate) fn parse_answer(line: &str) -> Option<(usize, Outcome)> {
     ))
 }
 
-fn decode_request(line: &str) -> Result<(Vec<umpire_core::spec::Check>, Deliverable, Vec<Option<FetchedBody>>, usize), String> {
+fn decode_request(
+    line: &str,
+) -> Result<
+    (
+        Vec<umpire_core::spec::Check>,
+        Deliverable,
+        Vec<Option<FetchedBody>>,
+        usize,
+    ),
+    String,
+> {
     let v = parse(line.as_bytes()).map_err(|e| e.to_string())?;
     let spec = parse_spec(v.get("spec").ok_or("no spec")?, None)
         .map_err(|p| format!("invalid spec: {p:?}"))?;

@@ -76,7 +76,14 @@ pub fn verdict_document(f: &VerdictFacts<'_>, key_id: &str) -> Value {
         .with("document", VERDICT_DOCUMENT)
         .with("verdict_id", f.verdict_id)
         .with("tier", f.tier.as_str())
-        .with("verdict", if verdict_passed(f.results) { "pass" } else { "fail" })
+        .with(
+            "verdict",
+            if verdict_passed(f.results) {
+                "pass"
+            } else {
+                "fail"
+            },
+        )
         .with("issued_at", f.issued_at)
         .with("issuer", f.issuer)
         .with("key_id", key_id)
@@ -133,7 +140,11 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
         ok
     };
     let Some(obj) = doc.as_object() else {
-        step("document", false, "the document is not a JSON object".into());
+        step(
+            "document",
+            false,
+            "the document is not a JSON object".into(),
+        );
         return steps;
     };
     let sig = obj.get("signature");
@@ -168,7 +179,9 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
         if digest == payload_sha {
             format!("sha256 of the {} stable JSON bytes matches", payload.len())
         } else {
-            format!("sha256 of the stable JSON is {digest}, the signature says {payload_sha}: the document was changed or serialized differently")
+            format!(
+                "sha256 of the stable JSON is {digest}, the signature says {payload_sha}: the document was changed or serialized differently"
+            )
         },
     ) {
         return steps;
@@ -270,10 +283,23 @@ mod tests {
         let mut tampered = doc.clone();
         tampered.insert("verdict", "fail");
         let steps = verify(&tampered, &keys, None);
-        assert_eq!(steps.last().map(|s| (s.name, s.ok)), Some(("payload_sha256", false)));
+        assert_eq!(
+            steps.last().map(|s| (s.name, s.ok)),
+            Some(("payload_sha256", false))
+        );
 
         let other = LocalSigner::from_seed([8u8; 32]);
-        let steps = verify(&doc, &[PublicKey { key_id: signer.key_id().into(), bytes: other.public_key() }], None);
-        assert_eq!(steps.last().map(|s| (s.name, s.ok)), Some(("ed25519", false)));
+        let steps = verify(
+            &doc,
+            &[PublicKey {
+                key_id: signer.key_id().into(),
+                bytes: other.public_key(),
+            }],
+            None,
+        );
+        assert_eq!(
+            steps.last().map(|s| (s.name, s.ok)),
+            Some(("ed25519", false))
+        );
     }
 }

@@ -154,7 +154,10 @@ fn eval_length(unit: LengthUnit, min: u64, max: Option<u64>, text: &str) -> Outc
         None => format!("at least {min}"),
     };
     let ok = n >= min && max.is_none_or(|hi| n <= hi);
-    Outcome::of(ok, format!("deliverable.text has {n} {what}; required {bounds}"))
+    Outcome::of(
+        ok,
+        format!("deliverable.text has {n} {what}; required {bounds}"),
+    )
 }
 
 fn eval_schema(schema: &Value, json: &Value) -> Outcome {
@@ -168,7 +171,11 @@ fn eval_schema(schema: &Value, json: &Value) -> Outcome {
         .take(3)
         .map(|e| {
             let path = e.instance_path().to_string();
-            let path = if path.is_empty() { "/".to_owned() } else { path };
+            let path = if path.is_empty() {
+                "/".to_owned()
+            } else {
+                path
+            };
             format!("at {path}: {e}")
         })
         .collect();
@@ -244,7 +251,11 @@ pub fn eval_path(a: &PathAssertion, root: &Value, what: &str) -> Outcome {
             };
             Outcome::of(
                 ok,
-                format!("{path} is {shown}; expected {} {}", a.op.as_str(), show(want)),
+                format!(
+                    "{path} is {shown}; expected {} {}",
+                    a.op.as_str(),
+                    show(want)
+                ),
             )
         }
         PathOp::Contains => {
@@ -379,13 +390,43 @@ mod tests {
         let d = text("Intro\n## Conclusion\nDone");
         assert!(judge(r###"{"type":"regex","pattern":"## Conclusion"}"###, &d).passed);
         assert!(!judge(r###"{"type":"regex","pattern":"## conclusion"}"###, &d).passed);
-        assert!(judge(r###"{"type":"regex","pattern":"## conclusion","flags":"i"}"###, &d).passed);
+        assert!(
+            judge(
+                r###"{"type":"regex","pattern":"## conclusion","flags":"i"}"###,
+                &d
+            )
+            .passed
+        );
         assert!(judge(r###"{"type":"regex","pattern":"^Done$","flags":"m"}"###, &d).passed);
         assert!(!judge(r###"{"type":"regex","pattern":"^Done$"}"###, &d).passed);
-        assert!(judge(r###"{"type":"regex","pattern":"Intro.## C","flags":"s"}"###, &d).passed);
-        assert!(judge(r###"{"type":"regex","pattern":"TODO","expect":"no_match"}"###, &d).passed);
-        assert!(!judge(r###"{"type":"regex","pattern":"Done","expect":"no_match"}"###, &d).passed);
-        assert!(judge(r###"{"type":"regex","pattern":"(\\w+) \\1"}"###, &text("it is is")).passed);
+        assert!(
+            judge(
+                r###"{"type":"regex","pattern":"Intro.## C","flags":"s"}"###,
+                &d
+            )
+            .passed
+        );
+        assert!(
+            judge(
+                r###"{"type":"regex","pattern":"TODO","expect":"no_match"}"###,
+                &d
+            )
+            .passed
+        );
+        assert!(
+            !judge(
+                r###"{"type":"regex","pattern":"Done","expect":"no_match"}"###,
+                &d
+            )
+            .passed
+        );
+        assert!(
+            judge(
+                r###"{"type":"regex","pattern":"(\\w+) \\1"}"###,
+                &text("it is is")
+            )
+            .passed
+        );
     }
 
     #[test]
@@ -401,41 +442,93 @@ mod tests {
     fn content_hash_on_text() {
         let d = text("hello");
         let good = crate::hash::sha256_hex(b"hello");
-        assert!(judge(&format!(r#"{{"type":"content_hash","sha256":"{good}"}}"#), &d).passed);
+        assert!(
+            judge(
+                &format!(r#"{{"type":"content_hash","sha256":"{good}"}}"#),
+                &d
+            )
+            .passed
+        );
         let bad = "0".repeat(64);
-        let o = judge(&format!(r#"{{"type":"content_hash","sha256":"{bad}"}}"#), &d);
+        let o = judge(
+            &format!(r#"{{"type":"content_hash","sha256":"{bad}"}}"#),
+            &d,
+        );
         assert!(!o.passed && o.reason.contains(&good));
     }
 
     #[test]
     fn json_path_ops() {
-        let d = json(r#"{"result":{"items":[{"price":99.5},{"price":100}],"name":"Widget","tags":["a","b"],"none":null}}"#);
+        let d = json(
+            r#"{"result":{"items":[{"price":99.5},{"price":100}],"name":"Widget","tags":["a","b"],"none":null}}"#,
+        );
         let ok = |c: &str| judge(c, &d).passed;
-        assert!(ok(r#"{"type":"json_path","path":"result.items[1].price","op":"eq","value":100.0}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.items[0].price","op":"lte","value":100}"#));
-        assert!(!ok(r#"{"type":"json_path","path":"result.items[0].price","op":"gt","value":100}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.items[0].price","op":"gte","value":99.5}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.items[1].price","op":"lt","value":1e3}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.name","op":"ne","value":"Gadget"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.name","op":"contains","value":"idg"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.tags","op":"contains","value":"b"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result","op":"contains","value":"tags"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.none","op":"exists"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.missing","op":"not_exists"}"#));
-        assert!(!ok(r#"{"type":"json_path","path":"result.missing","op":"ne","value":1}"#));
-        assert!(!ok(r#"{"type":"json_path","path":"result.missing","op":"exists"}"#));
-        assert!(!ok(r#"{"type":"json_path","path":"result.name","op":"gt","value":5}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.name","op":"gt","value":"Apple"}"#));
-        assert!(ok(r#"{"type":"json_path","path":"result.tags","op":"eq","value":["a","b"]}"#));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.items[1].price","op":"eq","value":100.0}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.items[0].price","op":"lte","value":100}"#
+        ));
+        assert!(!ok(
+            r#"{"type":"json_path","path":"result.items[0].price","op":"gt","value":100}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.items[0].price","op":"gte","value":99.5}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.items[1].price","op":"lt","value":1e3}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.name","op":"ne","value":"Gadget"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.name","op":"contains","value":"idg"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.tags","op":"contains","value":"b"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result","op":"contains","value":"tags"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.none","op":"exists"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.missing","op":"not_exists"}"#
+        ));
+        assert!(!ok(
+            r#"{"type":"json_path","path":"result.missing","op":"ne","value":1}"#
+        ));
+        assert!(!ok(
+            r#"{"type":"json_path","path":"result.missing","op":"exists"}"#
+        ));
+        assert!(!ok(
+            r#"{"type":"json_path","path":"result.name","op":"gt","value":5}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.name","op":"gt","value":"Apple"}"#
+        ));
+        assert!(ok(
+            r#"{"type":"json_path","path":"result.tags","op":"eq","value":["a","b"]}"#
+        ));
     }
 
     #[test]
     fn json_schema_checks() {
         let d = json(r#"{"title":"x","count":3}"#);
         assert!(judge(r#"{"type":"json_schema","schema":{"type":"object","required":["title"],"properties":{"title":{"type":"string"}}}}"#, &d).passed);
-        let o = judge(r#"{"type":"json_schema","schema":{"type":"object","properties":{"count":{"type":"string"}}}}"#, &d);
+        let o = judge(
+            r#"{"type":"json_schema","schema":{"type":"object","properties":{"count":{"type":"string"}}}}"#,
+            &d,
+        );
         assert!(!o.passed && o.reason.contains("/count"), "{}", o.reason);
-        assert!(judge(r#"{"type":"json_schema","schema":{"properties":{"title":{"pattern":"^x$"}}}}"#, &d).passed);
+        assert!(
+            judge(
+                r#"{"type":"json_schema","schema":{"properties":{"title":{"pattern":"^x$"}}}}"#,
+                &d
+            )
+            .passed
+        );
         // draft 2020-12 semantics: prefixItems exists, format is only an annotation.
         let arr = json(r#"[1,"a"]"#);
         assert!(judge(r#"{"type":"json_schema","schema":{"prefixItems":[{"type":"integer"},{"type":"string"}],"items":false}}"#, &arr).passed);

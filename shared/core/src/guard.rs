@@ -51,7 +51,8 @@ fn refuse(message: String, hint: &'static str) -> Result<(), GuardRefusal> {
 
 const HINT_NESTED: &str = "Remove the nested quantifier: make the repeated part unambiguous, for example (\\w+\\s)* instead of (\\w+\\s?)*, or use a single quantifier.";
 const HINT_ALT: &str = "Make the alternatives under the quantifier start with different characters (factor out the common prefix: a(b|c) instead of (ab|ac)).";
-const HINT_LOOK: &str = "Move the lookaround out of the repetition, or drop the quantifier inside it.";
+const HINT_LOOK: &str =
+    "Move the lookaround out of the repetition, or drop the quantifier inside it.";
 
 fn walk(e: &Expr) -> Result<(), GuardRefusal> {
     match e {
@@ -115,7 +116,10 @@ fn check_loop_body(body: &Expr) -> Result<(), GuardRefusal> {
         let firsts: Vec<ClassUnicode> = branches.iter().map(|b| first(b)).collect();
         for i in 0..firsts.len() {
             for j in i + 1..firsts.len() {
-                if intersects(&firsts[i], &firsts[j]) || nullable(branches[i]) || nullable(branches[j]) {
+                if intersects(&firsts[i], &firsts[j])
+                    || nullable(branches[i])
+                    || nullable(branches[j])
+                {
                     return refuse(
                         "overlapping alternation under a quantifier: two alternatives can match the same text, so each repetition can be tried several ways".into(),
                         HINT_ALT,
@@ -188,7 +192,9 @@ fn alternation(e: &Expr) -> Option<Vec<&Expr>> {
 fn contains_lookaround_with_repeat(e: &Expr) -> bool {
     match e {
         Expr::LookAround(c, _) => contains_repeat(c),
-        other => children(other).into_iter().any(contains_lookaround_with_repeat),
+        other => children(other)
+            .into_iter()
+            .any(contains_lookaround_with_repeat),
     }
 }
 
@@ -275,7 +281,10 @@ fn delegate_class(inner: &str, casei: bool) -> ClassUnicode {
         .parse(inner);
     match parsed.as_ref().map(|h| h.kind()) {
         Ok(HirKind::Class(Class::Unicode(c))) => c.clone(),
-        Ok(HirKind::Literal(lit)) => match std::str::from_utf8(&lit.0).ok().and_then(|s| s.chars().next()) {
+        Ok(HirKind::Literal(lit)) => match std::str::from_utf8(&lit.0)
+            .ok()
+            .and_then(|s| s.chars().next())
+        {
             Some(c) => ClassUnicode::new([ClassUnicodeRange::new(c, c)]),
             None => any_char(),
         },
@@ -306,7 +315,13 @@ mod tests {
         ] {
             let r = check_pattern(p);
             assert!(
-                matches!(&r, Err(GuardRefusal { code: "catastrophic_backtracking", .. })),
+                matches!(
+                    &r,
+                    Err(GuardRefusal {
+                        code: "catastrophic_backtracking",
+                        ..
+                    })
+                ),
                 "not refused: {p} -> {r:?}"
             );
         }

@@ -811,9 +811,7 @@ pub fn compare_numbers(a: &Number, b: &Number) -> std::cmp::Ordering {
 /// JSON equality where numbers compare by value (1 == 1.0) at every depth.
 pub fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => {
-            compare_numbers(x, y) == std::cmp::Ordering::Equal
-        }
+        (Value::Number(x), Value::Number(y)) => compare_numbers(x, y) == std::cmp::Ordering::Equal,
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_equal(p, q))
         }
@@ -832,7 +830,9 @@ mod tests {
     use super::*;
 
     fn canon(s: &str) -> String {
-        parse_str(s).map(|v| v.to_canonical_string()).unwrap_or_else(|e| format!("ERR {e}"))
+        parse_str(s)
+            .map(|v| v.to_canonical_string())
+            .unwrap_or_else(|e| format!("ERR {e}"))
     }
 
     #[test]

@@ -97,9 +97,9 @@ impl JsonPath {
                                 j += 1;
                             }
                             let num: String = chars[start..j].iter().collect();
-                            let index: i64 = num
-                                .parse()
-                                .map_err(|_| err(start, "expected an integer index or a quoted key"))?;
+                            let index: i64 = num.parse().map_err(|_| {
+                                err(start, "expected an integer index or a quoted key")
+                            })?;
                             segments.push(Segment::Index(index));
                         }
                     }
@@ -163,7 +163,9 @@ mod tests {
         );
         assert_eq!(JsonPath::parse("$").expect("root").segments, vec![]);
         assert_eq!(
-            JsonPath::parse("$.a['b\\'c'][-1]").expect("parses").segments,
+            JsonPath::parse("$.a['b\\'c'][-1]")
+                .expect("parses")
+                .segments,
             vec![
                 Segment::Key("a".into()),
                 Segment::Key("b'c".into()),
@@ -181,8 +183,8 @@ mod tests {
 
     #[test]
     fn resolves_and_misses() {
-        let v = parse_str(r#"{"result":{"items":[{"price":5},{"price":7}]},"a b":1}"#)
-            .expect("json");
+        let v =
+            parse_str(r#"{"result":{"items":[{"price":5},{"price":7}]},"a b":1}"#).expect("json");
         let get = |p: &str| JsonPath::parse(p).expect("path").resolve(&v).cloned();
         assert_eq!(get("result.items[1].price"), Some(Value::from(7u64)));
         assert_eq!(get("result.items[-1].price"), Some(Value::from(7u64)));

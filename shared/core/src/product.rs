@@ -34,6 +34,18 @@ pub const IDEMPOTENCY_KEY_MAX: usize = 128;
 /// The premium over spot for payers in native SOL, in basis points (1.5%).
 pub const SOL_QUOTE_BUFFER_BPS: u64 = 150;
 
+/// Per-IP limits on free routes, requests per minute (paid routes are limited by
+/// payment itself). Feedback over HTTP and MCP share one bucket.
+pub const RATE_LIMITS: &[(&str, u32)] = &[
+    ("feedback", 30),
+    ("validate", 30),
+    ("find", 20),
+    ("status", 120),
+    ("quote", 120),
+    ("mcp", 120),
+    ("replay", 120),
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tier {
     Witness,

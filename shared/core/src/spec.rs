@@ -355,7 +355,10 @@ fn network_urls_of(checks: &[Check]) -> Vec<(String, String)> {
     checks
         .iter()
         .enumerate()
-        .filter_map(|(i, c)| c.network_url().map(|u| (format!("checks[{i}].url"), u.to_owned())))
+        .filter_map(|(i, c)| {
+            c.network_url()
+                .map(|u| (format!("checks[{i}].url"), u.to_owned()))
+        })
         .collect()
 }
 
@@ -385,10 +388,7 @@ impl<'a> Fields<'a> {
                     self.path(k),
                     "unknown_field",
                     format!("{what} has no field {k:?}"),
-                    format!(
-                        "Remove {k:?}; {what} takes: {}.",
-                        self.known.join(", ")
-                    ),
+                    format!("Remove {k:?}; {what} takes: {}.", self.known.join(", ")),
                 ));
             }
         }
@@ -468,7 +468,12 @@ fn wrong_type(at: &str, expected: &str, got: &Value) -> Problem {
     )
 }
 
-fn object_at<'a>(v: &'a Value, at: &str, what: &str, problems: &mut Vec<Problem>) -> Option<&'a BTreeMap<String, Value>> {
+fn object_at<'a>(
+    v: &'a Value,
+    at: &str,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<&'a BTreeMap<String, Value>> {
     match v {
         Value::Object(m) => Some(m),
         other => {
@@ -685,7 +690,11 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
             problems.push(Problem::new(
                 f.path("value"),
                 "invalid_value",
-                format!("op {} compares numbers or strings, not {}", op.as_str(), v.type_name()),
+                format!(
+                    "op {} compares numbers or strings, not {}",
+                    op.as_str(),
+                    v.type_name()
+                ),
                 "Compare against a number (numerically) or a string (by code point).",
             ));
         }
@@ -701,7 +710,11 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
     })
 }
 
-fn parse_json_schema(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_json_schema(
+    obj: &BTreeMap<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let f = Fields {
         obj,
         at: at.to_owned(),
@@ -718,7 +731,11 @@ fn parse_json_schema(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec
         return None;
     };
     if !matches!(schema, Value::Object(_) | Value::Bool(_)) {
-        problems.push(wrong_type(&f.path("schema"), "a JSON Schema object (or boolean)", schema));
+        problems.push(wrong_type(
+            &f.path("schema"),
+            "a JSON Schema object (or boolean)",
+            schema,
+        ));
         return None;
     }
     let before = problems.len();
@@ -785,7 +802,11 @@ fn schema_patterns(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
     }
 }
 
-fn parse_content_hash(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_content_hash(
+    obj: &BTreeMap<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let f = Fields {
         obj,
         at: at.to_owned(),
@@ -842,7 +863,11 @@ fn parse_content_hash(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Ve
     })
 }
 
-fn parse_regex(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_regex(
+    obj: &BTreeMap<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let f = Fields {
         obj,
         at: at.to_owned(),
@@ -912,7 +937,11 @@ fn parse_regex(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Probl
     })
 }
 
-fn parse_length(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_length(
+    obj: &BTreeMap<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let f = Fields {
         obj,
         at: at.to_owned(),
@@ -963,7 +992,11 @@ fn parse_length(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Prob
     })
 }
 
-fn parse_url_probe(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_url_probe(
+    obj: &BTreeMap<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let f = Fields {
         obj,
         at: at.to_owned(),
@@ -1015,15 +1048,17 @@ fn parse_url_probe(obj: &BTreeMap<String, Value>, at: &str, problems: &mut Vec<P
         };
         let json_path = match ef.get("json_path") {
             None => None,
-            Some(v) => object_at(v, &ef.path("json_path"), "expect.json_path", problems).and_then(|o| {
-                let pf = Fields {
-                    obj: o,
-                    at: ef.path("json_path"),
-                    known: &["path", "op", "value"],
-                };
-                pf.unknown(problems, "expect.json_path");
-                parse_path_assertion(&pf, problems)
-            }),
+            Some(v) => {
+                object_at(v, &ef.path("json_path"), "expect.json_path", problems).and_then(|o| {
+                    let pf = Fields {
+                        obj: o,
+                        at: ef.path("json_path"),
+                        known: &["path", "op", "value"],
+                    };
+                    pf.unknown(problems, "expect.json_path");
+                    parse_path_assertion(&pf, problems)
+                })
+            }
         };
         expect = status.map(|status| ProbeExpect {
             status,
@@ -1061,7 +1096,13 @@ fn parse_selector(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Se
             "Use a CSS selector such as h1, #price, div.result > span.",
         ));
     }
-    let op = f.choice("op", SelectorOp::NAMES, SelectorOp::parse, Some(SelectorOp::Exists), problems);
+    let op = f.choice(
+        "op",
+        SelectorOp::NAMES,
+        SelectorOp::parse,
+        Some(SelectorOp::Exists),
+        problems,
+    );
     let value = f.string("value", false, problems).map(str::to_owned);
     if let Some(op) = op {
         let takes = matches!(op, SelectorOp::Eq | SelectorOp::Ne | SelectorOp::Contains);
@@ -1172,7 +1213,10 @@ pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
             problems.push(Problem::new(
                 "deliverable.text",
                 "deliverable_missing_text",
-                format!("checks[{i}] ({}) reads deliverable.text, which is missing", c.type_name()),
+                format!(
+                    "checks[{i}] ({}) reads deliverable.text, which is missing",
+                    c.type_name()
+                ),
                 "Add the text to the deliverable, or remove the check.",
             ));
         }
@@ -1180,7 +1224,10 @@ pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
             problems.push(Problem::new(
                 "deliverable.json",
                 "deliverable_missing_json",
-                format!("checks[{i}] ({}) reads deliverable.json, which is missing", c.type_name()),
+                format!(
+                    "checks[{i}] ({}) reads deliverable.json, which is missing",
+                    c.type_name()
+                ),
                 "Add the JSON to the deliverable, or remove the check.",
             ));
         }
@@ -1309,20 +1356,32 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("checks[0].schema.patternProperties[\"(a|aa)+\"]".to_owned(), "catastrophic_backtracking"),
-                ("checks[0].schema.properties.a.pattern".to_owned(), "catastrophic_backtracking"),
+                (
+                    "checks[0].schema.patternProperties[\"(a|aa)+\"]".to_owned(),
+                    "catastrophic_backtracking"
+                ),
+                (
+                    "checks[0].schema.properties.a.pattern".to_owned(),
+                    "catastrophic_backtracking"
+                ),
             ]
         );
         let remote = codes(spec(
             r#"{"checks":[{"type":"json_schema","schema":{"$ref":"http://127.0.0.1:9/x.json"}}]}"#,
             None,
         ));
-        assert_eq!(remote, vec![("checks[0].schema".to_owned(), "invalid_schema")]);
+        assert_eq!(
+            remote,
+            vec![("checks[0].schema".to_owned(), "invalid_schema")]
+        );
         let file = codes(spec(
             r#"{"checks":[{"type":"json_schema","schema":{"$ref":"file:///etc/passwd"}}]}"#,
             None,
         ));
-        assert_eq!(file, vec![("checks[0].schema".to_owned(), "invalid_schema")]);
+        assert_eq!(
+            file,
+            vec![("checks[0].schema".to_owned(), "invalid_schema")]
+        );
     }
 
     #[test]
@@ -1333,10 +1392,7 @@ mod tests {
         assert!(d(r#"{}"#).is_err());
         assert!(d(r#"{"text":"x","note":"y"}"#).is_err());
         let big = format!(r#"{{"text":"{}"}}"#, "a".repeat(MAX_TEXT_BYTES + 1));
-        assert_eq!(
-            d(&big).err().map(|p| p[0].code),
-            Some("text_too_large")
-        );
+        assert_eq!(d(&big).err().map(|p| p[0].code), Some("text_too_large"));
         let ok = Deliverable {
             text: Some("hi".into()),
             json: None,

@@ -1,0 +1,229 @@
+//! The handlers of the free endpoints built so far.
+
+use umpire_core::json::{ParseError, Value, parse};
+use umpire_core::product::{
+    ALLOWED_PORTS, DOCUMENT_RETENTION_DAYS, FETCH_MAX_REDIRECTS, FETCH_READ_CAP_BYTES,
+    FETCH_TIMEOUT_SECS, FETCH_USER_AGENT, MAX_BODY_BYTES, MAX_CHECKS, MAX_NETWORK_CHECKS,
+    MAX_TEXT_BYTES, OPERATOR, RATE_LIMITS, REPUTATION_PRICE, SWORN_PASS2_DELAY_SECS, Tier,
+};
+use umpire_core::signer::key_document;
+use umpire_core::spec::{CHECK_TYPES, problems_value};
+use umpire_core::{ApiError, ErrorCode};
+
+use crate::purchase::{Envelope, assess};
+use crate::{AppState, Request, Response, respond};
+
+pub fn health(state: &AppState) -> Response {
+    respond::json(
+        200,
+        &Value::object()
+            .with("status", "ok")
+            .with("service", "umpire")
+            .with("version", env!("CARGO_PKG_VERSION"))
+            .with("key_id", state.signer.key_id())
+            .with("time", umpire_core::time::now_rfc3339()),
+    )
+}
+
+pub fn key(state: &AppState) -> Response {
+    let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
+    let mut r = respond::json(
+        200,
+        &key_document(&state.config.issuer, &active, &state.retired_keys),
+    );
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("public, max-age=300"),
+    );
+    r
+}
+
+pub fn quote(state: &AppState) -> Response {
+    let tiers: Vec<Value> = Tier::ALL
+        .iter()
+        .map(|t| {
+            let p = t.price();
+            let max_network = match t {
+                Tier::Witness => 1,
+                Tier::Basic => 0,
+                _ => MAX_NETWORK_CHECKS,
+            };
+            Value::object()
+                .with("tier", t.as_str())
+                .with("endpoint", format!("POST /v1/verdicts/{}", t.as_str()))
+                .with("price_usd", p.usd_decimal())
+                .with("usdc_units", p.usdc_units.to_string())
+                .with("description", t.description())
+                .with(
+                    "checks",
+                    Value::object()
+                        .with("min", 1u64)
+                        .with("max", if *t == Tier::Witness { 1 } else { MAX_CHECKS })
+                        .with("network_max", max_network),
+                )
+                .with(
+                    "answer",
+                    if *t == Tier::Sworn {
+                        "202 with pass 1; final document at the webhook and GET /v1/verdicts/{id}"
+                    } else {
+                        "201 with the signed verdict document"
+                    },
+                )
+        })
+        .collect();
+    let rate_limits = RATE_LIMITS.iter().fold(Value::object(), |v, (bucket, n)| {
+        v.with(*bucket, u64::from(*n))
+    });
+    let body = Value::object()
+        .with("issuer", state.config.issuer.as_str())
+        .with("operator", OPERATOR)
+        .with("currency", "USD")
+        .with("tiers", Value::Array(tiers))
+        .with(
+            "reputation",
+            Value::object()
+                .with("endpoint", "GET /v1/reputation?merchant=0x...")
+                .with("price_usd", REPUTATION_PRICE.usd_decimal())
+                .with("usdc_units", REPUTATION_PRICE.usdc_units.to_string()),
+        )
+        .with(
+            "payment",
+            Value::object()
+                .with("protocol", "x402")
+                .with("versions", vec![Value::from(2u64), Value::from(1u64)])
+                .with("request_headers", vec!["PAYMENT-SIGNATURE", "X-PAYMENT"])
+                .with(
+                    "idempotency_key",
+                    "Idempotency-Key header, 16 to 128 characters, on paid POSTs",
+                )
+                .with("rails", state.config.rails_value()),
+        )
+        .with(
+            "limits",
+            Value::object()
+                .with("checks_per_spec", MAX_CHECKS)
+                .with("network_checks_per_verdict", MAX_NETWORK_CHECKS)
+                .with(
+                    "check_types",
+                    CHECK_TYPES
+                        .iter()
+                        .map(|t| Value::from(*t))
+                        .collect::<Vec<_>>(),
+                )
+                .with("deliverable_text_bytes", MAX_TEXT_BYTES)
+                .with("request_body_bytes", MAX_BODY_BYTES)
+                .with(
+                    "check_time_limit_ms",
+                    state.config.check_limit.as_millis() as u64,
+                )
+                .with("document_retention_days", DOCUMENT_RETENTION_DAYS)
+                .with("sworn_pass2_delay_seconds", SWORN_PASS2_DELAY_SECS)
+                .with(
+                    "fetch",
+                    Value::object()
+                        .with(
+                            "ports",
+                            ALLOWED_PORTS
+                                .iter()
+                                .map(|p| Value::from(*p))
+                                .collect::<Vec<_>>(),
+                        )
+                        .with("max_redirects", u64::from(FETCH_MAX_REDIRECTS))
+                        .with("read_cap_bytes", FETCH_READ_CAP_BYTES)
+                        .with("timeout_seconds", FETCH_TIMEOUT_SECS)
+                        .with("user_agent", FETCH_USER_AGENT),
+                ),
+        )
+        .with("rate_limits_per_minute", rate_limits);
+    let mut r = respond::json(200, &body);
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("public, max-age=60"),
+    );
+    r
+}
+
+/// Parses a JSON request body, refusing what cannot be judged faithfully.
+pub fn json_body(req: &Request) -> Result<Value, ApiError> {
+    if req.body().is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidJson,
+            "the request body is empty",
+            "Send a JSON object in the body with Content-Type: application/json.",
+        ));
+    }
+    parse(req.body()).map_err(|e: ParseError| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not acceptable JSON: {e}"),
+            e.hint,
+        )
+    })
+}
+
+/// `POST /v1/validate`: every problem of a would-be purchase, the URL-policy verdict
+/// of each URL, the normalized spec and its spec_hash. Nothing is fetched or charged.
+pub fn validate(_state: &AppState, req: &Request) -> Response {
+    match validate_inner(req) {
+        Ok(v) => respond::json(200, &v),
+        Err(e) => respond::error(&e),
+    }
+}
+
+fn validate_inner(req: &Request) -> Result<Value, ApiError> {
+    let body = json_body(req)?;
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the body must be a JSON object, not {}", body.type_name()),
+            "Send {\"tier\":\"basic\",\"spec\":{\"checks\":[...]},\"deliverable\":{...}}.",
+        ));
+    };
+    let tier_names = Tier::ALL.map(Tier::as_str).join(", ");
+    let tier = match obj.get("tier") {
+        Some(Value::String(t)) => Tier::parse(t).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::UnknownTier,
+                format!("there is no tier {t:?}"),
+                format!("Use one of: {tier_names}."),
+            )
+        })?,
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("tier must be a string, not {}", other.type_name()),
+                format!("Set \"tier\" to one of: {tier_names}."),
+            ));
+        }
+        None => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "tier is required",
+                format!("Add \"tier\": one of {tier_names}."),
+            ));
+        }
+    };
+    let a = assess(tier, obj, Envelope::Validate);
+    let price = tier.price();
+    Ok(Value::object()
+        .with("valid", a.problems.is_empty())
+        .with("tier", tier.as_str())
+        .with(
+            "price",
+            Value::object()
+                .with("usd", price.usd_decimal())
+                .with("usdc_units", price.usdc_units.to_string()),
+        )
+        .with("problems", problems_value(&a.problems))
+        .with("spec_hash", a.spec.as_ref().map(|s| s.hash.clone()))
+        .with(
+            "normalized_spec",
+            a.spec.as_ref().map(|s| s.normalized.clone()),
+        )
+        .with("deliverable_hash", a.deliverable.as_ref().map(|d| d.hash()))
+        .with(
+            "urls",
+            Value::Array(a.urls.iter().map(|u| u.to_value()).collect()),
+        )
+        .with("fetched", false))
+}

@@ -1,0 +1,256 @@
+//! The body of a verdict purchase, judged before any payment is asked for. Both
+//! `/v1/validate` and the paid endpoints use [`assess`], so validate never says yes
+//! to something the paid path would refuse.
+
+use std::collections::BTreeMap;
+
+use umpire_core::json::{Number, Value};
+use umpire_core::product::Tier;
+use umpire_core::spec::{
+    Deliverable, Problem, Spec, deliverable_problems, parse_deliverable, parse_spec,
+};
+use umpire_core::{ApiError, ErrorCode};
+use umpire_fetch::check_url;
+
+/// job_ref: a string of at most this many characters, or a uint256.
+pub const MAX_JOB_REF_CHARS: usize = 256;
+const MAX_UINT256_DIGITS: usize = 78;
+
+/// The URL-policy verdict for one URL of the spec (or the webhook).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlVerdict {
+    pub at: String,
+    pub url: String,
+    /// `allowed`, or the policy's code (blocked_host, blocked_port, ...).
+    pub policy: &'static str,
+    pub message: Option<String>,
+}
+
+impl UrlVerdict {
+    pub fn to_value(&self) -> Value {
+        Value::object()
+            .with("where", self.at.as_str())
+            .with("url", self.url.as_str())
+            .with("policy", self.policy)
+            .with("message", self.message.clone())
+    }
+}
+
+/// Everything learned from a purchase body without fetching or paying.
+#[derive(Debug, Default)]
+pub struct Assessment {
+    pub problems: Vec<Problem>,
+    pub spec: Option<Spec>,
+    pub deliverable: Option<Deliverable>,
+    pub urls: Vec<UrlVerdict>,
+    pub webhook_url: Option<String>,
+    pub job_ref: Option<Value>,
+}
+
+/// A purchase that passed every rule.
+#[derive(Debug, Clone)]
+pub struct Purchase {
+    pub tier: Tier,
+    pub spec: Spec,
+    pub deliverable: Deliverable,
+    pub webhook_url: Option<String>,
+    pub job_ref: Option<Value>,
+}
+
+/// Which envelope is being read: validate names the tier in the body and may leave the
+/// deliverable out; a purchase names the tier in its path and must carry a deliverable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    Validate,
+    Purchase,
+}
+
+pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) -> Assessment {
+    let mut a = Assessment::default();
+    let known: &[&str] = match envelope {
+        Envelope::Validate => &["tier", "spec", "deliverable", "webhook_url", "job_ref"],
+        Envelope::Purchase => &["spec", "deliverable", "webhook_url", "job_ref"],
+    };
+    for k in body.keys() {
+        if !known.contains(&k.as_str()) {
+            a.problems.push(Problem::new(
+                k.as_str(),
+                "unknown_field",
+                format!("the request has no field {k:?}"),
+                format!("Remove {k:?}; the body takes: {}.", known.join(", ")),
+            ));
+        }
+    }
+
+    match body.get("spec") {
+        None => a.problems.push(Problem::new(
+            "spec",
+            "missing_field",
+            "spec is required",
+            "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
+        )),
+        Some(v) => match parse_spec(v, Some(tier)) {
+            Ok(spec) => {
+                for (at, url) in spec.network_urls() {
+                    a.urls.push(url_verdict(at, url, &mut a.problems));
+                }
+                a.spec = Some(spec);
+            }
+            Err(p) => a.problems.extend(p),
+        },
+    }
+
+    match body.get("deliverable") {
+        None if envelope == Envelope::Purchase => a.problems.push(Problem::new(
+            "deliverable",
+            "missing_field",
+            "deliverable is required",
+            "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}.",
+        )),
+        None => {}
+        Some(v) => match parse_deliverable(v, "deliverable") {
+            Ok(d) => {
+                if let Some(spec) = &a.spec {
+                    a.problems.extend(deliverable_problems(spec, &d));
+                }
+                a.deliverable = Some(d);
+            }
+            Err(p) => a.problems.extend(p),
+        },
+    }
+
+    match body.get("webhook_url") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(u)) if tier == Tier::Sworn => {
+            let v = url_verdict("webhook_url".into(), u.clone(), &mut a.problems);
+            a.urls.push(v);
+            a.webhook_url = Some(u.clone());
+        }
+        Some(Value::String(_)) => a.problems.push(Problem::new(
+            "webhook_url",
+            "unknown_field",
+            format!(
+                "webhook_url is only used by the sworn tier, not {}",
+                tier.as_str()
+            ),
+            "Remove webhook_url; witness, basic and probe verdicts are returned in the response.",
+        )),
+        Some(other) => a.problems.push(Problem::new(
+            "webhook_url",
+            "wrong_type",
+            format!("webhook_url must be a string, not {}", other.type_name()),
+            "Send the webhook as an https URL string.",
+        )),
+    }
+
+    match body.get("job_ref") {
+        None | Some(Value::Null) => {}
+        Some(v @ Value::String(s)) if !s.is_empty() && s.chars().count() <= MAX_JOB_REF_CHARS => {
+            a.job_ref = Some(v.clone());
+        }
+        Some(v @ Value::Number(Number::Int(t)))
+            if !t.starts_with('-') && t.len() <= MAX_UINT256_DIGITS =>
+        {
+            a.job_ref = Some(v.clone());
+        }
+        Some(_) => a.problems.push(Problem::new(
+            "job_ref",
+            "invalid_value",
+            format!("job_ref must be a non-empty string of at most {MAX_JOB_REF_CHARS} characters or a non-negative integer (uint256)"),
+            "Put your ERC-8183 job id (or any reference of yours) in job_ref; it is echoed in the signed document.",
+        )),
+    }
+    a
+}
+
+fn url_verdict(at: String, url: String, problems: &mut Vec<Problem>) -> UrlVerdict {
+    match check_url(&url) {
+        Ok(_) => UrlVerdict {
+            at,
+            url,
+            policy: "allowed",
+            message: None,
+        },
+        Err(e) => {
+            problems.push(Problem::new(
+                at.as_str(),
+                e.problem_code,
+                e.message.as_str(),
+                e.hint,
+            ));
+            UrlVerdict {
+                at,
+                url,
+                policy: e.problem_code,
+                message: Some(e.message),
+            }
+        }
+    }
+}
+
+impl Assessment {
+    /// The purchase, or the refusal a paid endpoint answers with (before payment).
+    pub fn into_purchase(self, tier: Tier) -> Result<Purchase, ApiError> {
+        if !self.problems.is_empty() {
+            return Err(refusal(&self.problems));
+        }
+        match (self.spec, self.deliverable) {
+            (Some(spec), Some(deliverable)) => Ok(Purchase {
+                tier,
+                spec,
+                deliverable,
+                webhook_url: self.webhook_url,
+                job_ref: self.job_ref,
+            }),
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "spec and deliverable are required",
+                "Send {\"spec\":{...},\"deliverable\":{...}}.",
+            )),
+        }
+    }
+}
+
+/// The error a list of problems amounts to: URL-policy codes when those are the only
+/// problems (so a client can react to blocked_host directly), invalid_webhook when
+/// the webhook is at fault, invalid_spec otherwise. Every problem rides along.
+pub fn refusal(problems: &[Problem]) -> ApiError {
+    let policy = |p: &Problem| {
+        ErrorCode::parse(p.code).filter(|c| {
+            matches!(
+                c,
+                ErrorCode::BlockedHost
+                    | ErrorCode::BlockedPort
+                    | ErrorCode::InvalidScheme
+                    | ErrorCode::CredentialsInUrl
+                    | ErrorCode::DnsFailure
+            )
+        })
+    };
+    let code = if problems.iter().all(|p| p.at == "webhook_url") {
+        ErrorCode::InvalidWebhook
+    } else if let Some(c) = problems
+        .iter()
+        .map(policy)
+        .collect::<Option<Vec<_>>>()
+        .and_then(|v| v.first().copied())
+    {
+        c
+    } else {
+        ErrorCode::InvalidSpec
+    };
+    let first = problems.first();
+    ApiError::new(
+        code,
+        match problems.len() {
+            1 => format!(
+                "{}: {}",
+                first.map_or("", |p| p.at.as_str()),
+                first.map_or("", |p| p.message.as_str())
+            ),
+            n => format!("the request has {n} problems; nothing was charged"),
+        },
+        first.map_or_else(String::new, |p| p.hint.clone()),
+    )
+    .with_detail("problems", umpire_core::spec::problems_value(problems))
+}

@@ -1,0 +1,32 @@
+//! Building responses: JSON bodies in stable JSON, error bodies from [`ApiError`].
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header};
+use umpire_core::{ApiError, Value};
+
+use crate::Response;
+
+pub fn json(status: u16, body: &Value) -> Response {
+    let mut r = http::Response::new(Bytes::from(body.to_canonical_vec()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    r
+}
+
+pub fn error(e: &ApiError) -> Response {
+    let mut r = json(e.code.status(), &e.to_body());
+    // Errors describe one request; no cache may hand them to another.
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if e.code == umpire_core::ErrorCode::MethodNotAllowed
+        && let Some(Value::String(allow)) =
+            e.details.iter().find(|(k, _)| k == "allow").map(|(_, v)| v)
+        && let Ok(v) = HeaderValue::from_str(allow)
+    {
+        r.headers_mut().insert(header::ALLOW, v);
+    }
+    r
+}

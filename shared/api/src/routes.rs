@@ -1,0 +1,57 @@
+//! The public routes: one Lambda each in AWS, all of them in `umpire serve`.
+
+use http::Method;
+use umpire_core::{ApiError, ErrorCode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Health,
+    Key,
+    Quote,
+    Validate,
+}
+
+/// (method, path, route): the routing table, also what `not_found` lists.
+pub const TABLE: &[(&str, &str, Route)] = &[
+    ("GET", "/healthz", Route::Health),
+    ("GET", "/.well-known/umpire-key.json", Route::Key),
+    ("GET", "/v1/quote", Route::Quote),
+    ("POST", "/v1/validate", Route::Validate),
+];
+
+pub fn route_for(method: &Method, path: &str) -> Result<Route, ApiError> {
+    let path = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
+    let mut allowed = Vec::new();
+    for (m, p, r) in TABLE {
+        if *p == path {
+            if method.as_str() == *m || (method == Method::HEAD && *m == "GET") {
+                return Ok(*r);
+            }
+            allowed.push(*m);
+        }
+    }
+    if !allowed.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            format!("{method} is not served at {path}"),
+            format!("Use {} {path}.", allowed.join(" or ")),
+        )
+        .with_detail("allow", allowed.join(", ")));
+    }
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!("nothing is served at {path}"),
+        format!(
+            "Routes: {}. GET /v1/quote lists prices and limits.",
+            TABLE
+                .iter()
+                .map(|(m, p, _)| format!("{m} {p}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ))
+}
