@@ -1,1 +1,112 @@
+//! The thin layer between AWS Lambda and the shared handlers: convert the API
+//! Gateway (HTTP API, payload v2) event into `http::Request<Bytes>`, call the one
+//! handler this function serves, convert back. Everything else lives in `shared/`.
 
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, RequestExt, service_fn};
+use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
+use umpire_core::product::MAX_BODY_BYTES;
+use umpire_core::signer::LocalSigner;
+use umpire_core::{ApiError, ErrorCode};
+
+/// Builds the state this function needs, once per cold start.
+pub fn state_from_env() -> Result<AppState, lambda_http::Error> {
+    let config = Config::from_env()?;
+    // Until the KMS envelope lands, the seed comes from the function's environment.
+    let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
+        .map_err(|_| "UMPIRE_SIGNING_SEED_HEX is not set")?;
+    let seed: [u8; 32] =
+        hex_seed(&seed_hex).ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
+    Ok(AppState {
+        config,
+        signer: Arc::new(LocalSigner::from_seed(seed)),
+        retired_keys: Vec::new(),
+        checker: None,
+    })
+}
+
+fn hex_seed(s: &str) -> Option<[u8; 32]> {
+    let bytes: Vec<u8> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect::<Option<Vec<u8>>>()?;
+    bytes.try_into().ok()
+}
+
+/// The caller's IP as API Gateway saw it (`requestContext.http.sourceIp`); headers
+/// such as X-Forwarded-For are the client's to forge and are ignored.
+pub fn client_ip(req: &lambda_http::Request) -> Option<ClientIp> {
+    match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx
+            .http
+            .source_ip
+            .as_deref()?
+            .parse::<IpAddr>()
+            .ok()
+            .map(ClientIp),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// One invocation: event in, API Gateway response out. Never fails: every problem
+/// becomes an error body.
+pub async fn invoke(
+    state: &AppState,
+    route: Route,
+    req: lambda_http::Request,
+) -> lambda_http::Response<Body> {
+    let ip = client_ip(&req);
+    let (mut parts, body) = req.into_parts();
+    let bytes = match body {
+        Body::Empty => Bytes::new(),
+        Body::Text(t) => Bytes::from(t),
+        Body::Binary(b) => Bytes::from(b),
+        #[allow(unreachable_patterns)]
+        _ => Bytes::new(),
+    };
+    let response = if bytes.len() > MAX_BODY_BYTES {
+        respond::error(&ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+            "Send at most 1 MiB; deliverable text is capped at 200 KB.",
+        ))
+    } else {
+        if let Some(ip) = ip {
+            parts.extensions.insert(ip);
+        }
+        handle_route(state, route, http::Request::from_parts(parts, bytes)).await
+    };
+    let (parts, body) = response.into_parts();
+    let body = match String::from_utf8(body.to_vec()) {
+        Ok(text) if text.is_empty() => Body::Empty,
+        Ok(text) => Body::Text(text),
+        Err(e) => Body::Binary(e.into_bytes()),
+    };
+    lambda_http::Response::from_parts(parts, body)
+}
+
+/// The whole life of a function: log setup, cold start, then serve events.
+pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_current_span(false)
+        .with_ansi(false)
+        .without_time()
+        .init();
+    let state = Arc::new(state_from_env()?);
+    lambda_http::run(service_fn(move |req| {
+        let state = state.clone();
+        async move { Ok::<_, Infallible>(invoke(&state, route, req).await) }
+    }))
+    .await
+}

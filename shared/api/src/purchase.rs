@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use umpire_core::json::{Number, Value};
 use umpire_core::product::Tier;
 use umpire_core::spec::{
-    Deliverable, Problem, Spec, deliverable_problems, parse_deliverable, parse_spec,
+    Deliverable, Problem, Spec, deliverable_problems, network_urls_of, parse_deliverable,
+    parse_spec, parse_spec_partial,
 };
 use umpire_core::{ApiError, ErrorCode};
 use umpire_fetch::check_url;
@@ -89,15 +90,19 @@ pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) ->
             "spec is required",
             "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
         )),
-        Some(v) => match parse_spec(v, Some(tier)) {
-            Ok(spec) => {
-                for (at, url) in spec.network_urls() {
-                    a.urls.push(url_verdict(at, url, &mut a.problems));
-                }
-                a.spec = Some(spec);
+        Some(v) => {
+            // URL verdicts for every check that parsed, even when others did not.
+            let (parsed, _) = parse_spec_partial(v, None);
+            let mut url_problems = Vec::new();
+            for (at, url) in network_urls_of(parsed.iter().map(|(i, c)| (*i, c))) {
+                a.urls.push(url_verdict(at, url, &mut url_problems));
             }
-            Err(p) => a.problems.extend(p),
-        },
+            match parse_spec(v, Some(tier)) {
+                Ok(spec) => a.spec = Some(spec),
+                Err(p) => a.problems.extend(p),
+            }
+            a.problems.extend(url_problems);
+        }
     }
 
     match body.get("deliverable") {

@@ -347,14 +347,15 @@ impl Spec {
 
     /// Every URL the spec would fetch, with where it is written.
     pub fn network_urls(&self) -> Vec<(String, String)> {
-        network_urls_of(&self.checks)
+        network_urls_of(self.checks.iter().enumerate())
     }
 }
 
-fn network_urls_of(checks: &[Check]) -> Vec<(String, String)> {
+/// `(checks[i].url, url)` for every network check among `checks`.
+pub fn network_urls_of<'a>(
+    checks: impl Iterator<Item = (usize, &'a Check)>,
+) -> Vec<(String, String)> {
     checks
-        .iter()
-        .enumerate()
         .filter_map(|(i, c)| {
             c.network_url()
                 .map(|u| (format!("checks[{i}].url"), u.to_owned()))
@@ -493,9 +494,30 @@ fn object_at<'a>(
 
 /// Parse and normalize a spec. With a tier, its rules apply too.
 pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
-    let mut problems = Vec::new();
-    let Some(obj) = object_at(v, "spec", "spec", &mut problems) else {
+    let (checks, problems) = parse_spec_partial(v, tier);
+    if !problems.is_empty() {
         return Err(problems);
+    }
+    let checks: Vec<Check> = checks.into_iter().map(|(_, c)| c).collect();
+    let normalized = Value::object().with(
+        "checks",
+        Value::Array(checks.iter().map(Check::to_value).collect()),
+    );
+    let hash = crate::hash::sha256_hex(&normalized.to_canonical_vec());
+    Ok(Spec {
+        checks,
+        normalized,
+        hash,
+    })
+}
+
+/// Every check that parsed (with its index) and every problem, so a caller can
+/// report on the good checks (their URLs, say) even when others are wrong.
+pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let mut checks = Vec::new();
+    let Some(obj) = object_at(v, "spec", "spec", &mut problems) else {
+        return (checks, problems);
     };
     let fields = Fields {
         obj,
@@ -507,7 +529,7 @@ pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
         Some(Value::Array(a)) => a,
         Some(other) => {
             problems.push(wrong_type("checks", "an array of checks", other));
-            return Err(problems);
+            return (checks, problems);
         }
         None => {
             problems.push(Problem::new(
@@ -516,7 +538,7 @@ pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
                 "a spec needs a checks array",
                 "Send {\"checks\":[{\"type\":\"regex\",\"pattern\":\"...\"}]} with 1 to 10 checks.",
             ));
-            return Err(problems);
+            return (checks, problems);
         }
     };
     if checks_v.len() < MIN_CHECKS {
@@ -535,37 +557,27 @@ pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
             "Split the spec into several verdicts or merge checks (one json_schema can assert many fields).",
         ));
     }
-    let mut checks = Vec::new();
     for (i, cv) in checks_v.iter().enumerate() {
         if let Some(c) = parse_check(cv, &format!("checks[{i}]"), &mut problems) {
-            checks.push(c);
+            checks.push((i, c));
         }
     }
-    if let Some(tier) = tier
-        && checks.len() == checks_v.len()
-    {
-        tier_problems(tier, &checks, &mut problems);
+    if let Some(tier) = tier {
+        tier_problems(tier, checks_v.len(), &checks, &mut problems);
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let normalized = Value::object().with(
-        "checks",
-        Value::Array(checks.iter().map(Check::to_value).collect()),
-    );
-    let hash = crate::hash::sha256_hex(&normalized.to_canonical_vec());
-    Ok(Spec {
-        checks,
-        normalized,
-        hash,
-    })
+    (checks, problems)
 }
 
-fn tier_problems(tier: Tier, checks: &[Check], problems: &mut Vec<Problem>) {
-    let network = network_urls_of(checks);
+fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: &mut Vec<Problem>) {
+    let network: Vec<usize> = checks
+        .iter()
+        .filter(|(_, c)| c.network_url().is_some())
+        .map(|(i, _)| *i)
+        .collect();
     match tier {
         Tier::Witness => {
-            let ok = checks.len() == 1 && matches!(checks[0], Check::UrlProbe { .. });
+            let ok =
+                total == 1 && matches!(checks.first(), Some((_, Check::UrlProbe { .. })) | None);
             if !ok {
                 problems.push(Problem::new(
                     "checks",
@@ -576,10 +588,9 @@ fn tier_problems(tier: Tier, checks: &[Check], problems: &mut Vec<Problem>) {
             }
         }
         Tier::Basic => {
-            for (at, _) in &network {
-                let at = at.trim_end_matches(".url");
+            for i in network {
                 problems.push(Problem::new(
-                    at,
+                    format!("checks[{i}]"),
                     "check_not_allowed",
                     "the basic tier fetches nothing: url_probe and content_hash with target url are not included",
                     "Use the probe tier ($2.00) or sworn tier for checks that fetch URLs, or hash deliverable.text instead.",

@@ -1,0 +1,6 @@
+//! Lambda for the validate route.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    umpire_functions::run(umpire_api::Route::Validate).await
+}
