@@ -337,6 +337,29 @@ fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// The shortest digits that round-trip, as (negative, digits, decpt) with
+/// value = 0.DIGITS × 10^decpt. Ryu breaks exact ties to even, like CPython's dtoa;
+/// Rust's own `{:e}` rounds such ties up (1923372493272097.25 prints as …097.3 there,
+/// …097.2 in Python), which the differential test caught.
+fn shortest_digits(f: f64) -> (bool, String, i32) {
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(f);
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(t) => (true, t),
+        None => (false, text),
+    };
+    let (mantissa, exp) = text.split_once('e').unwrap_or((text, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let int_len = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
+    let all: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let leading = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_start_matches('0').trim_end_matches('0');
+    if digits.is_empty() {
+        return (negative, "0".into(), 1);
+    }
+    (negative, digits.to_owned(), int_len + exp - leading as i32)
+}
+
 /// `repr(float)` of CPython: shortest round-trip digits; exponent form when the decimal
 /// point would sit more than 16 places right or 4 or more places left of the first digit.
 pub fn python_float_repr(f: f64) -> String {
@@ -346,17 +369,7 @@ pub fn python_float_repr(f: f64) -> String {
 }
 
 fn write_python_float(f: f64, out: &mut String) {
-    // Rust's `{:e}` prints the shortest digits that round-trip, like Python's repr.
-    let sci = format!("{:e}", f);
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (negative, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    // Position of the decimal point relative to the first digit (CPython's `decpt`).
-    let decpt = exp + 1;
+    let (negative, digits, decpt) = shortest_digits(f);
     if negative {
         out.push('-');
     }
@@ -722,9 +735,8 @@ impl Decimal {
     fn from_number(n: &Number) -> Decimal {
         let text = match n {
             Number::Int(t) => t.clone(),
-            // `{:e}` is exact for the shortest round-trip digits, which is what the
-            // number means to a JSON reader.
-            Number::Float(f) => format!("{:e}", f),
+            // The shortest round-trip digits: what the number means to a JSON reader.
+            Number::Float(f) => python_float_repr(*f),
         };
         Decimal::from_text(&text)
     }
@@ -851,6 +863,8 @@ mod tests {
             ("1e-400", "0.0"),
             ("12345600.0", "12345600.0"),
             ("1.7976931348623157e308", "1.7976931348623157e+308"),
+            // An exact tie between two shortest candidates: Python rounds to even.
+            ("1.9233724932720973E15", "1923372493272097.2"),
         ] {
             assert_eq!(canon(input), want, "input {input}");
         }
