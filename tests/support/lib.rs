@@ -1,1 +1,245 @@
+//! Helpers for black-box tests: find the `umpire` binary, run it as a server on a
+//! free port, speak plain HTTP/1.1 to it, and make scratch directories.
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use umpire_core::json::{Value, parse};
+
+/// The `umpire` binary: `$UMPIRE_BIN`, else beside this test's `deps/` directory.
+pub fn umpire_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("UMPIRE_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
+    let bin = dir.join("umpire");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (make test does)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn python() -> String {
+    std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// The repository root (tests/ is one level down).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_owned()
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let name = format!(
+            "umpire-{tag}-{}",
+            umpire_core::hash::random_id("t").trim_start_matches("t_")
+        );
+        let p = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn write(&self, name: &str, contents: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).expect("write temp file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `umpire serve` on 127.0.0.1 and a free port, killed on drop.
+pub struct Server {
+    pub addr: SocketAddr,
+    child: Child,
+    pub data: TempDir,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    pub fn start_with(env: &[(&str, &str)]) -> Server {
+        let data = TempDir::new("serve");
+        let mut cmd = Command::new(umpire_bin());
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start umpire serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("umpire listening on http://")
+            .unwrap_or_else(|| panic!("unexpected first line from umpire serve: {line:?}"))
+            .parse()
+            .expect("socket address");
+        Server { addr, child, data }
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        request(self.addr, "GET", path, &[], None)
+    }
+
+    pub fn post_json(&self, path: &str, body: &str) -> Reply {
+        request(
+            self.addr,
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        parse(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The error code of an error body.
+    pub fn error_code(&self) -> String {
+        self.json()
+            .get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// One HTTP/1.1 exchange with `Connection: close`.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Reply {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let body = body.unwrap_or_default();
+    req.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    s.write_all(req.as_bytes()).expect("send head");
+    // The server may answer (413) before reading a huge body; a broken pipe then is fine.
+    let _ = s.write_all(body);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+}
+
+/// Runs `umpire` with arguments, returning (exit code, stdout, stderr).
+pub fn run_umpire(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(umpire_bin());
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run umpire");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

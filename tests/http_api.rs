@@ -1,0 +1,269 @@
+//! The free endpoints over real HTTP against a spawned `umpire serve`.
+
+use umpire_blackbox::{Server, request};
+use umpire_core::json::Value;
+
+const GOOD_SPEC: &str = r###"{"checks":[{"type":"regex","pattern":"## Conclusion"},{"type":"length","unit":"words","min":3,"max":5000},{"type":"json_path","path":"result.items[0].price","op":"lte","value":100}]}"###;
+
+fn problems(v: &Value) -> Vec<(String, String)> {
+    v.get("problems")
+        .and_then(Value::as_array)
+        .expect("problems array")
+        .iter()
+        .map(|p| {
+            (
+                p.get("where")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                p.get("code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn validate_reports_a_good_spec_with_its_hash() {
+    let s = Server::start();
+    let r = s.post_json(
+        "/v1/validate",
+        &format!(r#"{{"tier":"basic","spec":{GOOD_SPEC},"deliverable":{{"text":"one two three\n## Conclusion","json":{{"result":{{"items":[{{"price":99}}]}}}}}}}}"#),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(v.get("valid"), Some(&Value::Bool(true)));
+    assert_eq!(v.get("fetched"), Some(&Value::Bool(false)));
+    let normalized = v.get("normalized_spec").expect("normalized spec");
+    let hash = umpire_core::hash::sha256_hex(&normalized.to_canonical_vec());
+    assert_eq!(
+        v.get("spec_hash").and_then(Value::as_str),
+        Some(hash.as_str())
+    );
+    assert_eq!(
+        v.get("price")
+            .and_then(|p| p.get("usd"))
+            .and_then(Value::as_str),
+        Some("1.00")
+    );
+}
+
+#[test]
+fn validate_lists_every_problem_at_once() {
+    let s = Server::start();
+    let r = s.post_json(
+        "/v1/validate",
+        r#"{"tier":"probe","spec":{"checks":[
+            {"type":"regex","pattern":"^(\\w+\\s?)*$"},
+            {"type":"url_probe","url":"http://2130706433/"},
+            {"type":"url_probe","url":"https://example.com:22/"},
+            {"type":"content_hash","sha256":"abc","target":"url","url":"ftp://example.com/x"},
+            {"type":"json_path","path":"a","op":"between","value":1},
+            {"type":"length"},
+            {"type":"url_probe","url":"https://example.org/"},
+            {"type":"url_probe","url":"https://example.net/health","expect":{"status":204}}
+        ]},"deliverable":{"text":"x"},"colour":"red"}"#,
+    );
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v.get("valid"), Some(&Value::Bool(false)));
+    let got = problems(&v);
+    for want in [
+        ("colour", "unknown_field"),
+        ("checks[0].pattern", "catastrophic_backtracking"),
+        ("checks[1].url", "blocked_host"),
+        ("checks[2].url", "blocked_port"),
+        ("checks[3].sha256", "invalid_value"),
+        ("checks[4].op", "invalid_value"),
+        ("checks[5]", "missing_field"),
+        ("checks", "too_many_network_checks"),
+    ] {
+        assert!(
+            got.contains(&(want.0.to_owned(), want.1.to_owned())),
+            "missing {want:?} in {got:?}"
+        );
+    }
+    // Every problem carries a message and a hint that says what to change.
+    for p in v
+        .get("problems")
+        .and_then(Value::as_array)
+        .expect("problems")
+    {
+        for f in ["message", "hint"] {
+            assert!(
+                p.get(f)
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty())
+            );
+        }
+    }
+    let urls = v.get("urls").and_then(Value::as_array).expect("urls");
+    let verdicts: Vec<&str> = urls
+        .iter()
+        .filter_map(|u| u.get("policy").and_then(Value::as_str))
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec!["blocked_host", "blocked_port", "allowed", "allowed"]
+    );
+}
+
+#[test]
+fn validate_checks_the_deliverable_against_the_spec() {
+    let s = Server::start();
+    let r = s.post_json(
+        "/v1/validate",
+        r#"{"tier":"basic","spec":{"checks":[{"type":"json_schema","schema":{"type":"object"}}]},"deliverable":{"text":"no json here"}}"#,
+    );
+    assert_eq!(
+        problems(&r.json()),
+        vec![(
+            "deliverable.json".to_owned(),
+            "deliverable_missing_json".to_owned()
+        )]
+    );
+}
+
+#[test]
+fn validate_refusals_use_the_contract_codes() {
+    let s = Server::start();
+    let r = s.post_json("/v1/validate", r#"{"tier":"basic","spec":"#);
+    assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
+    let r = s.post_json(
+        "/v1/validate",
+        r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1E400}]}}"#,
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
+    let r = s.post_json("/v1/validate", r#"{"tier":"gold","spec":{}}"#);
+    assert_eq!((r.status, r.error_code().as_str()), (404, "unknown_tier"));
+    let r = s.post_json("/v1/validate", r#"["basic"]"#);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (422, "invalid_request")
+    );
+    let r = s.post_json("/v1/validate", r#"{"spec":{}}"#);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (422, "invalid_request")
+    );
+    let r = s.post_json("/v1/validate", "");
+    assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
+    let huge = format!(
+        r#"{{"tier":"basic","spec":{{}},"deliverable":{{"text":"{}"}}}}"#,
+        "a".repeat(2 << 20)
+    );
+    let r = s.post_json("/v1/validate", &huge);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (413, "payload_too_large")
+    );
+    let big_text = format!(
+        r#"{{"tier":"basic","spec":{GOOD_SPEC},"deliverable":{{"text":"{}"}}}}"#,
+        "a".repeat(205_000)
+    );
+    let r = s.post_json("/v1/validate", &big_text);
+    assert!(
+        problems(&r.json()).contains(&("deliverable.text".to_owned(), "text_too_large".to_owned()))
+    );
+    // Every error body has the contract's shape.
+    let body = s.post_json("/v1/validate", "{").json();
+    let e = body.get("error").expect("error object");
+    for f in ["code", "message", "hint", "docs"] {
+        assert!(
+            e.get(f)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty()),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn routing_answers_unknown_paths_and_methods() {
+    let s = Server::start();
+    let r = s.get("/v1/nothing");
+    assert_eq!((r.status, r.error_code().as_str()), (404, "not_found"));
+    let r = s.get("/v1/validate");
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (405, "method_not_allowed")
+    );
+    assert_eq!(r.header("allow"), Some("POST"));
+}
+
+#[test]
+fn quote_health_and_key_document() {
+    let s = Server::start();
+    let q = s.get("/v1/quote");
+    assert_eq!(q.status, 200);
+    let q = q.json();
+    let tiers: Vec<(String, String)> = q
+        .get("tiers")
+        .and_then(Value::as_array)
+        .expect("tiers")
+        .iter()
+        .map(|t| {
+            (
+                t.get("tier")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                t.get("usdc_units")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            ("witness", "250000"),
+            ("basic", "1000000"),
+            ("probe", "2000000"),
+            ("sworn", "5000000")
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    let h = s.get("/healthz");
+    assert_eq!(h.status, 200);
+    assert_eq!(h.json().get("status").and_then(Value::as_str), Some("ok"));
+    let k = s.get("/.well-known/umpire-key.json");
+    assert_eq!(k.status, 200);
+    let keys = umpire_core::signer::keys_from_document(&k.json());
+    assert_eq!(keys.len(), 1);
+    assert_eq!(
+        Some(keys[0].key_id.as_str()),
+        h.json().get("key_id").and_then(Value::as_str)
+    );
+    // HEAD works on GET routes.
+    let head = request(s.addr, "HEAD", "/healthz", &[], None);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+}
+
+#[test]
+fn the_key_survives_a_restart_of_the_same_data_dir() {
+    let s = Server::start();
+    let first = s.get("/healthz").json();
+    let dir = s.data.path().to_owned();
+    let again = std::process::Command::new(umpire_blackbox::umpire_bin())
+        .args([
+            "judge",
+            "--spec",
+            "/dev/null",
+            "--deliverable",
+            "/dev/null",
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("run");
+    // The judge refuses empty files, but must not have replaced the key.
+    assert_eq!(again.status.code(), Some(2));
+    let key_file = std::fs::read(dir.join("signing-key.json")).expect("key file");
+    let key = umpire_core::json::parse(&key_file).expect("json");
+    assert_eq!(key.get("key_id"), first.get("key_id"));
+}
