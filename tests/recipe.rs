@@ -130,22 +130,15 @@ fn judged_documents_verify_with_the_python_recipe_and_umpire_verify() {
         "other-keys.json",
         &other.get("/.well-known/umpire-key.json").body,
     );
-    let mut forged = doc_v.clone();
-    if let Some(Value::Object(sig)) = forged
-        .as_object()
-        .and_then(|m| m.get("signature"))
-        .cloned()
-        .map(|s| s)
-    {
-        let other_id = umpire_core::signer::keys_from_document(
-            &parse(&std::fs::read(&other_keys).expect("k")).expect("j"),
-        )[0]
-        .key_id
-        .clone();
-        let mut sig = sig;
-        sig.insert("key_id".into(), Value::from(other_id));
-        forged.insert("signature", Value::Object(sig));
-    }
+    // Same document, signature relabelled as made by the other server's key.
+    let other_id = umpire_core::signer::keys_from_document(
+        &parse(&std::fs::read(&other_keys).expect("key file")).expect("key JSON"),
+    )[0]
+    .key_id
+    .clone();
+    let mut sig = doc_v.get("signature").cloned().expect("signature");
+    sig.insert("key_id", other_id);
+    let forged = doc_v.clone().with("signature", sig);
     let forged_path = tmp.write("forged.json", &forged.to_canonical_vec());
     let (ok, said) = recipe(&forged_path, &other_keys, &deliverable);
     assert!(!ok && said.contains("bad Ed25519 signature"), "{said}");

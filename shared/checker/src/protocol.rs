@@ -62,17 +62,15 @@ pub(crate) fn parse_answer(line: &str) -> Option<(usize, Outcome)> {
     ))
 }
 
-fn decode_request(
-    line: &str,
-) -> Result<
-    (
-        Vec<umpire_core::spec::Check>,
-        Deliverable,
-        Vec<Option<FetchedBody>>,
-        usize,
-    ),
-    String,
-> {
+/// A request as the worker sees it.
+struct Decoded {
+    checks: Vec<umpire_core::spec::Check>,
+    deliverable: Deliverable,
+    fetched: Vec<Option<FetchedBody>>,
+    start: usize,
+}
+
+fn decode_request(line: &str) -> Result<Decoded, String> {
     let v = parse(line.as_bytes()).map_err(|e| e.to_string())?;
     let spec = parse_spec(v.get("spec").ok_or("no spec")?, None)
         .map_err(|p| format!("invalid spec: {p:?}"))?;
@@ -101,7 +99,12 @@ fn decode_request(
         .and_then(Value::as_u64)
         .and_then(|s| usize::try_from(s).ok())
         .unwrap_or(0);
-    Ok((spec.checks, deliverable, fetched, start))
+    Ok(Decoded {
+        checks: spec.checks,
+        deliverable,
+        fetched,
+        start,
+    })
 }
 
 /// Serves requests from `input` until it closes. Errors in a request are reported as
@@ -113,7 +116,12 @@ pub fn worker_loop(input: impl BufRead, mut output: impl Write) -> std::io::Resu
             continue;
         }
         match decode_request(&line) {
-            Ok((checks, deliverable, fetched, start)) => {
+            Ok(Decoded {
+                checks,
+                deliverable,
+                fetched,
+                start,
+            }) => {
                 for (i, check) in checks.iter().enumerate().skip(start) {
                     let fetched_i = fetched.get(i).and_then(Option::as_ref);
                     let o = evaluate(check, &deliverable, fetched_i);

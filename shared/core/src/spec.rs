@@ -1347,7 +1347,7 @@ mod tests {
             codes(spec(&four, Some(Tier::Sworn))),
             vec![("checks".to_owned(), "too_many_network_checks")]
         );
-        let eleven = format!(r#"{{"checks":[{}]}}"#, vec![text; 11].join(","));
+        let eleven = format!(r#"{{"checks":[{}]}}"#, [text; 11].join(","));
         assert_eq!(
             codes(spec(&eleven, Some(Tier::Basic))),
             vec![("checks".to_owned(), "too_many_checks")]

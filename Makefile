@@ -1,0 +1,68 @@
+# Umpire: `make run` serves the API locally, `make test` runs every test.
+# Builds share a target directory outside the clone so CI and fresh clones reuse it.
+
+SHELL := /bin/bash
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/umpire/target
+export CARGO_TERM_COLOR ?= never
+
+CACHE   := $(CURDIR)/.cache
+VENV    := $(CACHE)/venv
+PY      := $(VENV)/bin/python
+PY_DEPS := $(VENV)/.installed-v1
+UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
+ADDR    ?= 127.0.0.1:8080
+
+.PHONY: run build test test-rust lint fmt bench lambda-build deploy clean help
+
+help:
+	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
+	@echo "make test          install test tools into .cache/, run every test and lint"
+	@echo "make bench         criterion benchmarks (stable JSON + signing, judging)"
+	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda"
+	@echo "make deploy        sam build && sam deploy --guided"
+
+run:
+	cargo run --bin umpire -- serve --addr $(ADDR)
+
+build:
+	cargo build --workspace --bins
+
+# Python with the packages the tests use (the contract's recipe needs `cryptography`;
+# cfn-lint checks template.yaml), in an ignored folder.
+$(PY_DEPS):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint
+	touch $@
+
+test: $(PY_DEPS) build
+	cargo fmt --all -- --check
+	UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) cargo test --workspace --no-fail-fast
+	$(VENV)/bin/cfn-lint template.yaml
+	cargo clippy --workspace --all-targets --quiet -- -D warnings
+	@echo "make test: all passed"
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+bench: build
+	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo build --release --bin umpire
+	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo bench -p umpire-core -p umpire-checker
+
+# cargo-lambda from PyPI brings zig for cross-compiling to arm64.
+$(VENV)/bin/cargo-lambda: $(PY_DEPS)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cargo-lambda
+
+lambda-build: $(VENV)/bin/cargo-lambda
+	PATH=$(VENV)/bin:$$PATH cargo lambda build --release --arm64 -p umpire-functions
+	@ls -l $(CARGO_TARGET_DIR)/lambda/*/bootstrap
+
+deploy:
+	sam build --config-file infra/samconfig.toml
+	sam deploy --guided --config-file infra/samconfig.toml
+
+clean:
+	rm -rf $(CACHE)
