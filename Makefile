@@ -34,12 +34,14 @@ $(PY_DEPS):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint
 	touch $@
 
+# The last line is the plain total CI reads ("N passed, N failed").
 test: $(PY_DEPS) build
 	cargo fmt --all -- --check
-	UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) cargo test --workspace --no-fail-fast
+	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) \
+	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log
 	$(VENV)/bin/cfn-lint template.yaml
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
-	@echo "make test: all passed"
+	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
 
 lint:
 	cargo fmt --all -- --check
