@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
-PY_DEPS := $(VENV)/.installed-v1
+PY_DEPS := $(VENV)/.installed-v2
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
 
@@ -27,17 +27,18 @@ run:
 build:
 	cargo build --workspace --bins
 
-# Python with the packages the tests use (the contract's recipe needs `cryptography`;
-# cfn-lint checks template.yaml), in an ignored folder.
+# Python with the packages the tests use, in an ignored folder: `cryptography` for the
+# contract's recipe, cfn-lint for template.yaml, moto's server as the local
+# DynamoDB/SQS/KMS the storage tests run against.
 $(PY_DEPS):
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]'
 	touch $@
 
 # The last line is the plain total CI reads ("N passed, N failed").
 test: $(PY_DEPS) build
 	cargo fmt --all -- --check
-	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) \
+	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
 	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log
 	$(VENV)/bin/cfn-lint template.yaml
 	cargo clippy --workspace --all-targets --quiet -- -D warnings

@@ -36,6 +36,8 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         signer: Arc::new(LocalSigner::from_seed([9u8; 32])),
         retired_keys: Vec::new(),
         checker: Some(Arc::new(pool)),
+        store: Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
+        queue: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use umpire_api::datadir::{default_data_dir, load_or_create_signer};
+use umpire_api::datadir::{default_data_dir, load_or_create_signer, load_signer};
 use umpire_api::purchase::{Envelope, assess};
 use umpire_api::{AppState, Config};
 use umpire_checker::{CheckerPool, PoolConfig};
@@ -16,6 +16,7 @@ use umpire_core::json::{Value, parse};
 use umpire_core::product::Tier;
 use umpire_core::signer::{PublicKey, Signer, keys_from_document};
 use umpire_core::spec::parse_deliverable;
+use umpire_store::sqlite::SqliteStore;
 
 #[derive(Parser)]
 #[command(
@@ -36,7 +37,8 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
-        /// Data directory (signing key). Default: $UMPIRE_DATA_DIR, else ~/.local/share/umpire.
+        /// Data directory (signing key, embedded store). Default: $UMPIRE_DATA_DIR, else
+        /// ~/.local/share/umpire.
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
@@ -130,10 +132,22 @@ fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
-async fn state_for(data_dir: Option<PathBuf>, with_checker: bool) -> Result<AppState, String> {
+/// What a command needs: the data directory's key, its embedded store (or a
+/// throwaway one), and the isolated checker.
+async fn state_for(
+    data_dir: Option<PathBuf>,
+    with_checker: bool,
+    persistent: bool,
+) -> Result<AppState, String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let dir = data_dir.unwrap_or_else(default_data_dir);
     let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
+    let store = if persistent {
+        SqliteStore::open_in(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
+    } else {
+        SqliteStore::in_memory().map_err(|e| e.to_string())?
+    };
+    let store = Arc::new(store);
     let checker = if with_checker {
         let pool_config = PoolConfig::current_exe(config.check_limit)
             .map_err(|e| format!("cannot find the umpire binary: {e}"))?;
@@ -150,11 +164,13 @@ async fn state_for(data_dir: Option<PathBuf>, with_checker: bool) -> Result<AppS
         signer: Arc::new(signer),
         retired_keys: Vec::new(),
         checker,
+        store: store.clone(),
+        queue: Some(store),
     })
 }
 
 async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
-    let state = match state_for(data_dir, true).await {
+    let state = match state_for(data_dir, true, true).await {
         Ok(s) => Arc::new(s),
         Err(e) => return fail(2, &e),
     };
@@ -237,7 +253,7 @@ async fn judge(
             "this spec fetches URLs; `umpire judge` runs only checks on the deliverable itself",
         );
     }
-    let state = match state_for(data_dir, true).await {
+    let state = match state_for(data_dir, true, false).await {
         Ok(s) => s,
         Err(e) => return fail(2, &e),
     };
@@ -260,7 +276,9 @@ async fn load_keys(key: Option<&str>, data_dir: Option<PathBuf>) -> Result<Vec<P
         Some(k) => read_json(Path::new(k))?,
         None => {
             let dir = data_dir.unwrap_or_else(default_data_dir);
-            let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
+            let signer = load_signer(&dir).map_err(|e| {
+                format!("no --key given and no local key to default to ({e}); pass --key FILE or --key https://…/.well-known/umpire-key.json")
+            })?;
             return Ok(vec![PublicKey::of(&signer as &dyn Signer)]);
         }
     };

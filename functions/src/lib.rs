@@ -13,9 +13,11 @@ use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
 use umpire_core::product::MAX_BODY_BYTES;
 use umpire_core::signer::LocalSigner;
 use umpire_core::{ApiError, ErrorCode};
+use umpire_store::dynamo::{DynamoStore, TableNames};
+use umpire_store::sqs::SqsQueue;
 
 /// Builds the state this function needs, once per cold start.
-pub fn state_from_env() -> Result<AppState, lambda_http::Error> {
+pub async fn state_from_env() -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
     // Until the KMS envelope lands, the seed comes from the function's environment.
     let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
@@ -27,6 +29,11 @@ pub fn state_from_env() -> Result<AppState, lambda_http::Error> {
         signer: Arc::new(LocalSigner::from_seed(seed)),
         retired_keys: Vec::new(),
         checker: None,
+        store: Arc::new(DynamoStore::from_env(TableNames::from_env()).await),
+        queue: match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
+            Ok(url) => Some(Arc::new(SqsQueue::from_env(url).await)),
+            Err(_) => None,
+        },
     })
 }
 
@@ -103,7 +110,7 @@ pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
         .with_ansi(false)
         .without_time()
         .init();
-    let state = Arc::new(state_from_env()?);
+    let state = Arc::new(state_from_env().await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(invoke(&state, route, req).await) }

@@ -11,6 +11,8 @@ fn state() -> AppState {
         signer: std::sync::Arc::new(LocalSigner::from_seed([3u8; 32])),
         retired_keys: Vec::new(),
         checker: None,
+        store: std::sync::Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
+        queue: None,
     }
 }
 

@@ -84,11 +84,17 @@ impl Server {
     }
 
     pub fn start_with(env: &[(&str, &str)]) -> Server {
-        let data = TempDir::new("serve");
+        Server::start_in(TempDir::new("serve"), env)
+    }
+
+    /// Serves an existing data directory (seeded by the test).
+    pub fn start_in(data: TempDir, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(umpire_bin());
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data.path())
             .env("RUST_LOG", "warn")
+            // Tests not about rate limits must not trip them; those that are set limits.
+            .env("UMPIRE_RATE_LIMITS", "off")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in env {
@@ -227,6 +233,18 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
         b = &b[eol + 2 + size + 2..];
     }
+}
+
+/// Percent-encodes everything but unreserved characters, for query strings.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Runs `umpire` with arguments, returning (exit code, stdout, stderr).

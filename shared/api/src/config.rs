@@ -10,6 +10,8 @@ pub struct Config {
     pub issuer: String,
     /// Wall-clock limit for one check in the isolated checker.
     pub check_limit: Duration,
+    /// Per-IP limits on free routes; None when switched off.
+    pub rate_limits: Option<crate::limits::RateLimits>,
 }
 
 impl Default for Config {
@@ -17,6 +19,7 @@ impl Default for Config {
         Config {
             issuer: DEFAULT_ISSUER.to_owned(),
             check_limit: umpire_checker::DEFAULT_CHECK_LIMIT,
+            rate_limits: Some(crate::limits::RateLimits::default()),
         }
     }
 }
@@ -71,7 +74,7 @@ impl Config {
         )
     }
 
-    /// `UMPIRE_ISSUER`, `UMPIRE_CHECK_LIMIT_MS`; unset means the default.
+    /// `UMPIRE_ISSUER`, `UMPIRE_CHECK_LIMIT_MS`, `UMPIRE_RATE_LIMITS(_*)`; unset means the default.
     pub fn from_env() -> Result<Config, ConfigError> {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("UMPIRE_ISSUER") {
@@ -97,6 +100,7 @@ impl Config {
                 })?;
             c.check_limit = Duration::from_millis(ms);
         }
+        c.rate_limits = crate::limits::RateLimits::from_env()?;
         Ok(c)
     }
 }

@@ -76,6 +76,16 @@ pub fn load_or_create_signer(dir: &Path) -> Result<LocalSigner, KeyFileError> {
     }
 }
 
+/// Loads the signing key of `dir` without creating one.
+pub fn load_signer(dir: &Path) -> Result<LocalSigner, KeyFileError> {
+    let path = dir.join(KEY_FILE);
+    let bytes = std::fs::read(&path).map_err(|source| KeyFileError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    read_key_file(&path, &bytes)
+}
+
 fn read_key_file(path: &Path, bytes: &[u8]) -> Result<LocalSigner, KeyFileError> {
     let format = |problem: String| KeyFileError::Format {
         path: path.to_owned(),

@@ -38,7 +38,16 @@ pub fn key(state: &AppState) -> Response {
     r
 }
 
-pub fn quote(state: &AppState) -> Response {
+pub async fn quote(state: &AppState, req: &Request) -> Response {
+    if let Err(e) = crate::limits::enforce(
+        state,
+        "quote",
+        req.extensions().get::<crate::ClientIp>().copied(),
+    )
+    .await
+    {
+        return respond::error(&e);
+    }
     let tiers: Vec<Value> = Tier::ALL
         .iter()
         .map(|t| {
@@ -163,7 +172,16 @@ pub fn json_body(req: &Request) -> Result<Value, ApiError> {
 
 /// `POST /v1/validate`: every problem of a would-be purchase, the URL-policy verdict
 /// of each URL, the normalized spec and its spec_hash. Nothing is fetched or charged.
-pub fn validate(_state: &AppState, req: &Request) -> Response {
+pub async fn validate(state: &AppState, req: &Request) -> Response {
+    if let Err(e) = crate::limits::enforce(
+        state,
+        "validate",
+        req.extensions().get::<crate::ClientIp>().copied(),
+    )
+    .await
+    {
+        return respond::error(&e);
+    }
     match validate_inner(req) {
         Ok(v) => respond::json(200, &v),
         Err(e) => respond::error(&e),

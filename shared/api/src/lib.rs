@@ -4,7 +4,9 @@
 
 pub mod config;
 pub mod datadir;
+pub mod limits;
 pub mod local;
+pub mod lookup;
 pub mod purchase;
 pub mod respond;
 pub mod routes;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use umpire_checker::CheckerPool;
 use umpire_core::signer::{PublicKey, Signer};
+use umpire_core::{ApiError, ErrorCode};
+use umpire_store::{JobQueue, Store};
 
 pub use config::Config;
 pub use routes::Route;
@@ -38,6 +42,20 @@ pub struct AppState {
     pub retired_keys: Vec<PublicKey>,
     /// The isolated checker; None in functions that never judge.
     pub checker: Option<Arc<CheckerPool>>,
+    pub store: Arc<dyn Store>,
+    /// Delayed jobs (sworn pass 2, webhook retries); None where nothing is scheduled.
+    pub queue: Option<Arc<dyn JobQueue>>,
+}
+
+/// Our own failure, reported as `500 internal` (safe to retry) and logged; the
+/// details stay in the log.
+pub fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "internal error");
+    ApiError::new(
+        ErrorCode::Internal,
+        "Umpire could not complete the request",
+        "Retry in a few seconds; nothing was charged or changed that a retry would repeat.",
+    )
 }
 
 impl AppState {
@@ -61,7 +79,9 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
     match route {
         Route::Health => handlers::health(state),
         Route::Key => handlers::key(state),
-        Route::Quote => handlers::quote(state),
-        Route::Validate => handlers::validate(state, &req),
+        Route::Quote => handlers::quote(state, &req).await,
+        Route::Validate => handlers::validate(state, &req).await,
+        Route::Status => lookup::status(state, &req).await,
+        Route::Find => lookup::find(state, &req).await,
     }
 }

@@ -21,6 +21,15 @@ pub fn error(e: &ApiError) -> Response {
     // Errors describe one request; no cache may hand them to another.
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(Value::Number(umpire_core::json::Number::Int(secs))) = e
+        .details
+        .iter()
+        .find(|(k, _)| k == "retry_after_seconds")
+        .map(|(_, v)| v)
+        && let Ok(v) = HeaderValue::from_str(secs)
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
     if e.code == umpire_core::ErrorCode::MethodNotAllowed
         && let Some(Value::String(allow)) =
             e.details.iter().find(|(k, _)| k == "allow").map(|(_, v)| v)

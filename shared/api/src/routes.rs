@@ -9,6 +9,8 @@ pub enum Route {
     Key,
     Quote,
     Validate,
+    Status,
+    Find,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -17,7 +19,22 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("GET", "/.well-known/umpire-key.json", Route::Key),
     ("GET", "/v1/quote", Route::Quote),
     ("POST", "/v1/validate", Route::Validate),
+    ("GET", "/v1/verdicts/{id}", Route::Status),
+    ("GET", "/v1/find", Route::Find),
 ];
+
+/// Whether a concrete path matches a table path (`{id}` matches one segment).
+fn matches(pattern: &str, path: &str) -> bool {
+    let (mut p, mut q) = (pattern.split('/'), path.split('/'));
+    loop {
+        match (p.next(), q.next()) {
+            (None, None) => return true,
+            (Some(a), Some(b)) if a.starts_with('{') && !b.is_empty() => {}
+            (Some(a), Some(b)) if a == b => {}
+            _ => return false,
+        }
+    }
+}
 
 pub fn route_for(method: &Method, path: &str) -> Result<Route, ApiError> {
     let path = if path.len() > 1 {
@@ -27,7 +44,7 @@ pub fn route_for(method: &Method, path: &str) -> Result<Route, ApiError> {
     };
     let mut allowed = Vec::new();
     for (m, p, r) in TABLE {
-        if *p == path {
+        if matches(p, path) {
             if method.as_str() == *m || (method == Method::HEAD && *m == "GET") {
                 return Ok(*r);
             }

@@ -1,0 +1,148 @@
+//! `GET /v1/verdicts/{id}` (status, pass-1 preview, final document, behind the
+//! one-time secret) and `GET /v1/find` (sworn verdict ids by spec_hash + webhook).
+
+use umpire_core::hash::{constant_time_eq, sha256_hex};
+use umpire_core::json::{Value, parse};
+use umpire_core::{ApiError, ErrorCode};
+
+use crate::{AppState, ClientIp, Request, Response, limits, respond};
+
+/// Verdict ids as minted: `vrd_` and 32 lowercase hex digits.
+pub fn is_verdict_id(id: &str) -> bool {
+    id.strip_prefix("vrd_")
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// Query parameters, percent-decoded; the last of a repeated name wins.
+pub fn query_param(req: &Request, name: &str) -> Option<String> {
+    let q = req.uri().query()?;
+    url::form_urlencoded::parse(q.as_bytes())
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+        .last()
+}
+
+fn client_ip(req: &Request) -> Option<ClientIp> {
+    req.extensions().get::<ClientIp>().copied()
+}
+
+fn not_found() -> ApiError {
+    // The same answer for an unknown id, an expired one and a wrong secret, so ids
+    // cannot be probed.
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no verdict with that id and secret",
+        "Check the id and send the one-time secret from the purchase response as Authorization: Bearer <secret>. Documents are kept 90 days.",
+    )
+}
+
+fn no_store(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+pub async fn status(state: &AppState, req: &Request) -> Response {
+    match status_inner(state, req).await {
+        Ok(v) => no_store(respond::json(200, &v)),
+        Err(e) => respond::error(&e),
+    }
+}
+
+async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
+    limits::enforce(state, "status", client_ip(req)).await?;
+    let id = req
+        .uri()
+        .path()
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    let bearer = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(|s| s.trim().to_owned());
+    let Some(secret) = bearer
+        .or_else(|| query_param(req, "secret"))
+        .filter(|s| !s.is_empty())
+    else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "the verdict's secret is required",
+            "Send the one-time secret from the purchase response as Authorization: Bearer <secret> (or ?secret=).",
+        ));
+    };
+    if !is_verdict_id(id) {
+        return Err(not_found());
+    }
+    let now = umpire_core::time::now_unix();
+    let rec = state
+        .store
+        .get_verdict(id, now)
+        .await
+        .map_err(crate::internal)?
+        .ok_or_else(not_found)?;
+    if !constant_time_eq(
+        sha256_hex(secret.as_bytes()).as_bytes(),
+        rec.secret_hash.as_bytes(),
+    ) {
+        return Err(not_found());
+    }
+    let embed = |text: &Option<String>| -> Result<Value, ApiError> {
+        match text {
+            None => Ok(Value::Null),
+            Some(t) => parse(t.as_bytes())
+                .map_err(|e| crate::internal(format!("stored document unreadable: {e}"))),
+        }
+    };
+    Ok(Value::object()
+        .with("verdict_id", rec.verdict_id.as_str())
+        .with("tier", rec.tier.as_str())
+        .with("status", rec.status.as_str())
+        .with("created_at", umpire_core::time::rfc3339(rec.created_at))
+        .with("expires_at", umpire_core::time::rfc3339(rec.expires_at))
+        .with("preview", embed(&rec.preview)?)
+        .with("document", embed(&rec.document)?))
+}
+
+pub async fn find(state: &AppState, req: &Request) -> Response {
+    match find_inner(state, req).await {
+        Ok(v) => no_store(respond::json(200, &v)),
+        Err(e) => respond::error(&e),
+    }
+}
+
+async fn find_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
+    limits::enforce(state, "find", client_ip(req)).await?;
+    let hint = "Send GET /v1/find?spec_hash=<64 hex>&webhook=<the exact webhook_url of the purchase, URL-encoded>.";
+    let spec_hash = query_param(req, "spec_hash")
+        .map(|s| s.to_ascii_lowercase())
+        .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                "spec_hash must be 64 hex characters",
+                hint,
+            )
+        })?;
+    let webhook = query_param(req, "webhook")
+        .filter(|w| !w.is_empty() && w.chars().count() <= umpire_fetch::policy::MAX_URL_CHARS)
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidRequest, "webhook is required", hint))?;
+    let now = umpire_core::time::now_unix();
+    let ids = state
+        .store
+        .find_verdicts(&spec_hash, &webhook, now)
+        .await
+        .map_err(crate::internal)?;
+    Ok(Value::object()
+        .with("spec_hash", spec_hash)
+        .with("webhook", webhook)
+        .with("verdict_ids", ids))
+}

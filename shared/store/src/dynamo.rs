@@ -1,0 +1,715 @@
+//! The production store: DynamoDB through the AWS SDK. The table layout is data
+//! ([`TABLES`]): `create_tables` builds it for tests and local stacks, and a test holds
+//! `template.yaml` to exactly the same keys, indexes and TTL attributes.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType, TimeToLiveSpecification,
+};
+
+use crate::{
+    Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Result, Store, StoreError,
+    StoredResponse, Unix, VerdictRecord, VerdictStatus,
+};
+
+/// One secondary index.
+#[derive(Debug, Clone, Copy)]
+pub struct Index {
+    pub name: &'static str,
+    pub partition_key: (&'static str, &'static str),
+    pub sort_key: Option<(&'static str, &'static str)>,
+    /// Non-key attributes projected; `None` projects ALL.
+    pub include: Option<&'static [&'static str]>,
+}
+
+/// One table: its CloudFormation logical id, the environment variable naming it, its
+/// key (name, type "S"/"N"), indexes and TTL attribute.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    pub logical_id: &'static str,
+    pub env: &'static str,
+    pub key: (&'static str, &'static str),
+    pub indexes: &'static [Index],
+    pub ttl: Option<&'static str>,
+}
+
+pub const VERDICTS: Table = Table {
+    logical_id: "VerdictsTable",
+    env: "UMPIRE_VERDICTS_TABLE",
+    key: ("verdict_id", "S"),
+    // Sparse: only verdicts with a webhook carry find_key = spec_hash "#" webhook_url.
+    indexes: &[Index {
+        name: "by_find_key",
+        partition_key: ("find_key", "S"),
+        sort_key: Some(("created_at", "N")),
+        include: Some(&["expires_at"]),
+    }],
+    ttl: Some("expires_at"),
+};
+
+pub const IDEMPOTENCY: Table = Table {
+    logical_id: "IdempotencyTable",
+    env: "UMPIRE_IDEMPOTENCY_TABLE",
+    key: ("idem_key", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
+pub const RATE_LIMITS: Table = Table {
+    logical_id: "RateLimitsTable",
+    env: "UMPIRE_RATE_LIMITS_TABLE",
+    key: ("bucket", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
+/// Feedback is permanent: no TTL. One row per transaction is the primary key itself.
+pub const FEEDBACK: Table = Table {
+    logical_id: "FeedbackTable",
+    env: "UMPIRE_FEEDBACK_TABLE",
+    key: ("tx_hash", "S"),
+    indexes: &[
+        Index {
+            name: "by_merchant",
+            partition_key: ("merchant", "S"),
+            sort_key: Some(("block_time", "N")),
+            include: None,
+        },
+        Index {
+            name: "by_payer",
+            partition_key: ("payer", "S"),
+            sort_key: Some(("block_time", "N")),
+            include: None,
+        },
+    ],
+    ttl: None,
+};
+
+pub const TABLES: [Table; 4] = [VERDICTS, IDEMPOTENCY, RATE_LIMITS, FEEDBACK];
+
+/// The physical table names, from the environment (`UMPIRE_*_TABLE`) or a prefix.
+#[derive(Debug, Clone)]
+pub struct TableNames {
+    pub verdicts: String,
+    pub idempotency: String,
+    pub rate_limits: String,
+    pub feedback: String,
+}
+
+impl TableNames {
+    pub fn with_prefix(prefix: &str) -> TableNames {
+        TableNames {
+            verdicts: format!("{prefix}verdicts"),
+            idempotency: format!("{prefix}idempotency"),
+            rate_limits: format!("{prefix}rate-limits"),
+            feedback: format!("{prefix}feedback"),
+        }
+    }
+
+    pub fn from_env() -> TableNames {
+        let d = TableNames::with_prefix("umpire-");
+        let get = |t: Table, default: String| std::env::var(t.env).unwrap_or(default);
+        TableNames {
+            verdicts: get(VERDICTS, d.verdicts),
+            idempotency: get(IDEMPOTENCY, d.idempotency),
+            rate_limits: get(RATE_LIMITS, d.rate_limits),
+            feedback: get(FEEDBACK, d.feedback),
+        }
+    }
+
+    fn name_of(&self, t: &Table) -> &str {
+        match t.logical_id {
+            "VerdictsTable" => &self.verdicts,
+            "IdempotencyTable" => &self.idempotency,
+            "RateLimitsTable" => &self.rate_limits,
+            _ => &self.feedback,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    names: TableNames,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn get_s(item: &Item, k: &str) -> Result<String> {
+    item.get(k)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .ok_or_else(|| StoreError::Corrupt(format!("attribute {k} missing or not a string")))
+}
+
+fn opt_s(item: &Item, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn get_n(item: &Item, k: &str) -> Result<u64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("attribute {k} missing or not a number")))
+}
+
+fn opt_n(item: &Item, k: &str) -> Option<u64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|t| t.parse().ok())
+}
+
+fn sdk<E: std::fmt::Debug>(e: SdkError<E>) -> StoreError {
+    StoreError::Unavailable(format!("{e:?}").chars().take(500).collect())
+}
+
+fn find_key(spec_hash: &str, webhook_url: &str) -> String {
+    format!("{spec_hash}#{webhook_url}")
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, names: TableNames) -> DynamoStore {
+        DynamoStore { client, names }
+    }
+
+    /// Client from the standard AWS configuration chain (AWS_ENDPOINT_URL included).
+    pub async fn from_env(names: TableNames) -> DynamoStore {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        DynamoStore::new(Client::new(&config), names)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates every table as [`TABLES`] describes (on-demand billing, TTL).
+    pub async fn create_tables(&self) -> Result<()> {
+        for t in TABLES {
+            let name = self.names.name_of(&t).to_owned();
+            let mut attrs: Vec<(&str, &str)> = vec![t.key];
+            for i in t.indexes {
+                attrs.push(i.partition_key);
+                attrs.extend(i.sort_key);
+            }
+            attrs.sort();
+            attrs.dedup();
+            let scalar = |ty: &str| {
+                if ty == "N" {
+                    ScalarAttributeType::N
+                } else {
+                    ScalarAttributeType::S
+                }
+            };
+            let key_el = |name: &str, kt: KeyType| {
+                KeySchemaElement::builder()
+                    .attribute_name(name)
+                    .key_type(kt)
+                    .build()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))
+            };
+            let mut req = self
+                .client
+                .create_table()
+                .table_name(&name)
+                .billing_mode(BillingMode::PayPerRequest)
+                .key_schema(key_el(t.key.0, KeyType::Hash)?);
+            for (a, ty) in attrs {
+                req = req.attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(a)
+                        .attribute_type(scalar(ty))
+                        .build()
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                );
+            }
+            for i in t.indexes {
+                let projection = match i.include {
+                    None => Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                    Some(attrs) => attrs
+                        .iter()
+                        .fold(
+                            Projection::builder().projection_type(ProjectionType::Include),
+                            |p, a| p.non_key_attributes(*a),
+                        )
+                        .build(),
+                };
+                let mut g = GlobalSecondaryIndex::builder()
+                    .index_name(i.name)
+                    .key_schema(key_el(i.partition_key.0, KeyType::Hash)?)
+                    .projection(projection);
+                if let Some((sk, _)) = i.sort_key {
+                    g = g.key_schema(key_el(sk, KeyType::Range)?);
+                }
+                req = req.global_secondary_indexes(
+                    g.build()
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                );
+            }
+            req.send().await.map_err(sdk)?;
+            if let Some(ttl) = t.ttl {
+                self.client
+                    .update_time_to_live()
+                    .table_name(&name)
+                    .time_to_live_specification(
+                        TimeToLiveSpecification::builder()
+                            .attribute_name(ttl)
+                            .enabled(true)
+                            .build()
+                            .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                    )
+                    .send()
+                    .await
+                    .map_err(sdk)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn query_all(
+        &self,
+        table: &str,
+        index: &str,
+        key_condition: &str,
+        values: Vec<(&str, AttributeValue)>,
+        names: Vec<(&str, &str)>,
+    ) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(table)
+                .index_name(index)
+                .key_condition_expression(key_condition)
+                .set_exclusive_start_key(start.take());
+            for (k, v) in &values {
+                q = q.expression_attribute_values(*k, v.clone());
+            }
+            for (k, v) in &names {
+                q = q.expression_attribute_names(*k, *v);
+            }
+            let page = q.send().await.map_err(sdk)?;
+            out.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
+    let status = get_s(item, "status")?;
+    Ok(VerdictRecord {
+        verdict_id: get_s(item, "verdict_id")?,
+        tier: get_s(item, "tier")?,
+        status: VerdictStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?,
+        document: opt_s(item, "document"),
+        preview: opt_s(item, "preview"),
+        secret_hash: get_s(item, "secret_hash")?,
+        spec_hash: get_s(item, "spec_hash")?,
+        webhook_url: opt_s(item, "webhook_url"),
+        created_at: get_n(item, "created_at")?,
+        expires_at: get_n(item, "expires_at")?,
+    })
+}
+
+fn idempotency_from_item(item: &Item) -> Result<IdempotencyRecord> {
+    let key = get_s(item, "idem_key")?;
+    let state = if get_s(item, "status")? == "COMPLETED" {
+        let text = get_s(item, "response")?;
+        IdempotencyState::Completed(
+            serde_json::from_str::<StoredResponse>(&text)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        )
+    } else {
+        IdempotencyState::InProgress {
+            until: get_n(item, "in_progress_until")?,
+        }
+    };
+    Ok(IdempotencyRecord {
+        key,
+        request_hash: get_s(item, "request_hash")?,
+        state,
+        expires_at: get_n(item, "expires_at")?,
+    })
+}
+
+fn feedback_from_item(item: &Item) -> Result<FeedbackRow> {
+    Ok(FeedbackRow {
+        tx_hash: get_s(item, "tx_hash")?,
+        merchant: get_s(item, "merchant")?,
+        payer: get_s(item, "payer")?,
+        outcome: get_s(item, "outcome")?,
+        would_repeat: item
+            .get("would_repeat")
+            .and_then(|v| v.as_bool().ok())
+            .copied(),
+        latency_ms: opt_n(item, "latency_ms"),
+        amount_units: get_s(item, "amount_units")?,
+        block_time: get_n(item, "block_time")?,
+        created_at: get_n(item, "created_at")?,
+    })
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    async fn put_verdict(&self, rec: &VerdictRecord) -> Result<()> {
+        let mut item: Item = HashMap::from([
+            ("verdict_id".into(), s(&rec.verdict_id)),
+            ("tier".into(), s(&rec.tier)),
+            ("status".into(), s(rec.status.as_str())),
+            ("secret_hash".into(), s(&rec.secret_hash)),
+            ("spec_hash".into(), s(&rec.spec_hash)),
+            ("created_at".into(), n(rec.created_at)),
+            ("expires_at".into(), n(rec.expires_at)),
+        ]);
+        if let Some(d) = &rec.document {
+            item.insert("document".into(), s(d));
+        }
+        if let Some(p) = &rec.preview {
+            item.insert("preview".into(), s(p));
+        }
+        if let Some(w) = &rec.webhook_url {
+            item.insert("webhook_url".into(), s(w));
+            item.insert("find_key".into(), s(find_key(&rec.spec_hash, w)));
+        }
+        match self
+            .client
+            .put_item()
+            .table_name(&self.names.verdicts)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(verdict_id)")
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::AlreadyExists)
+            }
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn get_verdict(&self, verdict_id: &str, now: Unix) -> Result<Option<VerdictRecord>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => {
+                let rec = verdict_from_item(&item)?;
+                // TTL deletes late; retention is what the expiry says.
+                Ok((rec.expires_at > now).then_some(rec))
+            }
+        }
+    }
+
+    async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .update_expression("SET #s = :final, #d = :doc")
+            .condition_expression("attribute_exists(verdict_id) AND #s = :pending")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_names("#d", "document")
+            .expression_attribute_values(":final", s("final"))
+            .expression_attribute_values(":pending", s("pending"))
+            .expression_attribute_values(":doc", s(document))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Finalize::Done),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item() {
+                        None => Ok(Finalize::NotFound),
+                        Some(old) => match opt_s(old, "document") {
+                            Some(doc) if opt_s(old, "status").as_deref() == Some("final") => {
+                                Ok(Finalize::AlreadyFinal(doc))
+                            }
+                            _ => Err(StoreError::Corrupt(format!("{verdict_id}: neither pending nor final"))),
+                        },
+                    }
+                }
+                _ => Err(sdk(e)),
+            },
+        }
+    }
+
+    async fn delete_verdict(&self, verdict_id: &str) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(sdk)
+    }
+
+    async fn find_verdicts(
+        &self,
+        spec_hash: &str,
+        webhook_url: &str,
+        now: Unix,
+    ) -> Result<Vec<String>> {
+        let items = self
+            .query_all(
+                &self.names.verdicts,
+                "by_find_key",
+                "find_key = :fk",
+                vec![(":fk", s(find_key(spec_hash, webhook_url)))],
+                vec![],
+            )
+            .await?;
+        let mut ids = Vec::new();
+        for item in items {
+            if get_n(&item, "expires_at")? > now {
+                ids.push(get_s(&item, "verdict_id")?);
+            }
+        }
+        Ok(ids)
+    }
+
+    async fn claim_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        now: Unix,
+        in_progress_until: Unix,
+        expires_at: Unix,
+    ) -> Result<Claim> {
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.names.idempotency)
+            .item("idem_key", s(key))
+            .item("request_hash", s(request_hash))
+            .item("status", s("INPROGRESS"))
+            .item("in_progress_until", n(in_progress_until))
+            .item("expires_at", n(expires_at))
+            .condition_expression(
+                "attribute_not_exists(idem_key) OR expires_at <= :now OR (#s = :inprogress AND in_progress_until <= :now)",
+            )
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":inprogress", s("INPROGRESS"))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(Claim::Won),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item() {
+                        Some(old) => Ok(Claim::Held(idempotency_from_item(old)?)),
+                        // The holder vanished between our check and its answer: read it.
+                        None => match self.get_idempotency(key, now).await? {
+                            Some(rec) => Ok(Claim::Held(rec)),
+                            None => Err(StoreError::Unavailable("idempotency record changed during claim; retry".into())),
+                        },
+                    }
+                }
+                _ => Err(sdk(e)),
+            },
+        }
+    }
+
+    async fn complete_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<()> {
+        let text =
+            serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .update_expression("SET #s = :completed, #r = :resp, expires_at = :exp")
+            .condition_expression("request_hash = :h")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_names("#r", "response")
+            .expression_attribute_values(":completed", s("COMPLETED"))
+            .expression_attribute_values(":resp", s(text))
+            .expression_attribute_values(":exp", n(expires_at))
+            .expression_attribute_values(":h", s(request_hash))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            // Someone else's claim (ours lapsed and was taken over): theirs wins.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()> {
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .condition_expression("request_hash = :h AND #s = :inprogress")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":h", s(request_hash))
+            .expression_attribute_values(":inprogress", s("INPROGRESS"))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        match out.item {
+            None => Ok(None),
+            Some(item) => {
+                let rec = idempotency_from_item(&item)?;
+                Ok((rec.expires_at > now).then_some(rec))
+            }
+        }
+    }
+
+    async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64> {
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.names.rate_limits)
+            .key("bucket", s(bucket))
+            .update_expression("ADD #c :one SET expires_at = if_not_exists(expires_at, :exp)")
+            .expression_attribute_names("#c", "count")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":exp", n(expires_at))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+            .await
+            .map_err(sdk)?;
+        out.attributes
+            .as_ref()
+            .and_then(|a| opt_n(a, "count"))
+            .ok_or_else(|| StoreError::Corrupt("rate-limit counter without a count".into()))
+    }
+
+    async fn put_feedback(&self, row: &FeedbackRow) -> Result<()> {
+        let mut req = self
+            .client
+            .put_item()
+            .table_name(&self.names.feedback)
+            .item("tx_hash", s(&row.tx_hash))
+            .item("merchant", s(&row.merchant))
+            .item("payer", s(&row.payer))
+            .item("outcome", s(&row.outcome))
+            .item("amount_units", s(&row.amount_units))
+            .item("block_time", n(row.block_time))
+            .item("created_at", n(row.created_at))
+            .condition_expression("attribute_not_exists(tx_hash)");
+        if let Some(w) = row.would_repeat {
+            req = req.item("would_repeat", AttributeValue::Bool(w));
+        }
+        if let Some(l) = row.latency_ms {
+            req = req.item("latency_ms", n(l));
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Err(StoreError::AlreadyExists)
+            }
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
+        let items = self
+            .query_all(
+                &self.names.feedback,
+                "by_merchant",
+                "merchant = :m AND block_time >= :since",
+                vec![(":m", s(merchant)), (":since", n(since))],
+                vec![],
+            )
+            .await?;
+        let mut rows = items
+            .iter()
+            .map(feedback_from_item)
+            .collect::<Result<Vec<_>>>()?;
+        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
+        Ok(rows)
+    }
+
+    async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
+        let items = self
+            .query_all(
+                &self.names.feedback,
+                "by_payer",
+                "payer = :p AND block_time >= :since",
+                vec![(":p", s(payer)), (":since", n(since))],
+                vec![],
+            )
+            .await?;
+        let mut rows = items
+            .iter()
+            .map(feedback_from_item)
+            .collect::<Result<Vec<_>>>()?;
+        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
+        Ok(rows)
+    }
+}
