@@ -453,8 +453,7 @@ impl Store for SqliteStore {
             let mut st = c.prepare(&format!(
                 "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE merchant = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
             ))?;
-            let rows = st.query_map(params![m, since], feedback_from_row)?.collect();
-            rows
+            st.query_map(params![m, since], feedback_from_row)?.collect()
         })
         .await
     }
@@ -465,8 +464,7 @@ impl Store for SqliteStore {
             let mut st = c.prepare(&format!(
                 "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE payer = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
             ))?;
-            let rows = st.query_map(params![p, since], feedback_from_row)?.collect();
-            rows
+            st.query_map(params![p, since], feedback_from_row)?.collect()
         })
         .await
     }
