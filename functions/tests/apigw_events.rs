@@ -17,10 +17,18 @@ fn state() -> AppState {
 }
 
 async fn invoke(route: Route, fixture: &str) -> (u16, Value, http::HeaderMap) {
+    invoke_with(&state(), route, fixture).await
+}
+
+async fn invoke_with(
+    state: &AppState,
+    route: Route,
+    fixture: &str,
+) -> (u16, Value, http::HeaderMap) {
     let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).expect("fixture exists");
     let req = lambda_http::request::from_str(&text).expect("a valid API Gateway v2 event");
-    let resp = umpire_functions::invoke(&state(), route, req).await;
+    let resp = umpire_functions::invoke(state, route, req).await;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = match resp.body() {
@@ -151,5 +159,37 @@ async fn the_client_ip_comes_from_the_request_context_not_headers() {
     assert_eq!(
         umpire_functions::client_ip(&req),
         Some(ClientIp("203.0.113.7".parse().expect("ip")))
+    );
+}
+
+#[tokio::test]
+async fn status_and_find_read_path_query_and_bearer_from_the_event() {
+    use umpire_store::{VerdictRecord, VerdictStatus};
+    let state = state();
+    let now = umpire_core::time::now_unix();
+    state
+        .store
+        .put_verdict(&VerdictRecord {
+            verdict_id: "vrd_0123456789abcdef0123456789abcdef".into(),
+            tier: "sworn".into(),
+            status: VerdictStatus::Pending,
+            document: None,
+            preview: Some("{\"pass\":1}".into()),
+            secret_hash: umpire_core::hash::sha256_hex(b"vs_fixture-secret-0001"),
+            spec_hash: "ab".repeat(32),
+            webhook_url: Some("https://hooks.example.com/u?a=1".into()),
+            created_at: now,
+            expires_at: now + 3600,
+        })
+        .await
+        .expect("seed");
+    let (status, body, _) = invoke_with(&state, Route::Status, "status.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(s(&body, &["status"]), Some("pending"));
+    let (status, body, _) = invoke_with(&state, Route::Find, "find.json").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body.get("verdict_ids"),
+        Some(&Value::from(vec!["vrd_0123456789abcdef0123456789abcdef"]))
     );
 }

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod datadir;
+pub mod idempotency;
 pub mod limits;
 pub mod local;
 pub mod lookup;

@@ -1,0 +1,314 @@
+//! Idempotency for paid POSTs, after Powertools for AWS Lambda's design: a record per
+//! (wallet, Idempotency-Key) holding the request's hash, INPROGRESS with its own expiry
+//! (so a crashed function does not lock a key forever) or COMPLETED with the response.
+//!
+//! The paid path uses it in this order: [`check`] before the paywall (a completed
+//! retry is replayed with no payment needed and no settlement), [`claim`] once payment
+//! verified (one conditional write: one winner), then [`complete`] with the response,
+//! or [`release`] when the purchase is voided so the key can be used again.
+
+use umpire_core::hash::sha256_hex;
+use umpire_core::product::{IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_MIN};
+use umpire_core::{ApiError, ErrorCode};
+use umpire_store::{Claim, IdempotencyRecord, IdempotencyState, StoredResponse};
+
+use crate::{AppState, Response};
+
+/// How long a claim holds the key while its request runs (checks, signing, settlement).
+pub const IN_PROGRESS_SECS: u64 = 120;
+/// How long a completed response is replayed.
+pub const COMPLETED_SECS: u64 = 24 * 3600;
+
+/// Response headers worth replaying; everything else is recomputed per response.
+const REPLAYED_HEADERS: &[&str] = &[
+    "content-type",
+    "location",
+    "payment-response",
+    "x-payment-response",
+];
+
+/// A validated Idempotency-Key: 16 to 128 characters of `A-Z a-z 0-9 - _ . :`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(raw: &str) -> Result<IdempotencyKey, ApiError> {
+        let ok_chars = raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+        let len = raw.chars().count();
+        if !(IDEMPOTENCY_KEY_MIN..=IDEMPOTENCY_KEY_MAX).contains(&len) || !ok_chars {
+            return Err(ApiError::new(
+                ErrorCode::InvalidIdempotencyKey,
+                format!(
+                    "Idempotency-Key must be {IDEMPOTENCY_KEY_MIN} to {IDEMPOTENCY_KEY_MAX} characters of letters, digits, - _ . : (got {len} characters)"
+                ),
+                "Use a random UUID, e.g. 3f1c9a52-6d1e-4c8b-9a77-2b5f0e4d8c11, and reuse it only to retry the identical request.",
+            ));
+        }
+        Ok(IdempotencyKey(raw.to_owned()))
+    }
+
+    /// The key from the request headers, if any.
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+        match headers.get("idempotency-key") {
+            None => Ok(None),
+            Some(v) => match v.to_str() {
+                Ok(s) => IdempotencyKey::parse(s.trim()).map(Some),
+                Err(_) => IdempotencyKey::parse("\u{fffd}").map(Some),
+            },
+        }
+    }
+
+    /// The stored key: scoped to the paying wallet when the payment names one, so two
+    /// wallets using the same key string never collide.
+    pub fn scoped(&self, wallet: Option<&str>) -> String {
+        match wallet {
+            Some(w) => format!("{}|{}", w.to_ascii_lowercase(), self.0),
+            None => format!("anon|{}", self.0),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What identifies "the same request": method, path and exact body bytes.
+pub fn request_hash(method: &http::Method, path: &str, body: &[u8]) -> String {
+    let mut bytes = Vec::with_capacity(body.len() + path.len() + 8);
+    bytes.extend_from_slice(method.as_str().as_bytes());
+    bytes.push(b' ');
+    bytes.extend_from_slice(path.as_bytes());
+    bytes.push(b'\n');
+    bytes.extend_from_slice(body);
+    sha256_hex(&bytes)
+}
+
+/// What to do with a request whose key has a record.
+#[derive(Debug)]
+pub enum Decision {
+    /// No record (or it expired): go on.
+    Proceed,
+    /// The identical request completed: answer with this, charge nothing.
+    Replay(Response),
+}
+
+fn conflict(rec: &IdempotencyRecord, request_hash: &str, now: u64) -> Result<Decision, ApiError> {
+    match &rec.state {
+        IdempotencyState::Completed(stored) if rec.request_hash == request_hash => {
+            Ok(Decision::Replay(replay_response(stored)))
+        }
+        IdempotencyState::Completed(_) => Err(ApiError::new(
+            ErrorCode::IdempotencyKeyReuse,
+            "this Idempotency-Key was used for a different request",
+            "Send a new Idempotency-Key for a new request; reuse a key only to retry the identical request (same path and body).",
+        )),
+        IdempotencyState::InProgress { until } => {
+            if rec.request_hash != request_hash {
+                return Err(ApiError::new(
+                    ErrorCode::IdempotencyKeyReuse,
+                    "this Idempotency-Key is in use by a different request",
+                    "Send a new Idempotency-Key for a new request.",
+                ));
+            }
+            let wait = until.saturating_sub(now).clamp(1, 5);
+            Err(ApiError::new(
+                ErrorCode::InFlight,
+                "the original request with this Idempotency-Key is still being processed",
+                format!("Wait {wait} s and retry the identical request; you will get the original response."),
+            )
+            .with_detail("retry_after_seconds", wait))
+        }
+    }
+}
+
+/// Before the paywall: replay, refuse, or proceed.
+pub async fn check(
+    state: &AppState,
+    scoped_key: &str,
+    request_hash: &str,
+) -> Result<Decision, ApiError> {
+    let now = umpire_core::time::now_unix();
+    match state
+        .store
+        .get_idempotency(scoped_key, now)
+        .await
+        .map_err(crate::internal)?
+    {
+        None => Ok(Decision::Proceed),
+        Some(rec) => conflict(&rec, request_hash, now),
+    }
+}
+
+/// Takes the key for this request (payment verified, work about to start).
+pub async fn claim(
+    state: &AppState,
+    scoped_key: &str,
+    request_hash: &str,
+) -> Result<Decision, ApiError> {
+    let now = umpire_core::time::now_unix();
+    match state
+        .store
+        .claim_idempotency(
+            scoped_key,
+            request_hash,
+            now,
+            now + IN_PROGRESS_SECS,
+            now + COMPLETED_SECS,
+        )
+        .await
+        .map_err(crate::internal)?
+    {
+        Claim::Won => Ok(Decision::Proceed),
+        Claim::Held(rec) => conflict(&rec, request_hash, now),
+    }
+}
+
+/// Records the response so retries replay it.
+pub async fn complete(
+    state: &AppState,
+    scoped_key: &str,
+    request_hash: &str,
+    response: &Response,
+) -> Result<(), ApiError> {
+    let stored = StoredResponse {
+        status: response.status().as_u16(),
+        headers: response
+            .headers()
+            .iter()
+            .filter(|(k, _)| REPLAYED_HEADERS.contains(&k.as_str()))
+            .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect(),
+        body: String::from_utf8_lossy(response.body()).into_owned(),
+    };
+    let now = umpire_core::time::now_unix();
+    state
+        .store
+        .complete_idempotency(scoped_key, request_hash, &stored, now + COMPLETED_SECS)
+        .await
+        .map_err(crate::internal)
+}
+
+/// Gives the key back: the purchase was voided and may be retried with it.
+pub async fn release(
+    state: &AppState,
+    scoped_key: &str,
+    request_hash: &str,
+) -> Result<(), ApiError> {
+    state
+        .store
+        .release_idempotency(scoped_key, request_hash)
+        .await
+        .map_err(crate::internal)
+}
+
+fn replay_response(stored: &StoredResponse) -> Response {
+    let mut r = http::Response::new(bytes::Bytes::from(stored.body.clone()));
+    *r.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
+    for (k, v) in &stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(v),
+        ) {
+            r.headers_mut().insert(name, value);
+        }
+    }
+    r.headers_mut().insert(
+        "idempotent-replayed",
+        http::HeaderValue::from_static("true"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{AppState, Config};
+    use umpire_core::signer::LocalSigner;
+    use umpire_store::sqlite::SqliteStore;
+
+    fn state() -> AppState {
+        AppState {
+            config: Config::default(),
+            signer: Arc::new(LocalSigner::from_seed([1u8; 32])),
+            retired_keys: Vec::new(),
+            checker: None,
+            store: Arc::new(SqliteStore::in_memory().expect("store")),
+            queue: None,
+        }
+    }
+
+    #[test]
+    fn keys_are_validated_and_scoped() {
+        assert!(IdempotencyKey::parse("3f1c9a52-6d1e-4c8b-9a77-2b5f0e4d8c11").is_ok());
+        for bad in [
+            "short",
+            "has space in it!!",
+            &"x".repeat(129),
+            "ключ-ключ-ключ-ключ",
+        ] {
+            let e = IdempotencyKey::parse(bad).expect_err(bad);
+            assert_eq!(e.code, ErrorCode::InvalidIdempotencyKey);
+        }
+        let k = IdempotencyKey::parse("0123456789abcdef").expect("key");
+        assert_ne!(k.scoped(Some("0xAbC")), k.scoped(Some("0xdef")));
+        assert_eq!(k.scoped(Some("0xAbC")), k.scoped(Some("0xabc")));
+        assert_eq!(k.scoped(None), "anon|0123456789abcdef");
+    }
+
+    #[tokio::test]
+    async fn replay_reuse_and_in_flight() {
+        let s = state();
+        let key = "0xabc|0123456789abcdef";
+        let h1 = request_hash(&http::Method::POST, "/v1/verdicts/basic", b"{\"a\":1}");
+        let h2 = request_hash(&http::Method::POST, "/v1/verdicts/basic", b"{\"a\":2}");
+        assert!(matches!(check(&s, key, &h1).await, Ok(Decision::Proceed)));
+        assert!(matches!(claim(&s, key, &h1).await, Ok(Decision::Proceed)));
+        let e = claim(&s, key, &h1).await.expect_err("second claim");
+        assert_eq!(e.code, ErrorCode::InFlight);
+        assert_eq!(
+            check(&s, key, &h2).await.expect_err("other body").code,
+            ErrorCode::IdempotencyKeyReuse
+        );
+
+        let mut original =
+            crate::respond::json(201, &umpire_core::Value::object().with("ok", true));
+        original.headers_mut().insert(
+            "payment-response",
+            http::HeaderValue::from_static("eyJzdWNjZXNzIjp0cnVlfQ=="),
+        );
+        original
+            .headers_mut()
+            .insert("x-internal", http::HeaderValue::from_static("no"));
+        complete(&s, key, &h1, &original).await.expect("complete");
+        match check(&s, key, &h1).await.expect("replay") {
+            Decision::Replay(r) => {
+                assert_eq!(r.status(), 201);
+                assert_eq!(r.body(), original.body());
+                assert_eq!(
+                    r.headers().get("payment-response"),
+                    original.headers().get("payment-response")
+                );
+                assert!(r.headers().get("x-internal").is_none());
+                assert_eq!(
+                    r.headers().get("idempotent-replayed").map(|v| v.as_bytes()),
+                    Some(&b"true"[..])
+                );
+            }
+            Decision::Proceed => panic!("not replayed"),
+        }
+        assert_eq!(
+            check(&s, key, &h2).await.expect_err("reuse").code,
+            ErrorCode::IdempotencyKeyReuse
+        );
+
+        // A voided purchase frees its key.
+        let other = "anon|fedcba9876543210";
+        assert!(matches!(claim(&s, other, &h1).await, Ok(Decision::Proceed)));
+        release(&s, other, &h1).await.expect("release");
+        assert!(matches!(claim(&s, other, &h2).await, Ok(Decision::Proceed)));
+    }
+}
