@@ -7,8 +7,10 @@
 //! late; local emulators never run it). Deliverables are never stored here, except
 //! inside a sworn pass-2 job, which lives only until pass 2.
 
+#[cfg(feature = "aws")]
 pub mod dynamo;
 pub mod sqlite;
+#[cfg(feature = "aws")]
 pub mod sqs;
 
 use async_trait::async_trait;
