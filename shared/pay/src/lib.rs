@@ -1,0 +1,27 @@
+//! x402, the HTTP 402 payment protocol, as Umpire speaks it: the `PaymentRequired`
+//! answer (v2 header `PAYMENT-REQUIRED`, mirrored in the body; v1 body), the client's
+//! payment (`PAYMENT-SIGNATURE` v2, `X-PAYMENT` v1), the `SettlementResponse`
+//! (`PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`), and matching a payment against our
+//! own requirements, never the client's copy. Chain specifics (EIP-3009 signatures,
+//! settlement) live behind this crate.
+
+pub mod codec;
+pub mod rails;
+pub mod types;
+
+pub use codec::{CodecError, decode_header, encode_header};
+pub use rails::{Rail, RailPricing, Rails};
+pub use types::{
+    EvmAuthorization, EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
+    PaymentRequirementsV1, ResourceInfo, SettlementResponse,
+};
+
+/// The v2 response header carrying `PaymentRequired`.
+pub const HEADER_PAYMENT_REQUIRED: &str = "payment-required";
+/// The v2 request header carrying `PaymentPayload`.
+pub const HEADER_PAYMENT_SIGNATURE: &str = "payment-signature";
+/// The v1 request header.
+pub const HEADER_X_PAYMENT: &str = "x-payment";
+/// The v2 and v1 response headers carrying `SettlementResponse`.
+pub const HEADER_PAYMENT_RESPONSE: &str = "payment-response";
+pub const HEADER_X_PAYMENT_RESPONSE: &str = "x-payment-response";

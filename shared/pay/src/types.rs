@@ -1,0 +1,221 @@
+//! x402 wire types, v2 first, v1 where clients still send it. Field names follow the
+//! specification exactly (camelCase); amounts are integer strings in base units.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceInfo {
+    pub url: String,
+    pub description: String,
+    pub mime_type: String,
+}
+
+/// One entry of `accepts` (v2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirements {
+    pub scheme: String,
+    /// CAIP-2: `eip155:8453`, `solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp`.
+    pub network: String,
+    pub amount: String,
+    pub asset: String,
+    pub pay_to: String,
+    pub max_timeout_seconds: u64,
+    #[serde(default)]
+    pub extra: Map<String, Value>,
+}
+
+/// The 402 answer (v2): header `PAYMENT-REQUIRED`, mirrored in the body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequired {
+    pub x402_version: u32,
+    pub error: String,
+    pub resource: ResourceInfo,
+    pub accepts: Vec<PaymentRequirements>,
+    #[serde(default)]
+    pub extensions: Map<String, Value>,
+}
+
+/// One entry of `accepts` (v1): plain network names and `maxAmountRequired`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentRequirementsV1 {
+    pub scheme: String,
+    pub network: String,
+    pub max_amount_required: String,
+    pub resource: String,
+    pub description: String,
+    pub mime_type: String,
+    pub pay_to: String,
+    pub max_timeout_seconds: u64,
+    pub asset: String,
+    #[serde(default)]
+    pub extra: Map<String, Value>,
+}
+
+/// A client's payment, as sent in `PAYMENT-SIGNATURE` (v2) or `X-PAYMENT` (v1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PaymentPayload {
+    V2 {
+        /// The requirements the client says it paid against (checked against ours).
+        accepted: PaymentRequirements,
+        resource: Option<ResourceInfo>,
+        payload: Value,
+    },
+    V1 {
+        scheme: String,
+        network: String,
+        payload: Value,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct V2Wire {
+    accepted: PaymentRequirements,
+    #[serde(default)]
+    resource: Option<ResourceInfo>,
+    payload: Value,
+}
+
+#[derive(Deserialize)]
+struct V1Wire {
+    scheme: String,
+    network: String,
+    payload: Value,
+}
+
+impl PaymentPayload {
+    /// Reads the JSON of either version, by its `x402Version`.
+    pub fn from_json(v: Value) -> Result<PaymentPayload, String> {
+        match v.get("x402Version").and_then(Value::as_u64) {
+            Some(2) => {
+                let w: V2Wire = serde_json::from_value(v).map_err(|e| e.to_string())?;
+                Ok(PaymentPayload::V2 {
+                    accepted: w.accepted,
+                    resource: w.resource,
+                    payload: w.payload,
+                })
+            }
+            Some(1) => {
+                let w: V1Wire = serde_json::from_value(v).map_err(|e| e.to_string())?;
+                Ok(PaymentPayload::V1 {
+                    scheme: w.scheme,
+                    network: w.network,
+                    payload: w.payload,
+                })
+            }
+            Some(other) => Err(format!("x402Version {other} is not supported (use 2 or 1)")),
+            None => Err("x402Version is missing".into()),
+        }
+    }
+
+    pub fn version(&self) -> u32 {
+        match self {
+            PaymentPayload::V2 { .. } => 2,
+            PaymentPayload::V1 { .. } => 1,
+        }
+    }
+
+    pub fn scheme_payload(&self) -> &Value {
+        match self {
+            PaymentPayload::V2 { payload, .. } | PaymentPayload::V1 { payload, .. } => payload,
+        }
+    }
+}
+
+/// EIP-3009 `TransferWithAuthorization` as the `exact` scheme carries it on EVM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvmAuthorization {
+    pub from: String,
+    pub to: String,
+    pub value: String,
+    pub valid_after: String,
+    pub valid_before: String,
+    pub nonce: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvmExactPayload {
+    pub signature: String,
+    pub authorization: EvmAuthorization,
+}
+
+/// The outcome of settlement, in `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`, on
+/// failures too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettlementResponse {
+    pub success: bool,
+    #[serde(default)]
+    pub transaction: String,
+    pub network: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_header, encode_header};
+
+    #[test]
+    fn reads_a_v2_payment_like_the_reference_client_sends() {
+        let json = serde_json::json!({
+            "x402Version": 2,
+            "resource": {"url": "http://127.0.0.1:8080/v1/verdicts/basic", "description": "basic verdict", "mimeType": "application/json"},
+            "accepted": {"scheme": "exact", "network": "eip155:8453", "amount": "1000000",
+                "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "payTo": "0x1111111111111111111111111111111111111111",
+                "maxTimeoutSeconds": 60, "extra": {"name": "USD Coin", "version": "2"}},
+            "payload": {"signature": "0xabc", "authorization": {"from": "0x2222222222222222222222222222222222222222",
+                "to": "0x1111111111111111111111111111111111111111", "value": "1000000", "validAfter": "0",
+                "validBefore": "9999999999", "nonce": "0x00"}}
+        });
+        let header = encode_header(&json);
+        let back: Value = decode_header(&header).expect("decodes");
+        let p = PaymentPayload::from_json(back).expect("v2 payload");
+        let PaymentPayload::V2 {
+            accepted, payload, ..
+        } = &p
+        else {
+            panic!("not v2")
+        };
+        assert_eq!(
+            accepted.pay_to,
+            "0x1111111111111111111111111111111111111111"
+        );
+        assert_eq!(accepted.max_timeout_seconds, 60);
+        let evm: EvmExactPayload = serde_json::from_value(payload.clone()).expect("evm payload");
+        assert_eq!(evm.authorization.valid_before, "9999999999");
+    }
+
+    #[test]
+    fn reads_v1_and_refuses_unknown_versions() {
+        let v1 = serde_json::json!({"x402Version": 1, "scheme": "exact", "network": "base", "payload": {}});
+        assert_eq!(PaymentPayload::from_json(v1).expect("v1").version(), 1);
+        assert!(PaymentPayload::from_json(serde_json::json!({"x402Version": 3})).is_err());
+        assert!(PaymentPayload::from_json(serde_json::json!({"scheme": "exact"})).is_err());
+        assert!(decode_header::<Value>("not base64 !!").is_err());
+        assert!(decode_header::<Value>("aGVsbG8=").is_err()); // "hello": not JSON
+    }
+
+    #[test]
+    fn settlement_responses_serialize_as_the_spec_spells_them() {
+        let s = SettlementResponse {
+            success: false,
+            transaction: String::new(),
+            network: "eip155:8453".into(),
+            payer: Some("0xabc".into()),
+            error_reason: Some("insufficient_funds".into()),
+        };
+        let v = serde_json::to_value(&s).expect("json");
+        assert_eq!(v["errorReason"], "insufficient_funds");
+        assert_eq!(v["success"], false);
+    }
+}
