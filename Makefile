@@ -22,7 +22,7 @@ help:
 	@echo "make deploy        sam build && sam deploy --guided"
 
 run:
-	cargo run --bin umpire -- serve --addr $(ADDR)
+	cargo run -p umpire-cli --bin umpire -- serve --addr $(ADDR)
 
 build:
 	cargo build --workspace --bins
@@ -52,7 +52,7 @@ fmt:
 	cargo fmt --all
 
 bench: build
-	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo build --release --bin umpire
+	cargo build --release -p umpire-cli
 	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo bench -p umpire-core -p umpire-checker
 
 # cargo-lambda from PyPI brings zig for cross-compiling to arm64.
