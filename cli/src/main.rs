@@ -138,7 +138,7 @@ async fn state_for(
     data_dir: Option<PathBuf>,
     with_checker: bool,
     persistent: bool,
-) -> Result<AppState, String> {
+) -> Result<(AppState, Arc<SqliteStore>), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let dir = data_dir.unwrap_or_else(default_data_dir);
     let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
@@ -159,21 +159,34 @@ async fn state_for(
     } else {
         None
     };
-    Ok(AppState {
+    let state = AppState {
         config,
         signer: Arc::new(signer),
         retired_keys: Vec::new(),
         checker,
         store: store.clone(),
-        queue: Some(store),
-    })
+        queue: Some(store.clone()),
+    };
+    Ok((state, store))
 }
 
 async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
-    let state = match state_for(data_dir, true, true).await {
-        Ok(s) => Arc::new(s),
+    let (state, store) = match state_for(data_dir, true, true).await {
+        Ok((s, store)) => (Arc::new(s), store),
         Err(e) => return fail(2, &e),
     };
+    // Retention: reads already hide expired records; this deletes them, hourly.
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match store.purge_expired(umpire_core::time::now_unix()).await {
+                Ok(n) if n > 0 => tracing::info!(deleted = n, "expired records purged"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "purging expired records failed"),
+            }
+        }
+    });
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => return fail(2, &format!("cannot listen on {addr}: {e}")),
@@ -254,7 +267,7 @@ async fn judge(
         );
     }
     let state = match state_for(data_dir, true, false).await {
-        Ok(s) => s,
+        Ok((s, _)) => s,
         Err(e) => return fail(2, &e),
     };
     let results = match umpire_api::verdict::run_checks(&state, &purchase, Vec::new()).await {
