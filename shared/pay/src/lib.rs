@@ -6,6 +6,7 @@
 //! settlement) live behind this crate.
 
 pub mod codec;
+pub mod config;
 pub mod rails;
 pub mod types;
 

@@ -1,0 +1,304 @@
+//! Which rails are enabled and how, from configuration. A rail is enabled by naming
+//! where the money goes (its payTo); everything else has the contract's defaults.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `UMPIRE_EVM_PAY_TO` | enables the EVM USDC rail: the address paid | — (rail off) |
+//! | `UMPIRE_EVM_NETWORK` | CAIP-2 network | `eip155:8453` (Base) |
+//! | `UMPIRE_EVM_ASSET` | the EIP-3009 token | Base USDC (Base Sepolia USDC on 84532) |
+//! | `UMPIRE_EVM_ASSET_NAME`, `UMPIRE_EVM_ASSET_VERSION` | its EIP-712 domain | `USD Coin`/`2` (`USDC`/`2` on Base Sepolia) |
+//! | `UMPIRE_EVM_ASSET_DECIMALS` | token decimals | `6` |
+//! | `UMPIRE_SOLANA_PAY_TO`, `UMPIRE_SOLANA_FEE_PAYER` | enable the Solana USDC rail (the fee payer is the facilitator's, pinned so every cold start advertises the same requirements) | — (rail off) |
+//! | `UMPIRE_SOLANA_NETWORK`, `UMPIRE_SOLANA_USDC_MINT` | network and mint | mainnet, mainnet USDC |
+//! | `UMPIRE_SOL_NATIVE` | `on` adds native SOL (quoted from the spot rate) | off |
+//! | `UMPIRE_PAYMENT_TIMEOUT_SECONDS` | `maxTimeoutSeconds` | `60` |
+
+use serde_json::{Map, Value};
+
+use crate::rails::{Rail, RailPricing, Rails};
+
+pub const BASE_MAINNET: &str = "eip155:8453";
+pub const BASE_SEPOLIA: &str = "eip155:84532";
+pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+pub const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
+pub const SOLANA_DEVNET: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
+pub const SOLANA_USDC: &str = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payment configuration {name}: {problem}")]
+pub struct PayConfigError {
+    pub name: &'static str,
+    pub problem: String,
+}
+
+fn err(name: &'static str, problem: impl Into<String>) -> PayConfigError {
+    PayConfigError {
+        name,
+        problem: problem.into(),
+    }
+}
+
+fn is_evm_address(s: &str) -> bool {
+    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn is_base58(s: &str) -> bool {
+    (32..=44).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() && !matches!(b, b'0' | b'O' | b'I' | b'l'))
+}
+
+/// The v1 name x402 v1 clients use for a CAIP-2 network, where there is one.
+pub fn v1_network_name(caip2: &str) -> Option<&'static str> {
+    match caip2 {
+        BASE_MAINNET => Some("base"),
+        BASE_SEPOLIA => Some("base-sepolia"),
+        SOLANA_MAINNET => Some("solana"),
+        SOLANA_DEVNET => Some("solana-devnet"),
+        _ => None,
+    }
+}
+
+/// Reads the rails from a lookup function (the environment in production, a map in tests).
+pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConfigError> {
+    let mut rails = Vec::new();
+    if let Some(pay_to) = get("UMPIRE_EVM_PAY_TO") {
+        if !is_evm_address(&pay_to) {
+            return Err(err(
+                "UMPIRE_EVM_PAY_TO",
+                "must be a 0x-prefixed 20-byte hex address",
+            ));
+        }
+        let network = get("UMPIRE_EVM_NETWORK").unwrap_or_else(|| BASE_MAINNET.into());
+        let chain_ok = network
+            .strip_prefix("eip155:")
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        if !chain_ok {
+            return Err(err(
+                "UMPIRE_EVM_NETWORK",
+                "must be CAIP-2, e.g. eip155:8453",
+            ));
+        }
+        let sepolia = network == BASE_SEPOLIA;
+        let asset = get("UMPIRE_EVM_ASSET").unwrap_or_else(|| {
+            if sepolia {
+                BASE_SEPOLIA_USDC
+            } else {
+                BASE_USDC
+            }
+            .to_owned()
+        });
+        if !is_evm_address(&asset) {
+            return Err(err("UMPIRE_EVM_ASSET", "must be the token's 0x address"));
+        }
+        // Base Sepolia's USDC signs with domain name "USDC"; mainnet's with "USD Coin".
+        let name = get("UMPIRE_EVM_ASSET_NAME")
+            .unwrap_or_else(|| if sepolia { "USDC" } else { "USD Coin" }.into());
+        let version = get("UMPIRE_EVM_ASSET_VERSION").unwrap_or_else(|| "2".into());
+        let decimals = match get("UMPIRE_EVM_ASSET_DECIMALS") {
+            None => 6,
+            Some(d) => d.parse::<u32>().ok().filter(|d| *d <= 30).ok_or_else(|| {
+                err(
+                    "UMPIRE_EVM_ASSET_DECIMALS",
+                    "must be an integer from 0 to 30",
+                )
+            })?,
+        };
+        let mut extra = Map::new();
+        extra.insert("name".into(), Value::String(name));
+        extra.insert("version".into(), Value::String(version));
+        rails.push(Rail {
+            scheme: "exact".into(),
+            v1_network: get("UMPIRE_EVM_V1_NETWORK")
+                .or_else(|| v1_network_name(&network).map(str::to_owned)),
+            network,
+            asset,
+            pay_to,
+            extra,
+            pricing: RailPricing::Stablecoin { decimals },
+        });
+    }
+    match (get("UMPIRE_SOLANA_PAY_TO"), get("UMPIRE_SOLANA_FEE_PAYER")) {
+        (None, None) => {}
+        (Some(pay_to), Some(fee_payer)) => {
+            if !is_base58(&pay_to) {
+                return Err(err(
+                    "UMPIRE_SOLANA_PAY_TO",
+                    "must be a base58 Solana address",
+                ));
+            }
+            if !is_base58(&fee_payer) {
+                return Err(err(
+                    "UMPIRE_SOLANA_FEE_PAYER",
+                    "must be a base58 Solana address",
+                ));
+            }
+            let network = get("UMPIRE_SOLANA_NETWORK").unwrap_or_else(|| SOLANA_MAINNET.into());
+            let mut extra = Map::new();
+            extra.insert("feePayer".into(), Value::String(fee_payer));
+            rails.push(Rail {
+                scheme: "exact".into(),
+                v1_network: v1_network_name(&network).map(str::to_owned),
+                network: network.clone(),
+                asset: get("UMPIRE_SOLANA_USDC_MINT").unwrap_or_else(|| SOLANA_USDC.into()),
+                pay_to: pay_to.clone(),
+                extra: extra.clone(),
+                pricing: RailPricing::Stablecoin { decimals: 6 },
+            });
+            if get("UMPIRE_SOL_NATIVE").as_deref() == Some("on") {
+                rails.push(Rail {
+                    scheme: "exact".into(),
+                    // Native SOL is our extension of the exact scheme; v1 clients cannot use it.
+                    v1_network: None,
+                    network,
+                    asset: "native".into(),
+                    pay_to,
+                    extra,
+                    pricing: RailPricing::SolSpot,
+                });
+            }
+        }
+        _ => {
+            return Err(err(
+                "UMPIRE_SOLANA_PAY_TO",
+                "the Solana rails need both UMPIRE_SOLANA_PAY_TO and UMPIRE_SOLANA_FEE_PAYER",
+            ));
+        }
+    }
+    let max_timeout_seconds = match get("UMPIRE_PAYMENT_TIMEOUT_SECONDS") {
+        None => 60,
+        Some(t) => t
+            .parse::<u64>()
+            .ok()
+            .filter(|t| (10..=3600).contains(t))
+            .ok_or_else(|| {
+                err(
+                    "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
+                    "must be seconds from 10 to 3600",
+                )
+            })?,
+    };
+    Ok(Rails {
+        rails,
+        max_timeout_seconds,
+    })
+}
+
+pub fn rails_from_env() -> Result<Rails, PayConfigError> {
+    rails_from(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn rails(pairs: &[(&str, &str)]) -> Result<Rails, PayConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        rails_from(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn nothing_configured_means_no_rails() {
+        assert!(rails(&[]).expect("ok").rails.is_empty());
+    }
+
+    #[test]
+    fn base_defaults_follow_the_contract() {
+        let r = rails(&[(
+            "UMPIRE_EVM_PAY_TO",
+            "0x1111111111111111111111111111111111111111",
+        )])
+        .expect("ok");
+        let base = &r.rails[0];
+        assert_eq!(base.network, BASE_MAINNET);
+        assert_eq!(base.asset, BASE_USDC);
+        assert_eq!(base.extra["name"], "USD Coin");
+        assert_eq!(base.extra["version"], "2");
+        assert_eq!(base.v1_network.as_deref(), Some("base"));
+        assert_eq!(r.max_timeout_seconds, 60);
+        let sepolia = rails(&[
+            (
+                "UMPIRE_EVM_PAY_TO",
+                "0x1111111111111111111111111111111111111111",
+            ),
+            ("UMPIRE_EVM_NETWORK", BASE_SEPOLIA),
+        ])
+        .expect("ok");
+        assert_eq!(sepolia.rails[0].asset, BASE_SEPOLIA_USDC);
+        assert_eq!(sepolia.rails[0].extra["name"], "USDC");
+        assert_eq!(sepolia.rails[0].v1_network.as_deref(), Some("base-sepolia"));
+    }
+
+    #[test]
+    fn solana_rails_in_preference_order() {
+        let r = rails(&[
+            (
+                "UMPIRE_EVM_PAY_TO",
+                "0x1111111111111111111111111111111111111111",
+            ),
+            (
+                "UMPIRE_SOLANA_PAY_TO",
+                "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+            ),
+            (
+                "UMPIRE_SOLANA_FEE_PAYER",
+                "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
+            ),
+            ("UMPIRE_SOL_NATIVE", "on"),
+        ])
+        .expect("ok");
+        let order: Vec<(&str, &str)> = r
+            .rails
+            .iter()
+            .map(|x| (x.network.as_str(), x.asset.as_str()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (BASE_MAINNET, BASE_USDC),
+                (SOLANA_MAINNET, SOLANA_USDC),
+                (SOLANA_MAINNET, "native")
+            ]
+        );
+        assert_eq!(
+            r.rails[1].extra["feePayer"],
+            "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (pairs, name) in [
+            (vec![("UMPIRE_EVM_PAY_TO", "0x123")], "UMPIRE_EVM_PAY_TO"),
+            (
+                vec![
+                    (
+                        "UMPIRE_EVM_PAY_TO",
+                        "0x1111111111111111111111111111111111111111",
+                    ),
+                    ("UMPIRE_EVM_NETWORK", "base"),
+                ],
+                "UMPIRE_EVM_NETWORK",
+            ),
+            (
+                vec![(
+                    "UMPIRE_SOLANA_PAY_TO",
+                    "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+                )],
+                "UMPIRE_SOLANA_PAY_TO",
+            ),
+            (
+                vec![("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "1")],
+                "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
+            ),
+        ] {
+            assert_eq!(rails(&pairs).map_err(|e| e.name), Err(name));
+        }
+    }
+}
