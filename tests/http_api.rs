@@ -267,3 +267,58 @@ fn the_key_survives_a_restart_of_the_same_data_dir() {
     let key = umpire_core::json::parse(&key_file).expect("json");
     assert_eq!(key.get("key_id"), first.get("key_id"));
 }
+
+#[test]
+fn quote_lists_the_configured_rails_in_preference_order() {
+    let s = Server::start_with(&[
+        (
+            "UMPIRE_EVM_PAY_TO",
+            "0x1111111111111111111111111111111111111111",
+        ),
+        (
+            "UMPIRE_SOLANA_PAY_TO",
+            "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+        ),
+        (
+            "UMPIRE_SOLANA_FEE_PAYER",
+            "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
+        ),
+    ]);
+    let q = s.get("/v1/quote").json();
+    let rails = q
+        .get("payment")
+        .and_then(|p| p.get("rails"))
+        .and_then(Value::as_array)
+        .expect("rails");
+    let networks: Vec<&str> = rails
+        .iter()
+        .filter_map(|r| r.get("network").and_then(Value::as_str))
+        .collect();
+    assert_eq!(
+        networks,
+        vec!["eip155:8453", "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp"]
+    );
+    assert_eq!(
+        rails[0].get("asset").and_then(Value::as_str),
+        Some("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913")
+    );
+}
+
+#[test]
+fn bad_payment_configuration_stops_the_server_with_its_name() {
+    let (code, _, stderr) = umpire_blackbox::run_umpire(
+        &[
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            umpire_blackbox::TempDir::new("badcfg")
+                .path()
+                .to_str()
+                .expect("p"),
+        ],
+        &[("UMPIRE_EVM_PAY_TO", "0x123")],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("UMPIRE_EVM_PAY_TO"), "{stderr}");
+}

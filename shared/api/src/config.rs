@@ -12,6 +12,8 @@ pub struct Config {
     pub check_limit: Duration,
     /// Per-IP limits on free routes; None when switched off.
     pub rate_limits: Option<crate::limits::RateLimits>,
+    /// The payment rails accepted, in preference order (empty: nothing can be bought).
+    pub rails: umpire_pay::Rails,
 }
 
 impl Default for Config {
@@ -20,6 +22,10 @@ impl Default for Config {
             issuer: DEFAULT_ISSUER.to_owned(),
             check_limit: umpire_checker::DEFAULT_CHECK_LIMIT,
             rate_limits: Some(crate::limits::RateLimits::default()),
+            rails: umpire_pay::Rails {
+                rails: Vec::new(),
+                max_timeout_seconds: 60,
+            },
         }
     }
 }
@@ -29,46 +35,30 @@ impl Default for Config {
 pub struct ConfigError {
     pub name: &'static str,
     pub value: String,
-    pub problem: &'static str,
+    pub problem: String,
 }
 
-/// The x402 rails the contract names, in preference order. Payment configuration
-/// (payTo, facilitator, enabling) arrives with the payments work; until then the
-/// manifest states what will be accepted.
-pub const DEFAULT_RAILS: &[(&str, &str, &str, &str)] = &[
-    (
-        "USDC on Base",
-        "eip155:8453",
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        "fixed",
-    ),
-    (
-        "USDC on Solana",
-        "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
-        "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
-        "fixed",
-    ),
-    (
-        "SOL on Solana",
-        "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
-        "native",
-        "spot + 1.5%",
-    ),
-];
-
 impl Config {
+    /// The enabled rails as the pricing manifest shows them, in preference order.
     pub fn rails_value(&self) -> umpire_core::Value {
         use umpire_core::Value;
         Value::Array(
-            DEFAULT_RAILS
+            self.rails
+                .rails
                 .iter()
-                .map(|(name, network, asset, pricing)| {
+                .map(|r| {
                     Value::object()
-                        .with("name", *name)
-                        .with("scheme", "exact")
-                        .with("network", *network)
-                        .with("asset", *asset)
-                        .with("pricing", *pricing)
+                        .with("scheme", r.scheme.as_str())
+                        .with("network", r.network.as_str())
+                        .with("asset", r.asset.as_str())
+                        .with("pay_to", r.pay_to.as_str())
+                        .with(
+                            "pricing",
+                            match r.pricing {
+                                umpire_pay::RailPricing::Stablecoin { .. } => "fixed",
+                                umpire_pay::RailPricing::SolSpot => "spot + 1.5%, rounded up",
+                            },
+                        )
                 })
                 .collect(),
         )
@@ -83,7 +73,7 @@ impl Config {
                 return Err(ConfigError {
                     name: "UMPIRE_ISSUER",
                     value: v,
-                    problem: "must be an http(s) URL",
+                    problem: "must be an http(s) URL".into(),
                 });
             }
             c.issuer = v;
@@ -93,14 +83,19 @@ impl Config {
                 .parse()
                 .ok()
                 .filter(|ms| (50..=60_000).contains(ms))
-                .ok_or(ConfigError {
+                .ok_or_else(|| ConfigError {
                     name: "UMPIRE_CHECK_LIMIT_MS",
                     value: v.clone(),
-                    problem: "must be milliseconds between 50 and 60000",
+                    problem: "must be milliseconds between 50 and 60000".into(),
                 })?;
             c.check_limit = Duration::from_millis(ms);
         }
         c.rate_limits = crate::limits::RateLimits::from_env()?;
+        c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
+            name: e.name,
+            value: std::env::var(e.name).unwrap_or_default(),
+            problem: e.problem,
+        })?;
         Ok(c)
     }
 }

@@ -45,7 +45,7 @@ impl RateLimits {
                     .ok_or(crate::config::ConfigError {
                         name: "UMPIRE_RATE_LIMIT_<BUCKET>",
                         value: format!("{name}={v}"),
-                        problem: "must be a positive number of requests per minute",
+                        problem: "must be a positive number of requests per minute".into(),
                     })?;
             }
         }
