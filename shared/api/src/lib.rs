@@ -8,6 +8,7 @@ pub mod idempotency;
 pub mod limits;
 pub mod local;
 pub mod lookup;
+pub mod payment;
 pub mod purchase;
 pub mod respond;
 pub mod routes;

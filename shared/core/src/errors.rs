@@ -56,6 +56,7 @@ error_codes! {
     Internal => ("internal", 500),
     // Beyond the contract's list: HTTP semantics a client library relies on.
     MethodNotAllowed => ("method_not_allowed", 405),
+    PaymentRequired => ("payment_required", 402),
     PayloadTooLarge => ("payload_too_large", 413),
 }
 

@@ -1,0 +1,131 @@
+//! The x402 answer to an unpaid (or wrongly paid) request: HTTP 402 with
+//! `PAYMENT-REQUIRED` = standard base64 of the v2 `PaymentRequired` JSON (the v2 clients
+//! read only the header), the same object in the body under `requirements`, and
+//! `Cache-Control: no-store`.
+
+use umpire_core::product::Price;
+use umpire_core::{ApiError, ErrorCode, Value};
+use umpire_pay::rails::SolRate;
+use umpire_pay::{HEADER_PAYMENT_REQUIRED, PaymentRequired, ResourceInfo, encode_header};
+
+use crate::{Config, Response, respond};
+
+/// Our requirements for `price` at `resource_url`.
+pub fn requirements(
+    config: &Config,
+    price: Price,
+    sol: Option<SolRate>,
+    resource_url: &str,
+    description: &str,
+    reason: &str,
+) -> PaymentRequired {
+    config.rails.payment_required(
+        price,
+        sol,
+        ResourceInfo {
+            url: resource_url.to_owned(),
+            description: description.to_owned(),
+            mime_type: "application/json".into(),
+        },
+        reason,
+    )
+}
+
+/// The 402 response for `required`, with a human-readable error object too.
+pub fn payment_required_response(
+    required: &PaymentRequired,
+    message: &str,
+    hint: &str,
+) -> Response {
+    let requirements = serde_json::to_value(required)
+        .map(Value::from)
+        .unwrap_or(Value::Null);
+    let body = ApiError::new(ErrorCode::PaymentRequired, message, hint)
+        .with_detail("x402Version", 2u64)
+        .to_body()
+        .with("requirements", requirements);
+    let mut r = respond::json(402, &body);
+    if let Ok(v) = http::HeaderValue::from_str(&encode_header(required)) {
+        r.headers_mut().insert(HEADER_PAYMENT_REQUIRED, v);
+    }
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use umpire_core::product::Tier;
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.rails = umpire_pay::config::rails_from(|k| match k {
+            "UMPIRE_EVM_PAY_TO" => Some("0x1111111111111111111111111111111111111111".into()),
+            "UMPIRE_SOLANA_PAY_TO" => Some("9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM".into()),
+            "UMPIRE_SOLANA_FEE_PAYER" => {
+                Some("2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4".into())
+            }
+            "UMPIRE_SOL_NATIVE" => Some("on".into()),
+            _ => None,
+        })
+        .expect("rails");
+        c
+    }
+
+    #[test]
+    fn the_402_carries_the_requirements_in_header_and_body() {
+        let c = config();
+        let req = requirements(
+            &c,
+            Tier::Probe.price(),
+            None,
+            "https://umpire.vimabrosta.com/v1/verdicts/probe",
+            "Umpire probe verdict",
+            "payment required",
+        );
+        let r = payment_required_response(
+            &req,
+            "this verdict costs $2.00",
+            "Pay with x402 and retry the identical request.",
+        );
+        assert_eq!(r.status(), 402);
+        assert_eq!(
+            r.headers()
+                .get("cache-control")
+                .and_then(|v| v.to_str().ok()),
+            Some("no-store")
+        );
+        let header = r
+            .headers()
+            .get("payment-required")
+            .and_then(|v| v.to_str().ok())
+            .expect("PAYMENT-REQUIRED header");
+        let from_header: serde_json::Value =
+            umpire_pay::decode_header(header).expect("base64 JSON");
+        let body = umpire_core::json::parse(r.body()).expect("body JSON");
+        assert_eq!(
+            body.get("requirements"),
+            Some(&Value::from(from_header.clone()))
+        );
+        assert_eq!(from_header["x402Version"], 2);
+        assert_eq!(
+            from_header["resource"]["url"],
+            "https://umpire.vimabrosta.com/v1/verdicts/probe"
+        );
+        // Base USDC first; no SOL option without a fresh rate.
+        let accepts = from_header["accepts"].as_array().expect("accepts");
+        assert_eq!(accepts.len(), 2);
+        assert_eq!(accepts[0]["network"], "eip155:8453");
+        assert_eq!(accepts[0]["amount"], "2000000");
+        assert_eq!(accepts[0]["extra"]["name"], "USD Coin");
+        assert_eq!(
+            body.get("error")
+                .and_then(|e| e.get("code"))
+                .and_then(Value::as_str),
+            Some("payment_required")
+        );
+    }
+}
