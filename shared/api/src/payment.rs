@@ -61,8 +61,7 @@ mod tests {
     use umpire_core::product::Tier;
 
     fn config() -> Config {
-        let mut c = Config::default();
-        c.rails = umpire_pay::config::rails_from(|k| match k {
+        let rails = umpire_pay::config::rails_from(|k| match k {
             "UMPIRE_EVM_PAY_TO" => Some("0x1111111111111111111111111111111111111111".into()),
             "UMPIRE_SOLANA_PAY_TO" => Some("9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM".into()),
             "UMPIRE_SOLANA_FEE_PAYER" => {
@@ -72,7 +71,10 @@ mod tests {
             _ => None,
         })
         .expect("rails");
-        c
+        Config {
+            rails,
+            ..Config::default()
+        }
     }
 
     #[test]
