@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
     KeyType, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
@@ -177,6 +177,12 @@ fn sdk<E: std::fmt::Debug>(e: SdkError<E>) -> StoreError {
     StoreError::Unavailable(format!("{e:?}").chars().take(500).collect())
 }
 
+/// A conditional write lost (the item exists or is in another state).
+fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
+    e.as_service_error().and_then(ProvideErrorMetadata::code)
+        == Some("ConditionalCheckFailedException")
+}
+
 fn find_key(spec_hash: &str, webhook_url: &str) -> String {
     format!("{spec_hash}#{webhook_url}")
 }
@@ -279,6 +285,20 @@ impl DynamoStore {
             }
         }
         Ok(())
+    }
+
+    /// One item by key, read consistently.
+    async fn get_item(&self, table: &str, key: &str, value: &str) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key(key, s(value))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.item)
     }
 
     async fn query_all(
@@ -402,34 +422,18 @@ impl Store for DynamoStore {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::AlreadyExists)
-            }
+            Err(e) if condition_failed(&e) => Err(StoreError::AlreadyExists),
             Err(e) => Err(sdk(e)),
         }
     }
 
     async fn get_verdict(&self, verdict_id: &str, now: Unix) -> Result<Option<VerdictRecord>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.names.verdicts)
-            .key("verdict_id", s(verdict_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk)?;
-        match out.item {
-            None => Ok(None),
-            Some(item) => {
-                let rec = verdict_from_item(&item)?;
-                // TTL deletes late; retention is what the expiry says.
-                Ok((rec.expires_at > now).then_some(rec))
-            }
-        }
+        let item = self
+            .get_item(&self.names.verdicts, "verdict_id", verdict_id)
+            .await?;
+        let rec = item.as_ref().map(verdict_from_item).transpose()?;
+        // TTL deletes late; retention is what the expiry says.
+        Ok(rec.filter(|r| r.expires_at > now))
     }
 
     async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize> {
@@ -573,12 +577,7 @@ impl Store for DynamoStore {
         match r {
             Ok(_) => Ok(()),
             // Someone else's claim (ours lapsed and was taken over): theirs wins.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(e) if condition_failed(&e) => Ok(()),
             Err(e) => Err(sdk(e)),
         }
     }
@@ -597,33 +596,17 @@ impl Store for DynamoStore {
             .await;
         match r {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(e) if condition_failed(&e) => Ok(()),
             Err(e) => Err(sdk(e)),
         }
     }
 
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.names.idempotency)
-            .key("idem_key", s(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(sdk)?;
-        match out.item {
-            None => Ok(None),
-            Some(item) => {
-                let rec = idempotency_from_item(&item)?;
-                Ok((rec.expires_at > now).then_some(rec))
-            }
-        }
+        let item = self
+            .get_item(&self.names.idempotency, "idem_key", key)
+            .await?;
+        let rec = item.as_ref().map(idempotency_from_item).transpose()?;
+        Ok(rec.filter(|r| r.expires_at > now))
     }
 
     async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64> {
@@ -667,12 +650,7 @@ impl Store for DynamoStore {
         }
         match req.send().await {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::AlreadyExists)
-            }
+            Err(e) if condition_failed(&e) => Err(StoreError::AlreadyExists),
             Err(e) => Err(sdk(e)),
         }
     }
