@@ -301,6 +301,31 @@ impl DynamoStore {
         Ok(out.item)
     }
 
+    /// Feedback rows on one index (merchant or payer) since a block time, in block order.
+    async fn feedback_on(
+        &self,
+        index: &str,
+        attr: &str,
+        who: &str,
+        since: Unix,
+    ) -> Result<Vec<FeedbackRow>> {
+        let items = self
+            .query_all(
+                &self.names.feedback,
+                index,
+                "#who = :who AND block_time >= :since",
+                vec![(":who", s(who)), (":since", n(since))],
+                vec![("#who", attr)],
+            )
+            .await?;
+        let mut rows = items
+            .iter()
+            .map(feedback_from_item)
+            .collect::<Result<Vec<_>>>()?;
+        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
+        Ok(rows)
+    }
+
     async fn query_all(
         &self,
         table: &str,
@@ -656,38 +681,11 @@ impl Store for DynamoStore {
     }
 
     async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        let items = self
-            .query_all(
-                &self.names.feedback,
-                "by_merchant",
-                "merchant = :m AND block_time >= :since",
-                vec![(":m", s(merchant)), (":since", n(since))],
-                vec![],
-            )
-            .await?;
-        let mut rows = items
-            .iter()
-            .map(feedback_from_item)
-            .collect::<Result<Vec<_>>>()?;
-        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
-        Ok(rows)
+        self.feedback_on("by_merchant", "merchant", merchant, since)
+            .await
     }
 
     async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        let items = self
-            .query_all(
-                &self.names.feedback,
-                "by_payer",
-                "payer = :p AND block_time >= :since",
-                vec![(":p", s(payer)), (":since", n(since))],
-                vec![],
-            )
-            .await?;
-        let mut rows = items
-            .iter()
-            .map(feedback_from_item)
-            .collect::<Result<Vec<_>>>()?;
-        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
-        Ok(rows)
+        self.feedback_on("by_payer", "payer", payer, since).await
     }
 }

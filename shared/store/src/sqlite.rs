@@ -120,6 +120,23 @@ impl SqliteStore {
         .map_err(unavailable)?
     }
 
+    /// Feedback rows by `column` (merchant or payer, a fixed name) since a block time.
+    async fn feedback_on(
+        &self,
+        column: &'static str,
+        who: &str,
+        since: Unix,
+    ) -> Result<Vec<FeedbackRow>> {
+        let who = who.to_owned();
+        self.run(move |c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
+            ))?;
+            st.query_map(params![who, since], feedback_from_row)?.collect()
+        })
+        .await
+    }
+
     /// Deletes what retention says is gone (expired verdicts, idempotency records,
     /// rate-limit windows). Reads already hide them; this reclaims the space.
     pub async fn purge_expired(&self, now: Unix) -> Result<usize> {
@@ -448,25 +465,11 @@ impl Store for SqliteStore {
     }
 
     async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        let m = merchant.to_owned();
-        self.run(move |c| {
-            let mut st = c.prepare(&format!(
-                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE merchant = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
-            ))?;
-            st.query_map(params![m, since], feedback_from_row)?.collect()
-        })
-        .await
+        self.feedback_on("merchant", merchant, since).await
     }
 
     async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        let p = payer.to_owned();
-        self.run(move |c| {
-            let mut st = c.prepare(&format!(
-                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE payer = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
-            ))?;
-            st.query_map(params![p, since], feedback_from_row)?.collect()
-        })
-        .await
+        self.feedback_on("payer", payer, since).await
     }
 }
 
