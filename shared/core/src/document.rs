@@ -105,22 +105,25 @@ pub fn verdict_document(f: &VerdictFacts<'_>, key_id: &str) -> Value {
         )
 }
 
-/// Adds `signature` = {alg, key_id, payload_sha256, sig_base64} over the stable JSON
-/// of everything else.
+/// The `signature` object {alg, key_id, payload_sha256, sig_base64} for a document
+/// that has no `signature` field yet: Ed25519 over its stable JSON.
+pub fn signature_for(doc: &Value, signer: &dyn Signer) -> Value {
+    let payload = doc.to_canonical_vec();
+    let sig = signer.sign(&payload);
+    Value::object()
+        .with("alg", ALG)
+        .with("key_id", signer.key_id())
+        .with("payload_sha256", sha256_hex(&payload))
+        .with("sig_base64", B64.encode(sig))
+}
+
+/// Adds `signature` over the stable JSON of everything else (replacing any old one).
 pub fn sign(mut doc: Value, signer: &dyn Signer) -> Value {
     if let Value::Object(m) = &mut doc {
         m.remove("signature");
     }
-    let payload = doc.to_canonical_vec();
-    let sig = signer.sign(&payload);
-    doc.with(
-        "signature",
-        Value::object()
-            .with("alg", ALG)
-            .with("key_id", signer.key_id())
-            .with("payload_sha256", sha256_hex(&payload))
-            .with("sig_base64", B64.encode(sig)),
-    )
+    let signature = signature_for(&doc, signer);
+    doc.with("signature", signature)
 }
 
 /// One step of the recipe and how it went.
