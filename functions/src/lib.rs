@@ -22,27 +22,21 @@ pub async fn state_from_env() -> Result<AppState, lambda_http::Error> {
     // Until the KMS envelope lands, the seed comes from the function's environment.
     let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
         .map_err(|_| "UMPIRE_SIGNING_SEED_HEX is not set")?;
-    let seed: [u8; 32] =
-        hex_seed(&seed_hex).ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
+    let signer = LocalSigner::from_seed_hex(&seed_hex)
+        .ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
+    // One AWS configuration (region, credentials, endpoint) for every client.
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     Ok(AppState {
         config,
-        signer: Arc::new(LocalSigner::from_seed(seed)),
+        signer: Arc::new(signer),
         retired_keys: Vec::new(),
         checker: None,
-        store: Arc::new(DynamoStore::from_env(TableNames::from_env()).await),
+        store: Arc::new(DynamoStore::from_config(&aws, TableNames::from_env())),
         queue: match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
-            Ok(url) => Some(Arc::new(SqsQueue::from_env(url).await)),
+            Ok(url) => Some(Arc::new(SqsQueue::from_config(&aws, url))),
             Err(_) => None,
         },
     })
-}
-
-fn hex_seed(s: &str) -> Option<[u8; 32]> {
-    let bytes: Vec<u8> = (0..s.len())
-        .step_by(2)
-        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
-        .collect::<Option<Vec<u8>>>()?;
-    bytes.try_into().ok()
 }
 
 /// The caller's IP as API Gateway saw it (`requestContext.http.sourceIp`); headers

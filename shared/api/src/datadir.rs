@@ -96,9 +96,6 @@ fn read_key_file(path: &Path, bytes: &[u8]) -> Result<LocalSigner, KeyFileError>
         .get("seed_hex")
         .and_then(Value::as_str)
         .ok_or_else(|| format("no seed_hex".into()))?;
-    let seed: [u8; 32] = hex::decode(seed_hex)
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| format("seed_hex is not 32 bytes of hex".into()))?;
-    Ok(LocalSigner::from_seed(seed))
+    LocalSigner::from_seed_hex(seed_hex)
+        .ok_or_else(|| format("seed_hex is not 32 bytes of hex".into()))
 }

@@ -36,6 +36,13 @@ pub type Response = http::Response<Bytes>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
+impl ClientIp {
+    /// The address the transport attached to the request, if any.
+    pub fn of(req: &Request) -> Option<ClientIp> {
+        req.extensions().get::<ClientIp>().copied()
+    }
+}
+
 /// What every handler may use. Cheap to share: build once per process (cold start).
 pub struct AppState {
     pub config: Config,

@@ -22,10 +22,6 @@ pub fn query_param(req: &Request, name: &str) -> Option<String> {
         .last()
 }
 
-fn client_ip(req: &Request) -> Option<ClientIp> {
-    req.extensions().get::<ClientIp>().copied()
-}
-
 fn not_found() -> ApiError {
     // The same answer for an unknown id, an expired one and a wrong secret, so ids
     // cannot be probed.
@@ -52,7 +48,7 @@ pub async fn status(state: &AppState, req: &Request) -> Response {
 }
 
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    limits::enforce(state, "status", client_ip(req)).await?;
+    limits::enforce(state, "status", ClientIp::of(req)).await?;
     let id = req
         .uri()
         .path()
@@ -120,7 +116,7 @@ pub async fn find(state: &AppState, req: &Request) -> Response {
 }
 
 async fn find_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    limits::enforce(state, "find", client_ip(req)).await?;
+    limits::enforce(state, "find", ClientIp::of(req)).await?;
     let hint = "Send GET /v1/find?spec_hash=<64 hex>&webhook=<the exact webhook_url of the purchase, URL-encoded>.";
     let spec_hash = query_param(req, "spec_hash")
         .map(|s| s.to_ascii_lowercase())

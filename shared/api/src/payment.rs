@@ -41,7 +41,6 @@ pub fn payment_required_response(
         .map(Value::from)
         .unwrap_or(Value::Null);
     let body = ApiError::new(ErrorCode::PaymentRequired, message, hint)
-        .with_detail("x402Version", 2u64)
         .to_body()
         .with("requirements", requirements);
     let mut r = respond::json(402, &body);

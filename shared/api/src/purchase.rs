@@ -8,7 +8,7 @@ use umpire_core::json::{Number, Value};
 use umpire_core::product::Tier;
 use umpire_core::spec::{
     Deliverable, Problem, Spec, deliverable_problems, network_urls_of, parse_deliverable,
-    parse_spec, parse_spec_partial,
+    parse_spec_partial,
 };
 use umpire_core::{ApiError, ErrorCode};
 use umpire_fetch::check_url;
@@ -91,16 +91,19 @@ pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) ->
             "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
         )),
         Some(v) => {
-            // URL verdicts for every check that parsed, even when others did not.
-            let (parsed, _) = parse_spec_partial(v, None);
+            // Parsed once (regexes and schemas compile here): URL verdicts for every
+            // check that parsed, even when others did not.
+            let (parsed, spec_problems) = parse_spec_partial(v, Some(tier));
             let mut url_problems = Vec::new();
             for (at, url) in network_urls_of(parsed.iter().map(|(i, c)| (*i, c))) {
                 a.urls.push(url_verdict(at, url, &mut url_problems));
             }
-            match parse_spec(v, Some(tier)) {
-                Ok(spec) => a.spec = Some(spec),
-                Err(p) => a.problems.extend(p),
+            if spec_problems.is_empty() {
+                a.spec = Some(Spec::from_checks(
+                    parsed.into_iter().map(|(_, c)| c).collect(),
+                ));
             }
+            a.problems.extend(spec_problems);
             a.problems.extend(url_problems);
         }
     }

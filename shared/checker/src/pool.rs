@@ -87,10 +87,6 @@ impl CheckerPool {
         }
     }
 
-    pub fn check_limit(&self) -> Duration {
-        self.config.check_limit
-    }
-
     /// Starts `n` workers ahead of the first request and proves they judge correctly,
     /// so a broken worker binary stops the service at start instead of failing every
     /// check of paying customers.

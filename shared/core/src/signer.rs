@@ -33,6 +33,12 @@ impl LocalSigner {
         LocalSigner { key, key_id }
     }
 
+    /// From the seed as 64 hex characters (key files, the Lambda environment).
+    pub fn from_seed_hex(seed_hex: &str) -> Option<LocalSigner> {
+        let seed: [u8; 32] = hex::decode(seed_hex.trim()).ok()?.try_into().ok()?;
+        Some(LocalSigner::from_seed(seed))
+    }
+
     pub fn generate() -> LocalSigner {
         LocalSigner::from_seed(crate::hash::random_bytes::<32>())
     }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::guard;
-use crate::json::{Number, Value};
+use crate::json::Value;
 use crate::jsonpath::{JsonPath, PATH_HINT};
 use crate::product::{MAX_CHECKS, MAX_NETWORK_CHECKS, MAX_TEXT_BYTES, MIN_CHECKS, Tier};
 
@@ -498,17 +498,25 @@ pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
-    let checks: Vec<Check> = checks.into_iter().map(|(_, c)| c).collect();
-    let normalized = Value::object().with(
-        "checks",
-        Value::Array(checks.iter().map(Check::to_value).collect()),
-    );
-    let hash = crate::hash::sha256_hex(&normalized.to_canonical_vec());
-    Ok(Spec {
-        checks,
-        normalized,
-        hash,
-    })
+    Ok(Spec::from_checks(
+        checks.into_iter().map(|(_, c)| c).collect(),
+    ))
+}
+
+impl Spec {
+    /// The spec of checks that passed every rule: normalized JSON and its hash.
+    pub fn from_checks(checks: Vec<Check>) -> Spec {
+        let normalized = Value::object().with(
+            "checks",
+            Value::Array(checks.iter().map(Check::to_value).collect()),
+        );
+        let hash = crate::hash::sha256_hex(&normalized.to_canonical_vec());
+        Spec {
+            checks,
+            normalized,
+            hash,
+        }
+    }
 }
 
 /// Every check that parsed (with its index) and every problem, so a caller can
@@ -1244,11 +1252,6 @@ pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
         }
     }
     problems
-}
-
-/// True for JSON numbers that are integers in Python's sense.
-pub fn is_int(v: &Value) -> bool {
-    matches!(v, Value::Number(Number::Int(_)))
 }
 
 #[cfg(test)]

@@ -192,10 +192,9 @@ impl DynamoStore {
         DynamoStore { client, names }
     }
 
-    /// Client from the standard AWS configuration chain (AWS_ENDPOINT_URL included).
-    pub async fn from_env(names: TableNames) -> DynamoStore {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        DynamoStore::new(Client::new(&config), names)
+    /// Client from an already loaded AWS configuration (load it once per cold start).
+    pub fn from_config(config: &aws_config::SdkConfig, names: TableNames) -> DynamoStore {
+        DynamoStore::new(Client::new(config), names)
     }
 
     pub fn client(&self) -> &Client {

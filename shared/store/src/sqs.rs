@@ -26,9 +26,8 @@ impl SqsQueue {
         }
     }
 
-    pub async fn from_env(queue_url: impl Into<String>) -> SqsQueue {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        SqsQueue::new(Client::new(&config), queue_url)
+    pub fn from_config(config: &aws_config::SdkConfig, queue_url: impl Into<String>) -> SqsQueue {
+        SqsQueue::new(Client::new(config), queue_url)
     }
 
     /// Job bodies as they travel: `{"kind","payload"}`.
