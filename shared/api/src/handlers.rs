@@ -27,15 +27,11 @@ pub fn health(state: &AppState) -> Response {
 
 pub fn key(state: &AppState) -> Response {
     let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
-    let mut r = respond::json(
+    let r = respond::json(
         200,
         &key_document(&state.config.issuer, &active, &state.retired_keys),
     );
-    r.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("public, max-age=300"),
-    );
-    r
+    respond::cache(r, "public, max-age=300")
 }
 
 pub async fn quote(state: &AppState, req: &Request) -> Response {
@@ -138,12 +134,7 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
                 ),
         )
         .with("rate_limits_per_minute", rate_limits);
-    let mut r = respond::json(200, &body);
-    r.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("public, max-age=60"),
-    );
-    r
+    respond::cache(respond::json(200, &body), "public, max-age=60")
 }
 
 /// Parses a JSON request body, refusing what cannot be judged faithfully.
@@ -170,10 +161,7 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
     if let Err(e) = crate::limits::enforce(state, "validate", crate::ClientIp::of(req)).await {
         return respond::error(&e);
     }
-    match validate_inner(req) {
-        Ok(v) => respond::json(200, &v),
-        Err(e) => respond::error(&e),
-    }
+    respond::outcome(validate_inner(req), None)
 }
 
 fn validate_inner(req: &Request) -> Result<Value, ApiError> {

@@ -32,19 +32,8 @@ fn not_found() -> ApiError {
     )
 }
 
-fn no_store(mut r: Response) -> Response {
-    r.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-store"),
-    );
-    r
-}
-
 pub async fn status(state: &AppState, req: &Request) -> Response {
-    match status_inner(state, req).await {
-        Ok(v) => no_store(respond::json(200, &v)),
-        Err(e) => respond::error(&e),
-    }
+    respond::outcome(status_inner(state, req).await, Some("no-store"))
 }
 
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
@@ -109,10 +98,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
 }
 
 pub async fn find(state: &AppState, req: &Request) -> Response {
-    match find_inner(state, req).await {
-        Ok(v) => no_store(respond::json(200, &v)),
-        Err(e) => respond::error(&e),
-    }
+    respond::outcome(find_inner(state, req).await, Some("no-store"))
 }
 
 async fn find_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {

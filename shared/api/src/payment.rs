@@ -47,11 +47,7 @@ pub fn payment_required_response(
     if let Ok(v) = http::HeaderValue::from_str(&encode_header(required)) {
         r.headers_mut().insert(HEADER_PAYMENT_REQUIRED, v);
     }
-    r.headers_mut().insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-store"),
-    );
-    r
+    respond::cache(r, "no-store")
 }
 
 #[cfg(test)]

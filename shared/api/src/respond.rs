@@ -16,11 +16,25 @@ pub fn json(status: u16, body: &Value) -> Response {
     r
 }
 
-pub fn error(e: &ApiError) -> Response {
-    let mut r = json(e.code.status(), &e.to_body());
-    // Errors describe one request; no cache may hand them to another.
+/// Sets Cache-Control.
+pub fn cache(mut r: Response, policy: &'static str) -> Response {
     r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static(policy));
+    r
+}
+
+/// A handler's outcome: 200 with the value under `policy`, or the error body.
+pub fn outcome(result: Result<Value, ApiError>, policy: Option<&'static str>) -> Response {
+    match (result, policy) {
+        (Ok(v), Some(p)) => cache(json(200, &v), p),
+        (Ok(v), None) => json(200, &v),
+        (Err(e), _) => error(&e),
+    }
+}
+
+pub fn error(e: &ApiError) -> Response {
+    // Errors describe one request; no cache may hand them to another.
+    let mut r = cache(json(e.code.status(), &e.to_body()), "no-store");
     if let Some(Value::Number(umpire_core::json::Number::Int(secs))) = e
         .details
         .iter()

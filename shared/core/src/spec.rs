@@ -381,6 +381,24 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// Reads `obj` (described as `what` in messages), reporting at once every field
+    /// it does not define.
+    fn new(
+        obj: &'a BTreeMap<String, Value>,
+        at: &str,
+        known: &'static [&'static str],
+        what: &str,
+        problems: &mut Vec<Problem>,
+    ) -> Fields<'a> {
+        let f = Fields {
+            obj,
+            at: at.to_owned(),
+            known,
+        };
+        f.unknown(problems, what);
+        f
+    }
+
     /// Reports fields this object does not define.
     fn unknown(&self, problems: &mut Vec<Problem>, what: &str) {
         for k in self.obj.keys() {
@@ -527,12 +545,7 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
     let Some(obj) = object_at(v, "spec", "spec", &mut problems) else {
         return (checks, problems);
     };
-    let fields = Fields {
-        obj,
-        at: String::new(),
-        known: &["checks"],
-    };
-    fields.unknown(&mut problems, "a spec");
+    Fields::new(obj, "", &["checks"], "a spec", &mut problems);
     let checks_v = match obj.get("checks") {
         Some(Value::Array(a)) => a,
         Some(other) => {
@@ -643,12 +656,13 @@ fn parse_check(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Check
     let check = match ty {
         "json_schema" => parse_json_schema(obj, at, problems),
         "json_path" => {
-            let f = Fields {
+            let f = Fields::new(
                 obj,
-                at: at.to_owned(),
-                known: &["type", "path", "op", "value"],
-            };
-            f.unknown(problems, "a json_path check");
+                at,
+                &["type", "path", "op", "value"],
+                "a json_path check",
+                problems,
+            );
             parse_path_assertion(&f, problems).map(Check::JsonPath)
         }
         "content_hash" => parse_content_hash(obj, at, problems),
@@ -734,12 +748,13 @@ fn parse_json_schema(
     at: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields {
+    let f = Fields::new(
         obj,
-        at: at.to_owned(),
-        known: &["type", "schema"],
-    };
-    f.unknown(problems, "a json_schema check");
+        at,
+        &["type", "schema"],
+        "a json_schema check",
+        problems,
+    );
     let Some(schema) = f.get("schema") else {
         problems.push(Problem::new(
             f.path("schema"),
@@ -826,12 +841,13 @@ fn parse_content_hash(
     at: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields {
+    let f = Fields::new(
         obj,
-        at: at.to_owned(),
-        known: &["type", "sha256", "target", "url"],
-    };
-    f.unknown(problems, "a content_hash check");
+        at,
+        &["type", "sha256", "target", "url"],
+        "a content_hash check",
+        problems,
+    );
     let before = problems.len();
     let sha = f.string("sha256", true, problems);
     let sha = sha.and_then(|s| {
@@ -887,12 +903,13 @@ fn parse_regex(
     at: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields {
+    let f = Fields::new(
         obj,
-        at: at.to_owned(),
-        known: &["type", "pattern", "flags", "expect"],
-    };
-    f.unknown(problems, "a regex check");
+        at,
+        &["type", "pattern", "flags", "expect"],
+        "a regex check",
+        problems,
+    );
     let before = problems.len();
     let pattern = f.string("pattern", true, problems);
     let flags = f.string("flags", false, problems).unwrap_or("");
@@ -961,12 +978,13 @@ fn parse_length(
     at: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields {
+    let f = Fields::new(
         obj,
-        at: at.to_owned(),
-        known: &["type", "unit", "min", "max"],
-    };
-    f.unknown(problems, "a length check");
+        at,
+        &["type", "unit", "min", "max"],
+        "a length check",
+        problems,
+    );
     let before = problems.len();
     let unit = f.choice(
         "unit",
@@ -1016,12 +1034,13 @@ fn parse_url_probe(
     at: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields {
+    let f = Fields::new(
         obj,
-        at: at.to_owned(),
-        known: &["type", "url", "expect"],
-    };
-    f.unknown(problems, "a url_probe check");
+        at,
+        &["type", "url", "expect"],
+        "a url_probe check",
+        problems,
+    );
     let before = problems.len();
     let url = f.string("url", true, problems);
     let empty = BTreeMap::new();
@@ -1031,12 +1050,13 @@ fn parse_url_probe(
     };
     let mut expect = None;
     if let Some(eo) = expect_obj {
-        let ef = Fields {
-            obj: eo,
-            at: f.path("expect"),
-            known: &["status", "keyword", "selector", "json_path"],
-        };
-        ef.unknown(problems, "expect");
+        let ef = Fields::new(
+            eo,
+            &f.path("expect"),
+            &["status", "keyword", "selector", "json_path"],
+            "expect",
+            problems,
+        );
         let status = match ef.get("status") {
             None => Some(200u16),
             Some(v) => match v.as_u64().filter(|s| (100..=599).contains(s)) {
@@ -1069,12 +1089,13 @@ fn parse_url_probe(
             None => None,
             Some(v) => {
                 object_at(v, &ef.path("json_path"), "expect.json_path", problems).and_then(|o| {
-                    let pf = Fields {
-                        obj: o,
-                        at: ef.path("json_path"),
-                        known: &["path", "op", "value"],
-                    };
-                    pf.unknown(problems, "expect.json_path");
+                    let pf = Fields::new(
+                        o,
+                        &ef.path("json_path"),
+                        &["path", "op", "value"],
+                        "expect.json_path",
+                        problems,
+                    );
                     parse_path_assertion(&pf, problems)
                 })
             }
@@ -1097,12 +1118,13 @@ fn parse_url_probe(
 
 fn parse_selector(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<SelectorAssertion> {
     let o = object_at(v, at, "expect.selector", problems)?;
-    let f = Fields {
-        obj: o,
-        at: at.to_owned(),
-        known: &["selector", "op", "value"],
-    };
-    f.unknown(problems, "expect.selector");
+    let f = Fields::new(
+        o,
+        at,
+        &["selector", "op", "value"],
+        "expect.selector",
+        problems,
+    );
     let before = problems.len();
     let selector = f.string("selector", true, problems);
     if let Some(s) = selector
@@ -1180,12 +1202,7 @@ pub fn parse_deliverable(v: &Value, at: &str) -> Result<Deliverable, Vec<Problem
     let Some(obj) = object_at(v, at, "deliverable", &mut problems) else {
         return Err(problems);
     };
-    let f = Fields {
-        obj,
-        at: at.to_owned(),
-        known: &["text", "json"],
-    };
-    f.unknown(&mut problems, "a deliverable");
+    let f = Fields::new(obj, at, &["text", "json"], "a deliverable", &mut problems);
     let text = match obj.get("text") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => {
