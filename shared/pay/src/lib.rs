@@ -7,11 +7,14 @@
 
 pub mod codec;
 pub mod config;
+pub mod evm;
 pub mod rails;
+pub mod settle;
 pub mod types;
 
 pub use codec::{CodecError, decode_header, encode_header};
 pub use rails::{Rail, RailPricing, Rails};
+pub use settle::{FailureKind, PaymentContext, PaymentFailure, Payments, Settler};
 pub use types::{
     EvmAuthorization, EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
     PaymentRequirementsV1, ResourceInfo, SettlementResponse,

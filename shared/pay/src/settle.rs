@@ -1,0 +1,407 @@
+//! Verifying and settling a matched payment, two ways behind one trait: a facilitator
+//! over HTTP (`/verify`, `/settle`, `/supported`; also the only way Solana payments are
+//! verified and settled), or self-settlement of EVM payments on an RPC with our own
+//! settler key. Offline EIP-3009 checks run first in both modes, so a bad signature
+//! never costs a network round trip.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::Address;
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::evm::{Eip3009Payment, EvmChain, Submitted};
+use crate::rails::Rail;
+use crate::types::{
+    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, SettlementResponse,
+};
+
+/// Whose fault a failed payment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The payment itself is wrong (signature, amount, nonce, funds): the payer can fix it.
+    Invalid,
+    /// The chain or the facilitator could not be asked; nothing was charged.
+    Unavailable,
+    /// Our own configuration is wrong.
+    Config,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct PaymentFailure {
+    pub kind: FailureKind,
+    /// An x402 `invalidReason` / `errorReason` code.
+    pub reason: String,
+    pub message: String,
+}
+
+impl PaymentFailure {
+    pub fn invalid(reason: impl Into<String>, message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Invalid,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Unavailable,
+            reason: "unexpected_error".into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn config(message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Config,
+            reason: "unexpected_error".into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One payment, matched against our requirements, on its way through verify and settle.
+#[derive(Debug, Clone)]
+pub struct PaymentContext {
+    /// The client's payment JSON exactly as decoded from its header.
+    pub raw: Value,
+    pub payment: PaymentPayload,
+    pub rail: Rail,
+    /// Ours (never the client's copy).
+    pub requirements: PaymentRequirements,
+    /// Ours in v1 form, for v1 payments.
+    pub requirements_v1: Option<PaymentRequirementsV1>,
+}
+
+impl PaymentContext {
+    /// The EVM authorization, for `exact` payments on eip155 rails.
+    pub fn eip3009(&self) -> Option<Result<Eip3009Payment, PaymentFailure>> {
+        if !(self.rail.is_evm() && self.rail.scheme == "exact") {
+            return None;
+        }
+        Some(
+            serde_json::from_value::<EvmExactPayload>(self.payment.scheme_payload().clone())
+                .map_err(|e| {
+                    PaymentFailure::invalid(
+                        "invalid_exact_evm_payload",
+                        format!("payload is not an EIP-3009 authorization: {e}"),
+                    )
+                })
+                .and_then(|p| Eip3009Payment::parse(&p)),
+        )
+    }
+
+    /// The paying wallet, when the payment names one before any verification.
+    pub fn claimed_payer(&self) -> Option<String> {
+        payer_named_in(&self.payment)
+    }
+
+    fn requirements_json(&self) -> Value {
+        match (&self.payment, &self.requirements_v1) {
+            (PaymentPayload::V1 { .. }, Some(v1)) => serde_json::to_value(v1),
+            _ => serde_json::to_value(&self.requirements),
+        }
+        .unwrap_or(Value::Null)
+    }
+}
+
+/// The wallet a payment says it comes from (`authorization.from` on EVM). Only a
+/// claim until verified; good enough to scope an Idempotency-Key.
+pub fn payer_named_in(payment: &PaymentPayload) -> Option<String> {
+    payment
+        .scheme_payload()
+        .get("authorization")?
+        .get("from")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub payer: String,
+}
+
+#[async_trait]
+pub trait Settler: Send + Sync {
+    /// Whether this payment would settle now (no state changes).
+    async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure>;
+    /// Moves the money. Called once per verified purchase, after the work is done.
+    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure>;
+}
+
+/// Settles EVM payments ourselves: chain reads and simulation to verify, then
+/// `transferWithAuthorization` from the settler key.
+#[derive(Debug, Clone)]
+pub struct SelfSettler {
+    pub chain: EvmChain,
+}
+
+fn token_of(rail: &Rail) -> Result<Address, PaymentFailure> {
+    rail.asset
+        .parse()
+        .map_err(|_| PaymentFailure::config(format!("asset {} is not an address", rail.asset)))
+}
+
+fn eip3009_or_unsupported(ctx: &PaymentContext) -> Result<Eip3009Payment, PaymentFailure> {
+    ctx.eip3009().unwrap_or_else(|| {
+        Err(PaymentFailure::config(format!(
+            "self-settlement handles EVM exact payments, not {} on {}",
+            ctx.rail.scheme, ctx.rail.network
+        )))
+    })
+}
+
+#[async_trait]
+impl Settler for SelfSettler {
+    async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure> {
+        let p = eip3009_or_unsupported(ctx)?;
+        self.chain.check_onchain(token_of(&ctx.rail)?, &p).await?;
+        Ok(Verified {
+            payer: p.payer().to_string(),
+        })
+    }
+
+    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
+        let p = eip3009_or_unsupported(ctx)?;
+        let hash = match self.chain.submit(token_of(&ctx.rail)?, &p).await? {
+            Submitted::Confirmed(h) | Submitted::Pending(h) => h,
+        };
+        Ok(SettlementResponse {
+            success: true,
+            transaction: hash.to_string(),
+            network: ctx.rail.network.clone(),
+            payer: Some(p.payer().to_string()),
+            error_reason: None,
+        })
+    }
+}
+
+/// A facilitator reached over HTTP.
+#[derive(Debug, Clone)]
+pub struct FacilitatorClient {
+    base: String,
+    /// Sent as `Authorization` when set.
+    auth: Option<String>,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VerifyAnswer {
+    is_valid: bool,
+    #[serde(default)]
+    invalid_reason: Option<String>,
+    #[serde(default)]
+    invalid_message: Option<String>,
+    #[serde(default)]
+    payer: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SettleAnswer {
+    success: bool,
+    #[serde(default)]
+    error_reason: Option<String>,
+    #[serde(default)]
+    error_message: Option<String>,
+    #[serde(default)]
+    payer: Option<String>,
+    #[serde(default)]
+    transaction: String,
+    #[serde(default)]
+    network: Option<String>,
+}
+
+/// One kind of payment a facilitator supports (`GET /supported`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedKind {
+    pub x402_version: u32,
+    pub scheme: String,
+    pub network: String,
+    #[serde(default)]
+    pub extra: Option<Value>,
+}
+
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl FacilitatorClient {
+    pub fn new(base: &str, auth: Option<String>) -> Result<FacilitatorClient, PaymentFailure> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("https://") || base.starts_with("http://")) {
+            return Err(PaymentFailure::config(format!(
+                "facilitator URL {base:?} must be http(s)"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| PaymentFailure::config(format!("HTTP client: {e}")))?;
+        Ok(FacilitatorClient { base, auth, http })
+    }
+
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<T, PaymentFailure> {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .timeout(timeout)
+            .json(body);
+        if let Some(a) = &self.auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| PaymentFailure::unavailable(format!("facilitator {path}: {e}")))?;
+        let status = resp.status();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| PaymentFailure::unavailable(format!("facilitator {path}: {e}")))?;
+        serde_json::from_str(&text).map_err(|_| {
+            PaymentFailure::unavailable(format!(
+                "facilitator {path} answered {status}: {}",
+                text.chars().take(300).collect::<String>()
+            ))
+        })
+    }
+
+    fn body(ctx: &PaymentContext) -> Value {
+        json!({
+            "x402Version": ctx.payment.version(),
+            "paymentPayload": ctx.raw,
+            "paymentRequirements": ctx.requirements_json(),
+        })
+    }
+
+    pub async fn supported(&self) -> Result<Vec<SupportedKind>, PaymentFailure> {
+        #[derive(Deserialize)]
+        struct Answer {
+            kinds: Vec<SupportedKind>,
+        }
+        let mut req = self
+            .http
+            .get(format!("{}/supported", self.base))
+            .timeout(VERIFY_TIMEOUT);
+        if let Some(a) = &self.auth {
+            req = req.header("authorization", a);
+        }
+        let answer: Answer = req
+            .send()
+            .await
+            .map_err(|e| PaymentFailure::unavailable(format!("facilitator /supported: {e}")))?
+            .json()
+            .await
+            .map_err(|e| PaymentFailure::unavailable(format!("facilitator /supported: {e}")))?;
+        Ok(answer.kinds)
+    }
+}
+
+#[async_trait]
+impl Settler for FacilitatorClient {
+    async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure> {
+        let a: VerifyAnswer = self
+            .post("/verify", &Self::body(ctx), VERIFY_TIMEOUT)
+            .await?;
+        match (a.is_valid, a.payer) {
+            (true, Some(payer)) => Ok(Verified { payer }),
+            (true, None) => Ok(Verified {
+                payer: ctx.claimed_payer().unwrap_or_default(),
+            }),
+            (false, _) => Err(PaymentFailure::invalid(
+                a.invalid_reason.unwrap_or_else(|| "invalid_payment".into()),
+                a.invalid_message
+                    .unwrap_or_else(|| "the facilitator refused the payment".into()),
+            )),
+        }
+    }
+
+    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
+        let body = Self::body(ctx);
+        // One retry on a lost answer: the facilitator reconciles a repeated settle of
+        // the same payload against the transfer it already broadcast.
+        let answer: SettleAnswer = match self.post("/settle", &body, SETTLE_TIMEOUT).await {
+            Err(e) if e.kind == FailureKind::Unavailable => {
+                tracing::warn!(error = %e, "facilitator /settle failed; retrying once");
+                self.post("/settle", &body, SETTLE_TIMEOUT).await?
+            }
+            other => other?,
+        };
+        if !answer.success {
+            return Err(PaymentFailure::invalid(
+                answer
+                    .error_reason
+                    .unwrap_or_else(|| "settlement_failed".into()),
+                answer
+                    .error_message
+                    .unwrap_or_else(|| "the facilitator could not settle the payment".into()),
+            ));
+        }
+        Ok(SettlementResponse {
+            success: true,
+            transaction: answer.transaction,
+            network: answer.network.unwrap_or_else(|| ctx.rail.network.clone()),
+            payer: answer.payer.or_else(|| ctx.claimed_payer()),
+            error_reason: None,
+        })
+    }
+}
+
+/// How payments are verified and settled on this deployment.
+#[derive(Clone, Default)]
+pub struct Payments {
+    /// EVM self-settlement; when None, EVM payments go to the facilitator.
+    pub evm: Option<Arc<SelfSettler>>,
+    pub facilitator: Option<Arc<FacilitatorClient>>,
+}
+
+impl std::fmt::Debug for Payments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Payments")
+            .field("self_settlement", &self.evm.is_some())
+            .field("facilitator", &self.facilitator.as_ref().map(|c| &c.base))
+            .finish()
+    }
+}
+
+impl Payments {
+    fn settler_for(&self, rail: &Rail) -> Result<&dyn Settler, PaymentFailure> {
+        match (&self.evm, &self.facilitator) {
+            (Some(s), _) if rail.is_evm() => Ok(s.as_ref()),
+            (_, Some(f)) => Ok(f.as_ref()),
+            _ => Err(PaymentFailure::config(format!(
+                "no settlement is configured for {}",
+                rail.network
+            ))),
+        }
+    }
+
+    /// Whether anything can take money for `rail`.
+    pub fn can_settle(&self, rail: &Rail) -> bool {
+        self.settler_for(rail).is_ok()
+    }
+
+    /// Offline checks, then the settler's own verification.
+    pub async fn verify(&self, ctx: &PaymentContext, now: u64) -> Result<Verified, PaymentFailure> {
+        if let Some(p) = ctx.eip3009() {
+            p?.check_offline(&ctx.rail, &ctx.requirements, now)?;
+        }
+        self.settler_for(&ctx.rail)?.verify(ctx).await
+    }
+
+    pub async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
+        self.settler_for(&ctx.rail)?.settle(ctx).await
+    }
+}

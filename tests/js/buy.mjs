@@ -1,0 +1,60 @@
+// Buys from a running Umpire the way a customer's agent does: the reference x402 v2
+// client (@x402/fetch + @x402/evm) on the devnet's demo payer. Prints one JSON line:
+// {"status", "headers": {...}, "body": <text>}.
+//
+//   node tests/js/buy.mjs --devnet devnet.json --url http://127.0.0.1:8080/v1/verdicts/basic \
+//     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only]
+//
+// --sign-only asks for the 402, signs a payment for it and prints {"header": <PAYMENT-SIGNATURE>}
+// without sending it (for tests that replay or race one payment).
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { x402Client, x402HTTPClient } from "@x402/core/client";
+import { ExactEvmScheme } from "@x402/evm";
+import { wrapFetchWithPayment } from "@x402/fetch";
+import { privateKeyToAccount } from "viem/accounts";
+
+const { values: args } = parseArgs({
+  options: {
+    devnet: { type: "string" },
+    url: { type: "string" },
+    body: { type: "string" },
+    key: { type: "string" },
+    "private-key": { type: "string" },
+    "sign-only": { type: "boolean", default: false },
+  },
+});
+const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
+const account = privateKeyToAccount(args["private-key"] ?? devnet.payer_private_key);
+
+// The devnet token is not one of the client's default assets: allow it explicitly,
+// capped at the most expensive product ($5).
+const client = x402Client.fromConfig({
+  schemes: [{ network: devnet.network, client: new ExactEvmScheme(account) }],
+  spendControls: {
+    allowedAssets: [{ network: devnet.network, asset: devnet.asset, maxAmountPerPayment: "5000000" }],
+  },
+});
+
+const headers = { "content-type": "application/json" };
+if (args.key) headers["idempotency-key"] = args.key;
+const init = { method: "POST", headers, body: args.body };
+
+if (args["sign-only"]) {
+  const http = new x402HTTPClient(client);
+  const unpaid = await fetch(args.url, init);
+  const text = await unpaid.text();
+  if (unpaid.status !== 402) {
+    console.log(JSON.stringify({ status: unpaid.status, body: text }));
+    process.exit(1);
+  }
+  const required = http.getPaymentRequiredResponse((n) => unpaid.headers.get(n), JSON.parse(text));
+  const payload = await client.createPaymentPayload(required);
+  const encoded = http.encodePaymentSignatureHeader(payload);
+  console.log(JSON.stringify({ header: encoded["PAYMENT-SIGNATURE"] }));
+} else {
+  const pay = wrapFetchWithPayment(fetch, client);
+  const res = await pay(args.url, init);
+  const out = { status: res.status, headers: Object.fromEntries(res.headers.entries()), body: await res.text() };
+  console.log(JSON.stringify(out));
+}

@@ -1,0 +1,83 @@
+// The reference x402 facilitator (x402Facilitator from @x402/core with ExactEvmScheme
+// from @x402/evm) behind a small HTTP server, settling on the devnet with the
+// facilitator account. Speaks the documented API: POST /verify, POST /settle,
+// GET /supported. Prints {"port": N} once listening.
+//
+//   node tests/js/facilitator.mjs --devnet devnet.json [--port 0] [--token secret]
+import { createServer } from "node:http";
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { x402Facilitator } from "@x402/core/facilitator";
+import { toFacilitatorEvmSigner } from "@x402/evm";
+import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
+import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/facilitator";
+import { createWalletClient, http, publicActions } from "viem";
+import { privateKeyToAccount } from "viem/accounts";
+
+const { values: args } = parseArgs({
+  options: {
+    devnet: { type: "string" },
+    port: { type: "string", default: "0" },
+    token: { type: "string" },
+    "v1-network": { type: "string" },
+  },
+});
+const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
+const chain = {
+  id: devnet.chain_id,
+  name: "devnet",
+  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+  rpcUrls: { default: { http: [devnet.rpc_url] } },
+};
+const client = createWalletClient({
+  account: privateKeyToAccount(devnet.facilitator_private_key),
+  chain,
+  transport: http(devnet.rpc_url),
+}).extend(publicActions);
+const signer = toFacilitatorEvmSigner(
+  {
+    address: client.account.address,
+    readContract: (a) => client.readContract(a),
+    verifyTypedData: (a) => client.verifyTypedData(a),
+    writeContract: (a) => client.writeContract(a),
+    sendTransaction: (a) => client.sendTransaction(a),
+    waitForTransactionReceipt: (a) => client.waitForTransactionReceipt(a),
+    getCode: (a) => client.getCode(a),
+  },
+  { confirmationTimeoutMs: 30_000 },
+);
+const facilitator = new x402Facilitator().register(devnet.network, new ExactEvmScheme(signer));
+if (args["v1-network"]) {
+  facilitator.registerV1(args["v1-network"], new ExactEvmSchemeV1(signer));
+}
+
+const json = (res, status, body) => {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(JSON.stringify(body, (_, v) => (typeof v === "bigint" ? v.toString() : v)));
+};
+const server = createServer(async (req, res) => {
+  if (args.token && req.headers.authorization !== `Bearer ${args.token}`) {
+    return json(res, 401, { error: "unauthorized" });
+  }
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  try {
+    if (req.method === "GET" && req.url === "/supported") {
+      return json(res, 200, facilitator.getSupported());
+    }
+    const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+    if (req.method === "POST" && req.url === "/verify") {
+      return json(res, 200, await facilitator.verify(body.paymentPayload, body.paymentRequirements));
+    }
+    if (req.method === "POST" && req.url === "/settle") {
+      return json(res, 200, await facilitator.settle(body.paymentPayload, body.paymentRequirements));
+    }
+    return json(res, 404, { error: "not found" });
+  } catch (e) {
+    return json(res, 500, { error: String(e?.message ?? e) });
+  }
+});
+server.listen(Number(args.port), "127.0.0.1", () => {
+  console.log(JSON.stringify({ port: server.address().port }));
+});
+for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => server.close(() => process.exit(0)));
