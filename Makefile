@@ -9,14 +9,18 @@ CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
 PY_DEPS := $(VENV)/.installed-v2
+# anvil, solcjs + OpenZeppelin, viem and the reference x402 clients/facilitator,
+# pinned by package-lock.json, in ./node_modules (ignored).
+NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build test test-rust lint fmt bench lambda-build deploy clean help
+.PHONY: run build test test-rust lint fmt bench lambda-build deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
-	@echo "make test          install test tools into .cache/, run every test and lint"
+	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
+	@echo "make test          install test tools into .cache/ and node_modules/, run every test and lint"
 	@echo "make bench         criterion benchmarks (stable JSON + signing, judging)"
 	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda"
 	@echo "make deploy        sam build && sam deploy --guided"
@@ -35,8 +39,16 @@ $(PY_DEPS):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]'
 	touch $@
 
+$(NODE_DEPS): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+devnet: $(NODE_DEPS)
+	cargo build -p umpire-cli
+	node infra/devnet/devnet.mjs --umpire $(UMPIRE) --addr $(ADDR)
+
 # The last line is the plain total CI reads ("N passed, N failed").
-test: $(PY_DEPS) build
+test: $(PY_DEPS) $(NODE_DEPS) build
 	cargo fmt --all -- --check
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
 	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log
@@ -68,4 +80,4 @@ deploy:
 	sam deploy --guided --config-file infra/samconfig.toml
 
 clean:
-	rm -rf $(CACHE)
+	rm -rf $(CACHE) node_modules

@@ -38,6 +38,8 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         checker: Some(Arc::new(pool)),
         store: Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
         queue: None,
+        payments: umpire_pay::Payments::default(),
+        sol_price: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -283,6 +283,8 @@ fn quote_lists_the_configured_rails_in_preference_order() {
             "UMPIRE_SOLANA_FEE_PAYER",
             "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
         ),
+        // Rails need someone to settle them; the facilitator is not called by a quote.
+        ("UMPIRE_FACILITATOR_URL", "http://127.0.0.1:9"),
     ]);
     let q = s.get("/v1/quote").json();
     let rails = q
@@ -321,4 +323,27 @@ fn bad_payment_configuration_stops_the_server_with_its_name() {
     );
     assert_eq!(code, 2);
     assert!(stderr.contains("UMPIRE_EVM_PAY_TO"), "{stderr}");
+}
+
+#[test]
+fn a_rail_nobody_can_settle_stops_the_server_at_start() {
+    let data = umpire_blackbox::TempDir::new("no-settlement");
+    let (code, _, stderr) = umpire_blackbox::run_umpire(
+        &[
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.path().to_str().expect("path"),
+        ],
+        &[(
+            "UMPIRE_EVM_PAY_TO",
+            "0x1111111111111111111111111111111111111111",
+        )],
+    );
+    assert_ne!(
+        code, 0,
+        "a server that asks for money it cannot take must not start"
+    );
+    assert!(stderr.contains("UMPIRE_EVM_RPC_URL"), "{stderr}");
 }

@@ -1,9 +1,7 @@
 //! A document from `umpire judge` verified by the contract's Python recipe verbatim
 //! and by `umpire verify`; a one-byte change fails both.
 
-use std::process::Command;
-
-use umpire_blackbox::{Server, TempDir, python, repo_root, run_umpire};
+use umpire_blackbox::{Server, TempDir, python_recipe as recipe, run_umpire};
 use umpire_core::json::{Value, parse};
 
 const SPEC: &str = r###"{"checks":[
@@ -16,26 +14,6 @@ const SPEC: &str = r###"{"checks":[
 ]}"###;
 
 const DELIVERABLE: &str = r###"{"text":"Héllo wörld — 🚀 three\n## Conclusion\n\u2028done","json":{"result":{"items":[{"price":99.5}],"big":123456789012345678901234567890,"tiny":1e-7,"huge":1e16,"neg":-0.0}}}"###;
-
-fn recipe(
-    doc: &std::path::Path,
-    keys: &std::path::Path,
-    deliverable: &std::path::Path,
-) -> (bool, String) {
-    let out = Command::new(python())
-        .arg(repo_root().join("tests/py/verify_recipe.py"))
-        .args([doc, keys, deliverable])
-        .output()
-        .expect("python3 with the cryptography package (make test installs it)");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
 
 #[test]
 fn judged_documents_verify_with_the_python_recipe_and_umpire_verify() {

@@ -160,6 +160,11 @@ async fn state_for(
     } else {
         None
     };
+    let payments = umpire_pay::config::payments_from_env(&config.rails)
+        .await
+        .map_err(|e| e.to_string())?;
+    let sol_price =
+        umpire_pay::config::sol_price_from_env(&config.rails).map_err(|e| e.to_string())?;
     let state = AppState {
         config,
         signer: Arc::new(signer),
@@ -167,6 +172,8 @@ async fn state_for(
         checker,
         store: store.clone(),
         queue: Some(store.clone()),
+        payments,
+        sol_price,
     };
     Ok((state, store))
 }

@@ -10,14 +10,16 @@ use bytes::Bytes;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt, service_fn};
 use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
+use umpire_checker::{CheckerPool, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
 use umpire_core::signer::LocalSigner;
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
 
-/// Builds the state this function needs, once per cold start.
-pub async fn state_from_env() -> Result<AppState, lambda_http::Error> {
+/// Builds the state this function needs, once per cold start. Only the purchase
+/// route judges and takes payments, so only it starts the checker and reaches the chain.
+pub async fn state_from_env(route: Route) -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
     // Until the KMS envelope lands, the seed comes from the function's environment.
     let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
@@ -26,16 +28,31 @@ pub async fn state_from_env() -> Result<AppState, lambda_http::Error> {
         .ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
     // One AWS configuration (region, credentials, endpoint) for every client.
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let (payments, sol_price, checker) = if route == Route::Buy {
+        // The worker is this same binary (see `run`), a child process killed at the
+        // check limit.
+        let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
+        pool.prewarm(1).await?;
+        (
+            umpire_pay::config::payments_from_env(&config.rails).await?,
+            umpire_pay::config::sol_price_from_env(&config.rails)?,
+            Some(Arc::new(pool)),
+        )
+    } else {
+        (umpire_pay::Payments::default(), None, None)
+    };
     Ok(AppState {
         config,
         signer: Arc::new(signer),
         retired_keys: Vec::new(),
-        checker: None,
+        checker,
         store: Arc::new(DynamoStore::from_config(&aws, TableNames::from_env())),
         queue: match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
             Ok(url) => Some(Arc::new(SqsQueue::from_config(&aws, url))),
             Err(_) => None,
         },
+        payments,
+        sol_price,
     })
 }
 
@@ -104,7 +121,7 @@ pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
         .with_ansi(false)
         .without_time()
         .init();
-    let state = Arc::new(state_from_env().await?);
+    let state = Arc::new(state_from_env(route).await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(invoke(&state, route, req).await) }

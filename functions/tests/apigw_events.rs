@@ -13,6 +13,8 @@ fn state() -> AppState {
         checker: None,
         store: std::sync::Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
         queue: None,
+        payments: umpire_pay::Payments::default(),
+        sol_price: None,
     }
 }
 

@@ -9,6 +9,26 @@ use std::time::Duration;
 
 use umpire_core::json::{Value, parse};
 
+pub mod chain;
+
+/// Verifies a signed document with the contract's Python recipe, verbatim
+/// (`tests/py/verify_recipe.py`): (verified, everything it printed).
+pub fn python_recipe(doc: &Path, keys: &Path, deliverable: &Path) -> (bool, String) {
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/py/verify_recipe.py"))
+        .args([doc, keys, deliverable])
+        .output()
+        .expect("python3 with the cryptography package (make test installs it)");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// The `umpire` binary: `$UMPIRE_BIN`, else beside this test's `deps/` directory.
 pub fn umpire_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("UMPIRE_BIN") {

@@ -238,6 +238,8 @@ mod tests {
             checker: None,
             store: Arc::new(SqliteStore::in_memory().expect("store")),
             queue: None,
+            payments: umpire_pay::Payments::default(),
+            sol_price: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! The same functions serve every Lambda (one route each) and `umpire serve` (all
 //! routes in one process), so both answer byte for byte alike.
 
+pub mod buy;
 pub mod config;
 pub mod datadir;
 pub mod idempotency;
@@ -54,6 +55,10 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Delayed jobs (sworn pass 2, webhook retries); None where nothing is scheduled.
     pub queue: Option<Arc<dyn JobQueue>>,
+    /// How payments are verified and settled (empty: nothing can be bought).
+    pub payments: umpire_pay::Payments,
+    /// The SOL spot rate source, when native SOL is accepted.
+    pub sol_price: Option<Arc<umpire_pay::price::SolPriceFeed>>,
 }
 
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the
@@ -68,6 +73,14 @@ pub fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 impl AppState {
+    /// A fresh SOL spot rate, or None (the SOL option is then left out).
+    pub async fn sol_rate(&self) -> Option<umpire_pay::rails::SolRate> {
+        match &self.sol_price {
+            Some(feed) => feed.rate(umpire_core::time::now_unix()).await,
+            None => None,
+        }
+    }
+
     pub fn public_keys(&self) -> Vec<PublicKey> {
         let mut keys = vec![PublicKey::of(self.signer.as_ref())];
         keys.extend(self.retired_keys.iter().cloned());
@@ -92,5 +105,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Validate => handlers::validate(state, &req).await,
         Route::Status => lookup::status(state, &req).await,
         Route::Find => lookup::find(state, &req).await,
+        Route::Buy => buy::buy(state, &req).await,
     }
 }

@@ -1,48 +1,28 @@
 //! The x402 answer to an unpaid (or wrongly paid) request: HTTP 402 with
 //! `PAYMENT-REQUIRED` = standard base64 of the v2 `PaymentRequired` JSON (the v2 clients
 //! read only the header), the same object in the body under `requirements`, and
-//! `Cache-Control: no-store`.
+//! `Cache-Control: no-store`. For x402 v1 clients, which read only the body, the body
+//! also carries `x402Version: 1` and the v1 `accepts` (v2 clients read the header first).
 
-use umpire_core::product::Price;
 use umpire_core::{ApiError, ErrorCode, Value};
-use umpire_pay::rails::SolRate;
-use umpire_pay::{HEADER_PAYMENT_REQUIRED, PaymentRequired, ResourceInfo, encode_header};
+use umpire_pay::{HEADER_PAYMENT_REQUIRED, PaymentRequired, PaymentRequirementsV1, encode_header};
 
-use crate::{Config, Response, respond};
-
-/// Our requirements for `price` at `resource_url`.
-pub fn requirements(
-    config: &Config,
-    price: Price,
-    sol: Option<SolRate>,
-    resource_url: &str,
-    description: &str,
-    reason: &str,
-) -> PaymentRequired {
-    config.rails.payment_required(
-        price,
-        sol,
-        ResourceInfo {
-            url: resource_url.to_owned(),
-            description: description.to_owned(),
-            mime_type: "application/json".into(),
-        },
-        reason,
-    )
-}
+use crate::{Response, respond};
 
 /// The 402 response for `required`, with a human-readable error object too.
 pub fn payment_required_response(
     required: &PaymentRequired,
+    v1_accepts: &[PaymentRequirementsV1],
     message: &str,
     hint: &str,
 ) -> Response {
-    let requirements = serde_json::to_value(required)
-        .map(Value::from)
-        .unwrap_or(Value::Null);
+    let as_value =
+        |v: serde_json::Result<serde_json::Value>| v.map(Value::from).unwrap_or(Value::Null);
     let body = ApiError::new(ErrorCode::PaymentRequired, message, hint)
         .to_body()
-        .with("requirements", requirements);
+        .with("requirements", as_value(serde_json::to_value(required)))
+        .with("x402Version", 1u64)
+        .with("accepts", as_value(serde_json::to_value(v1_accepts)));
     let mut r = respond::json(402, &body);
     if let Ok(v) = http::HeaderValue::from_str(&encode_header(required)) {
         r.headers_mut().insert(HEADER_PAYMENT_REQUIRED, v);
@@ -53,7 +33,9 @@ pub fn payment_required_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Config;
     use umpire_core::product::Tier;
+    use umpire_pay::ResourceInfo;
 
     fn config() -> Config {
         let rails = umpire_pay::config::rails_from(|k| match k {
@@ -75,16 +57,19 @@ mod tests {
     #[test]
     fn the_402_carries_the_requirements_in_header_and_body() {
         let c = config();
-        let req = requirements(
-            &c,
-            Tier::Probe.price(),
-            None,
-            "https://umpire.vimabrosta.com/v1/verdicts/probe",
-            "Umpire probe verdict",
-            "payment required",
-        );
+        let resource = ResourceInfo {
+            url: "https://umpire.vimabrosta.com/v1/verdicts/probe".into(),
+            description: "Umpire probe verdict".into(),
+            mime_type: "application/json".into(),
+        };
+        let price = Tier::Probe.price();
+        let req = c
+            .rails
+            .payment_required(price, None, resource.clone(), "payment required");
+        let v1 = c.rails.accepts_v1(price, None, &resource);
         let r = payment_required_response(
             &req,
+            &v1,
             "this verdict costs $2.00",
             "Pay with x402 and retry the identical request.",
         );
@@ -123,6 +108,22 @@ mod tests {
                 .and_then(|e| e.get("code"))
                 .and_then(Value::as_str),
             Some("payment_required")
+        );
+        // v1 clients read the body: x402Version 1 and v1 accepts with plain network names.
+        assert_eq!(body.get("x402Version"), Some(&Value::from(1u64)));
+        let v1_accepts = body
+            .get("accepts")
+            .and_then(Value::as_array)
+            .expect("v1 accepts");
+        assert_eq!(
+            v1_accepts[0].get("network").and_then(Value::as_str),
+            Some("base")
+        );
+        assert_eq!(
+            v1_accepts[0]
+                .get("maxAmountRequired")
+                .and_then(Value::as_str),
+            Some("2000000")
         );
     }
 }

@@ -11,6 +11,8 @@ pub enum Route {
     Validate,
     Status,
     Find,
+    /// `POST /v1/verdicts/{tier}`: a paid verdict.
+    Buy,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -20,6 +22,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("GET", "/v1/quote", Route::Quote),
     ("POST", "/v1/validate", Route::Validate),
     ("GET", "/v1/verdicts/{id}", Route::Status),
+    ("POST", "/v1/verdicts/{tier}", Route::Buy),
     ("GET", "/v1/find", Route::Find),
 ];
 

@@ -58,6 +58,8 @@ error_codes! {
     MethodNotAllowed => ("method_not_allowed", 405),
     PaymentRequired => ("payment_required", 402),
     PayloadTooLarge => ("payload_too_large", 413),
+    // Something this deployment does not serve (yet, or as configured); nothing charged.
+    Unavailable => ("unavailable", 503),
 }
 
 impl ErrorCode {

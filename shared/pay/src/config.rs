@@ -12,10 +12,26 @@
 //! | `UMPIRE_SOLANA_NETWORK`, `UMPIRE_SOLANA_USDC_MINT` | network and mint | mainnet, mainnet USDC |
 //! | `UMPIRE_SOL_NATIVE` | `on` adds native SOL (quoted from the spot rate) | off |
 //! | `UMPIRE_PAYMENT_TIMEOUT_SECONDS` | `maxTimeoutSeconds` | `60` |
+//!
+//! Settlement (see [`payments_from`]):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `UMPIRE_SETTLEMENT` | `self` (EVM on our RPC with our key) or `facilitator` | `facilitator` when `UMPIRE_FACILITATOR_URL` is set, else `self` |
+//! | `UMPIRE_FACILITATOR_URL`, `UMPIRE_FACILITATOR_AUTH` | the facilitator and its `Authorization` header value; required for Solana rails | — |
+//! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key | — |
+//! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
+//! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use crate::evm::EvmChain;
+use crate::price::{DEFAULT_SOL_PRICE_URL, SolPriceFeed};
 use crate::rails::{Rail, RailPricing, Rails};
+use crate::settle::{FacilitatorClient, Payments, SelfSettler};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
@@ -186,7 +202,116 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
 }
 
 pub fn rails_from_env() -> Result<Rails, PayConfigError> {
-    rails_from(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    rails_from(env)
+}
+
+fn env(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+/// How this deployment verifies and settles, for the rails it accepts. Connects to the
+/// RPC (checking its chain id) when self-settling.
+pub async fn payments_from(
+    rails: &Rails,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Payments, PayConfigError> {
+    let facilitator = match get("UMPIRE_FACILITATOR_URL") {
+        Some(url) => Some(Arc::new(
+            FacilitatorClient::new(&url, get("UMPIRE_FACILITATOR_AUTH"))
+                .map_err(|e| err("UMPIRE_FACILITATOR_URL", e.message))?,
+        )),
+        None => None,
+    };
+    let mode = get("UMPIRE_SETTLEMENT").unwrap_or_else(|| {
+        if facilitator.is_some() {
+            "facilitator"
+        } else {
+            "self"
+        }
+        .into()
+    });
+    let evm_rail = rails.rails.iter().find(|r| r.is_evm());
+    let evm = match (mode.as_str(), evm_rail) {
+        ("facilitator", _) => {
+            if facilitator.is_none() {
+                return Err(err(
+                    "UMPIRE_FACILITATOR_URL",
+                    "UMPIRE_SETTLEMENT=facilitator needs the facilitator's URL",
+                ));
+            }
+            None
+        }
+        ("self", None) => None,
+        ("self", Some(rail)) => {
+            let rpc = get("UMPIRE_EVM_RPC_URL").ok_or_else(|| {
+                err(
+                    "UMPIRE_EVM_RPC_URL",
+                    "self-settlement of the EVM rail needs an RPC URL (or set UMPIRE_FACILITATOR_URL)",
+                )
+            })?;
+            let key = get("UMPIRE_SETTLER_PRIVATE_KEY").ok_or_else(|| {
+                err(
+                    "UMPIRE_SETTLER_PRIVATE_KEY",
+                    "self-settlement needs the key that pays gas for transferWithAuthorization",
+                )
+            })?;
+            let timeout = match get("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS") {
+                None => 30,
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| (1..=600).contains(s))
+                    .ok_or_else(|| {
+                        err(
+                            "UMPIRE_SETTLEMENT_TIMEOUT_SECONDS",
+                            "must be seconds from 1 to 600",
+                        )
+                    })?,
+            };
+            let chain_id = crate::evm::chain_id(&rail.network)
+                .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be eip155:<chain id>"))?;
+            let chain = EvmChain::connect(&rpc, chain_id, Some(&key), Duration::from_secs(timeout))
+                .await
+                .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
+            Some(Arc::new(SelfSettler { chain }))
+        }
+        (other, _) => {
+            return Err(err(
+                "UMPIRE_SETTLEMENT",
+                format!("{other:?} is not a settlement mode (use self or facilitator)"),
+            ));
+        }
+    };
+    let payments = Payments { evm, facilitator };
+    if let Some(rail) = rails.rails.iter().find(|r| !payments.can_settle(r)) {
+        return Err(err(
+            "UMPIRE_FACILITATOR_URL",
+            format!(
+                "the rail on {} needs a facilitator to verify and settle its payments",
+                rail.network
+            ),
+        ));
+    }
+    Ok(payments)
+}
+
+pub async fn payments_from_env(rails: &Rails) -> Result<Payments, PayConfigError> {
+    payments_from(rails, env).await
+}
+
+/// The SOL price source, when native SOL is accepted.
+pub fn sol_price_from_env(rails: &Rails) -> Result<Option<Arc<SolPriceFeed>>, PayConfigError> {
+    if !rails
+        .rails
+        .iter()
+        .any(|r| r.pricing == RailPricing::SolSpot)
+    {
+        return Ok(None);
+    }
+    let url = env("UMPIRE_SOL_PRICE_URL").unwrap_or_else(|| DEFAULT_SOL_PRICE_URL.into());
+    SolPriceFeed::new(&url)
+        .map(|f| Some(Arc::new(f)))
+        .map_err(|e| err("UMPIRE_SOL_PRICE_URL", e))
 }
 
 #[cfg(test)]
@@ -300,5 +425,57 @@ mod tests {
         ] {
             assert_eq!(rails(&pairs).map_err(|e| e.name), Err(name));
         }
+    }
+
+    #[tokio::test]
+    async fn settlement_must_cover_every_rail() {
+        let evm_only = rails(&[(
+            "UMPIRE_EVM_PAY_TO",
+            "0x1111111111111111111111111111111111111111",
+        )])
+        .expect("rails");
+        let get = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let e = payments_from(&evm_only, get(&[]))
+            .await
+            .expect_err("no RPC");
+        assert_eq!(e.name, "UMPIRE_EVM_RPC_URL");
+        let e = payments_from(&evm_only, get(&[("UMPIRE_SETTLEMENT", "facilitator")]))
+            .await
+            .expect_err("no facilitator");
+        assert_eq!(e.name, "UMPIRE_FACILITATOR_URL");
+        let e = payments_from(&evm_only, get(&[("UMPIRE_SETTLEMENT", "both")]))
+            .await
+            .expect_err("unknown mode");
+        assert_eq!(e.name, "UMPIRE_SETTLEMENT");
+        let with_solana = rails(&[
+            (
+                "UMPIRE_SOLANA_PAY_TO",
+                "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+            ),
+            (
+                "UMPIRE_SOLANA_FEE_PAYER",
+                "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
+            ),
+        ])
+        .expect("rails");
+        let e = payments_from(&with_solana, get(&[]))
+            .await
+            .expect_err("Solana needs a facilitator");
+        assert_eq!(e.name, "UMPIRE_FACILITATOR_URL");
+        let p = payments_from(
+            &with_solana,
+            get(&[("UMPIRE_FACILITATOR_URL", "https://facilitator.example")]),
+        )
+        .await
+        .expect("facilitator settles Solana");
+        assert!(p.can_settle(&with_solana.rails[0]));
+        assert!(p.evm.is_none());
     }
 }

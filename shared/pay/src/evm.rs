@@ -449,16 +449,19 @@ impl EvmChain {
         let tx = TransactionRequest::default()
             .with_to(token)
             .with_input(payment.transfer_calldata()?);
-        let pending = self.provider.send_transaction(tx).await.map_err(|e| {
-            if e.as_error_resp().is_some() {
-                invalid(
+        let pending = match self.provider.send_transaction(tx).await {
+            Ok(p) => p,
+            Err(e) if e.as_error_resp().is_some() => {
+                // Say why in the payer's terms when the chain can tell (funds moved
+                // away, authorization used or canceled since verification).
+                self.check_onchain(token, payment).await?;
+                return Err(invalid(
                     "settlement_failed",
                     format!("the chain refused the transfer: {e}"),
-                )
-            } else {
-                rpc_error("eth_sendTransaction", e)
+                ));
             }
-        })?;
+            Err(e) => return Err(rpc_error("eth_sendTransaction", e)),
+        };
         let hash = *pending.tx_hash();
         match pending
             .with_timeout(Some(self.receipt_timeout))

@@ -8,6 +8,7 @@
 pub mod codec;
 pub mod config;
 pub mod evm;
+pub mod price;
 pub mod rails;
 pub mod settle;
 pub mod types;

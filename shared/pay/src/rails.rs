@@ -89,6 +89,19 @@ pub enum MatchError {
     Malformed(String),
 }
 
+impl MatchError {
+    /// The x402 `invalidReason` code for this mismatch.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            MatchError::UnknownRail { .. } => "unsupported_scheme",
+            MatchError::WrongAsset { .. } => "invalid_exact_evm_payload_asset_mismatch",
+            MatchError::WrongPayTo { .. } => "invalid_exact_evm_payload_recipient_mismatch",
+            MatchError::WrongAmount { .. } => "invalid_exact_evm_payload_authorization_value",
+            MatchError::Malformed(_) => "invalid_payload",
+        }
+    }
+}
+
 impl Rails {
     fn amount(&self, rail: &Rail, price: Price, sol: Option<SolRate>) -> Option<String> {
         match rail.pricing {

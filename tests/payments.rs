@@ -1,0 +1,407 @@
+//! x402 end to end, the way a customer meets it: the reference JavaScript clients
+//! (`@x402/fetch` + `@x402/evm` for v2, `x402-fetch` for v1) paying the real
+//! `umpire serve`, settled on anvil against the test EIP-3009 token, by Umpire itself
+//! or by the reference facilitator. Balances are read from the chain.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
+use umpire_blackbox::{Reply, Server, TempDir, python_recipe, request};
+use umpire_core::json::Value;
+
+const PRICE_BASIC: u128 = 1_000_000;
+const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"},"job_ref":"erc8183:job/9"}"###;
+
+fn url(server: &Server, tier: &str) -> String {
+    format!("http://{}/v1/verdicts/{tier}", server.addr)
+}
+
+fn decode_b64_json(s: &str) -> serde_json::Value {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("standard base64");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+fn post(server: &Server, body: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut all = vec![("Content-Type", "application/json")];
+    all.extend_from_slice(headers);
+    request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/basic",
+        &all,
+        Some(body.as_bytes()),
+    )
+}
+
+fn key() -> String {
+    umpire_core::hash::random_id("idem")
+}
+
+/// The signed document verifies with the contract's Python recipe.
+fn assert_recipe_verifies(server: &Server, document: &Value, deliverable: &str) {
+    let tmp = TempDir::new("paid-recipe");
+    let doc = tmp.write("doc.json", &document.to_canonical_vec());
+    let keys = tmp.write(
+        "keys.json",
+        &server.get("/.well-known/umpire-key.json").body,
+    );
+    let d = tmp.write("deliverable.json", deliverable.as_bytes());
+    let (ok, said) = python_recipe(&doc, &keys, &d);
+    assert!(ok, "the recipe rejected a paid document: {said}");
+}
+
+#[test]
+fn the_402_names_every_rail_in_header_and_body_and_refusals_come_first() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let r = post(&server, BODY, &[]);
+    assert_eq!(r.status, 402);
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let header = decode_b64_json(r.header("payment-required").expect("PAYMENT-REQUIRED"));
+    assert_eq!(header["x402Version"], 2);
+    assert_eq!(header["accepts"][0]["network"], devnet.info["network"]);
+    assert_eq!(header["accepts"][0]["amount"], "1000000");
+    assert_eq!(
+        header["resource"]["url"],
+        "https://umpire.vimabrosta.com/v1/verdicts/basic"
+    );
+    let body = r.json();
+    assert_eq!(
+        body.get("requirements"),
+        Some(&Value::from(header.clone())),
+        "the body mirrors the header"
+    );
+    assert_eq!(r.error_code(), "payment_required");
+
+    // Refused before any payment is asked for: no 402, no PAYMENT-REQUIRED.
+    let bad_spec =
+        r#"{"spec":{"checks":[{"type":"regex","pattern":"(a+)+$"}]},"deliverable":{"text":"x"}}"#;
+    let r = post(&server, bad_spec, &[]);
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.error_code(), "invalid_spec");
+    assert!(r.header("payment-required").is_none());
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/platinum",
+        &[("Content-Type", "application/json")],
+        Some(BODY.as_bytes()),
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "unknown_tier");
+    let r = post(&server, BODY, &[("Idempotency-Key", "short")]);
+    assert_eq!(r.error_code(), "invalid_idempotency_key");
+}
+
+#[test]
+fn the_reference_client_buys_a_basic_verdict_and_retries_replay_without_paying() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payer = devnet.get("payer");
+    let pay_to = devnet.get("pay_to");
+    let (payer0, pay_to0) = (devnet.balance(&payer), devnet.balance(&pay_to));
+    let idem = key();
+
+    let bought = buy_v2(&devnet, &url(&server, "basic"), BODY, Some(&idem));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let settlement = decode_b64_json(&bought.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(settlement["success"], true);
+    assert_eq!(settlement["network"], devnet.info["network"]);
+    assert!(
+        settlement["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66)
+    );
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    assert_eq!(devnet.balance(&pay_to), pay_to0 + PRICE_BASIC);
+
+    let body = bought.json();
+    let document = body.get("document").expect("document").clone();
+    assert_eq!(
+        document.get("verdict").and_then(Value::as_str),
+        Some("pass")
+    );
+    assert_eq!(
+        document.get("job_ref").and_then(Value::as_str),
+        Some("erc8183:job/9")
+    );
+    assert_recipe_verifies(
+        &server,
+        &document,
+        r##"{"text":"# Report\nall tests pass"}"##,
+    );
+
+    // The status link with the one-time secret returns the same document.
+    let id = body.get("verdict_id").and_then(Value::as_str).expect("id");
+    let secret = body.get("secret").and_then(Value::as_str).expect("secret");
+    let bearer = format!("Bearer {secret}");
+    let status = request(
+        server.addr,
+        "GET",
+        &format!("/v1/verdicts/{id}"),
+        &[("Authorization", &bearer)],
+        None,
+    );
+    assert_eq!(status.status, 200);
+    assert_eq!(status.json().get("document"), Some(&document));
+
+    // Same key, same body: the original response, no second transfer (the client
+    // signs a fresh payment for the second 402; it is never submitted).
+    let again = buy_v2(&devnet, &url(&server, "basic"), BODY, Some(&idem));
+    assert_eq!(again.status, 201);
+    assert_eq!(again.body, bought.body, "a replay is the original response");
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+
+    // Same key, another body: refused, nothing charged.
+    let other = BODY.replace("all tests pass", "most tests pass");
+    let reuse = buy_v2(&devnet, &url(&server, "basic"), &other, Some(&idem));
+    assert_eq!(reuse.status, 409, "{}", reuse.body);
+    assert!(reuse.body.contains("idempotency_key_reuse"));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn twenty_concurrent_requests_with_one_key_and_one_payment_settle_once() {
+    let devnet = Devnet::start();
+    let server = Arc::new(devnet.serve(Settlement::SelfSettle, &[]));
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let payment = Arc::new(sign_payment(&devnet, &url(&server, "basic"), BODY));
+    let idem = Arc::new(key());
+    let replies: Vec<Reply> = (0..20)
+        .map(|_| {
+            let (server, payment, idem) = (server.clone(), payment.clone(), idem.clone());
+            std::thread::spawn(move || {
+                post(
+                    &server,
+                    BODY,
+                    &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().expect("request thread"))
+        .collect();
+    let created: Vec<&Reply> = replies.iter().filter(|r| r.status == 201).collect();
+    assert!(!created.is_empty(), "one request must win");
+    for r in &replies {
+        match r.status {
+            201 => assert_eq!(r.body, created[0].body, "every 201 is the one purchase"),
+            409 => assert_eq!(r.error_code(), "in_flight"),
+            other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&r.body)),
+        }
+    }
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - PRICE_BASIC,
+        "settled exactly once"
+    );
+}
+
+/// Re-encodes a PAYMENT-SIGNATURE after `edit` changes its JSON.
+fn tampered(header: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut v = decode_b64_json(header);
+    edit(&mut v);
+    base64::engine::general_purpose::STANDARD.encode(v.to_string())
+}
+
+fn assert_refused(r: &Reply, reason: &str) {
+    assert_eq!(r.status, 402, "{}", String::from_utf8_lossy(&r.body));
+    let s = decode_b64_json(
+        r.header("payment-response")
+            .expect("PAYMENT-RESPONSE on a refusal"),
+    );
+    assert_eq!(s["success"], false);
+    assert_eq!(s["errorReason"], reason, "{s}");
+    assert!(
+        r.header("payment-required").is_some(),
+        "the requirements come again"
+    );
+}
+
+#[test]
+fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let good = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let send = |h: &str| {
+        post(
+            &server,
+            BODY,
+            &[("PAYMENT-SIGNATURE", h), ("Idempotency-Key", &key())],
+        )
+    };
+
+    let cheap = tampered(&good, |v| {
+        v["accepted"]["amount"] = "250000".into();
+        v["payload"]["authorization"]["value"] = "250000".into();
+    });
+    assert_refused(
+        &send(&cheap),
+        "invalid_exact_evm_payload_authorization_value",
+    );
+    let elsewhere = "0x000000000000000000000000000000000000dEaD";
+    let misdirected = tampered(&good, |v| {
+        v["accepted"]["payTo"] = elsewhere.into();
+        v["payload"]["authorization"]["to"] = elsewhere.into();
+    });
+    assert_refused(
+        &send(&misdirected),
+        "invalid_exact_evm_payload_recipient_mismatch",
+    );
+    let expired = tampered(&good, |v| {
+        v["payload"]["authorization"]["validBefore"] = "1700000000".into();
+    });
+    assert_refused(
+        &send(&expired),
+        "invalid_exact_evm_payload_authorization_valid_before",
+    );
+    let forged = tampered(&good, |v| {
+        let sig = v["payload"]["signature"]
+            .as_str()
+            .expect("signature")
+            .to_owned();
+        // Flip one nibble of r.
+        let flipped = if &sig[10..11] == "0" { "1" } else { "0" };
+        v["payload"]["signature"] = format!("{}{}{}", &sig[..10], flipped, &sig[11..]).into();
+    });
+    assert_refused(&send(&forged), "invalid_exact_evm_payload_signature");
+    let other_chain = tampered(&good, |v| v["accepted"]["network"] = "eip155:1".into());
+    assert_refused(&send(&other_chain), "unsupported_scheme");
+    assert_refused(&send("%%% not base64 %%%"), "invalid_payload");
+    assert_eq!(devnet.balance(&payer), payer0, "nothing settled");
+
+    // The good payment buys once; replayed under a new key it is spent.
+    let r = send(&good);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    let replayed = send(&good);
+    assert_refused(
+        &replayed,
+        "invalid_exact_evm_payload_authorization_nonce_used",
+    );
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
+    let devnet = Devnet::start();
+    // A check that legitimately runs until the limit gives a window between verify
+    // and settle in which the payer's funds leave.
+    let server =
+        Arc::new(devnet.serve(Settlement::SelfSettle, &[("UMPIRE_CHECK_LIMIT_MS", "5000")]));
+    let slow = format!(
+        r#"{{"spec":{{"checks":[{{"type":"regex","pattern":"a(?=a*$)b"}}]}},"deliverable":{{"text":"{}"}}}}"#,
+        "a".repeat(100_000)
+    );
+    let payer = devnet.get("payer");
+    let elsewhere = devnet.get("settler");
+    let payer0 = devnet.balance(&payer);
+    let payment = sign_payment(&devnet, &url(&server, "basic"), &slow);
+    let idem = key();
+    let purchase = {
+        let (server, slow, payment, idem) =
+            (server.clone(), slow.clone(), payment.clone(), idem.clone());
+        std::thread::spawn(move || {
+            request(
+                server.addr,
+                "POST",
+                "/v1/verdicts/basic",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", &payment),
+                    ("Idempotency-Key", &idem),
+                ],
+                Some(slow.as_bytes()),
+            )
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    devnet.transfer(&payer, &elsewhere, payer0);
+    let voided = purchase.join().expect("purchase thread");
+    assert_eq!(
+        voided.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&voided.body)
+    );
+    let s = decode_b64_json(voided.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(s["success"], false);
+    assert_eq!(s["errorReason"], "insufficient_funds", "{s}");
+    assert!(
+        voided
+            .json()
+            .get("error")
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.contains("voided")),
+        "{}",
+        String::from_utf8_lossy(&voided.body)
+    );
+    assert!(
+        voided.json().get("document").is_none(),
+        "nothing is delivered"
+    );
+
+    // Funds back: the same key buys (it was released), and the money moves once.
+    devnet.transfer(&elsewhere, &payer, payer0);
+    let bought = buy_v2(&devnet, &url(&server, "basic"), &slow, Some(&idem));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    let doc = bought.json().get("document").cloned().expect("document");
+    assert_eq!(
+        doc.get("verdict").and_then(Value::as_str),
+        Some("fail"),
+        "the hostile check failed at the limit"
+    );
+}
+
+#[test]
+fn the_reference_facilitator_verifies_and_settles_for_us() {
+    let devnet = Devnet::start();
+    let facilitator = Facilitator::start(&devnet, None);
+    let server = devnet.serve(Settlement::Facilitator(facilitator.url.clone()), &[]);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let bought = buy_v2(&devnet, &url(&server, "basic"), BODY, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let s = decode_b64_json(&bought.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(s["success"], true);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    // A forged signature is refused by our offline check before the facilitator is asked.
+    let good = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let cheap = tampered(&good, |v| {
+        v["payload"]["authorization"]["validAfter"] = "1".into()
+    });
+    let r = post(
+        &server,
+        BODY,
+        &[("PAYMENT-SIGNATURE", &cheap), ("Idempotency-Key", &key())],
+    );
+    assert_refused(&r, "invalid_exact_evm_payload_signature");
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn the_v1_client_buys_with_x_payment() {
+    // x402 v1 names networks; "base-sepolia" is chain 84532.
+    let devnet = Devnet::start_on(Some(84532));
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let bought = buy_v1(&devnet, &url(&server, "basic"), BODY, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let s = decode_b64_json(
+        &bought
+            .header("x-payment-response")
+            .expect("X-PAYMENT-RESPONSE"),
+    );
+    assert_eq!(s["success"], true);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}

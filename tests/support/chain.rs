@@ -1,0 +1,324 @@
+//! A local EVM chain for payment tests: anvil (from npm) on a free port with the test
+//! EIP-3009 token deployed by `infra/devnet/deploy.mjs`, plus the reference x402 tools
+//! in `tests/js/` run with node. Everything is stopped by PID on drop.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::{Server, TempDir, repo_root, request};
+
+/// anvil: `$UMPIRE_ANVIL`, else the npm package's binary under node_modules.
+pub fn anvil_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("UMPIRE_ANVIL") {
+        return PathBuf::from(p);
+    }
+    let p = repo_root().join("node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
+    assert!(
+        p.exists(),
+        "{} is missing: run `npm ci` at the repository root (make test does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs a node script from the repository with arguments; returns its last stdout line
+/// as JSON. Panics with stderr when it fails.
+pub fn node_json(script: &str, args: &[&str]) -> Value {
+    let out = Command::new("node")
+        .arg(repo_root().join(script))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("run node (is Node.js installed?)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    match serde_json::from_str(last) {
+        Ok(v) if out.status.success() => v,
+        Ok(v) => v,
+        Err(_) => panic!(
+            "node {script} failed ({}):\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// A running anvil with the token deployed; `info` is devnet.json.
+pub struct Devnet {
+    anvil: Child,
+    pub dir: TempDir,
+    pub info: Value,
+}
+
+impl Devnet {
+    pub fn start() -> Devnet {
+        Devnet::start_on(None)
+    }
+
+    /// With a chain id of our choosing (x402 v1 clients know chains by name only).
+    pub fn start_on(chain_id: Option<u64>) -> Devnet {
+        let mut cmd = Command::new(anvil_bin());
+        cmd.args(["--host", "127.0.0.1", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(id) = chain_id {
+            cmd.args(["--chain-id", &id.to_string()]);
+        }
+        let mut anvil = cmd.spawn().expect("start anvil");
+        let stdout = anvil.stdout.take().expect("anvil stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr: SocketAddr = loop {
+            let line = lines
+                .next()
+                .expect("anvil exited before listening")
+                .expect("read anvil output");
+            if let Some(a) = line.trim().strip_prefix("Listening on ") {
+                break a.parse().expect("anvil address");
+            }
+        };
+        // anvil logs every request; keep its pipe drained.
+        std::thread::spawn(move || lines.for_each(drop));
+        let dir = TempDir::new("devnet");
+        let out = dir.path().join("devnet.json");
+        let rpc = format!("http://{addr}");
+        let out_s = out.to_string_lossy().into_owned();
+        let info = node_json("infra/devnet/deploy.mjs", &["--rpc", &rpc, "--out", &out_s]);
+        assert!(info.get("asset").is_some(), "deploy failed: {info}");
+        Devnet { anvil, dir, info }
+    }
+
+    pub fn get(&self, k: &str) -> String {
+        match &self.info[k] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    pub fn devnet_json(&self) -> String {
+        self.dir
+            .path()
+            .join("devnet.json")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn rpc_addr(&self) -> SocketAddr {
+        self.get("rpc_url")
+            .trim_start_matches("http://")
+            .parse()
+            .expect("rpc address")
+    }
+
+    pub fn rpc(&self, method: &str, params: Value) -> Value {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+        let r = request(
+            self.rpc_addr(),
+            "POST",
+            "/",
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        );
+        let v: Value = serde_json::from_slice(&r.body).expect("JSON-RPC answer");
+        if let Some(e) = v.get("error") {
+            panic!("{method} failed: {e}");
+        }
+        v["result"].clone()
+    }
+
+    /// The token balance of `owner` in base units.
+    pub fn balance(&self, owner: &str) -> u128 {
+        // balanceOf(address): selector 0x70a08231, then the address left-padded to 32 bytes.
+        let data = format!(
+            "0x70a08231{:0>64}",
+            owner.trim_start_matches("0x").to_lowercase()
+        );
+        let out = self.rpc(
+            "eth_call",
+            json!([{"to": self.get("asset"), "data": data}, "latest"]),
+        );
+        u128::from_str_radix(out.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)
+            .expect("balance")
+    }
+
+    /// Moves `amount` of the token from `from` (an unlocked anvil account) to `to`.
+    pub fn transfer(&self, from: &str, to: &str, amount: u128) {
+        // transfer(address,uint256): selector 0xa9059cbb.
+        let data = format!(
+            "0xa9059cbb{:0>64}{:064x}",
+            to.trim_start_matches("0x").to_lowercase(),
+            amount
+        );
+        let hash = self.rpc(
+            "eth_sendTransaction",
+            json!([{"from": from, "to": self.get("asset"), "data": data}]),
+        );
+        // anvil mines on submission, but the receipt can lag a moment under load.
+        let mut receipt = Value::Null;
+        for _ in 0..100 {
+            receipt = self.rpc("eth_getTransactionReceipt", json!([hash]));
+            if !receipt.is_null() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(receipt["status"], "0x1", "transfer failed: {receipt}");
+    }
+
+    /// The environment for `umpire serve` to sell on this chain.
+    pub fn server_env(&self, settlement: Settlement) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("UMPIRE_EVM_PAY_TO".into(), self.get("pay_to")),
+            ("UMPIRE_EVM_NETWORK".into(), self.get("network")),
+            ("UMPIRE_EVM_ASSET".into(), self.get("asset")),
+            ("UMPIRE_EVM_ASSET_NAME".into(), self.get("asset_name")),
+            ("UMPIRE_EVM_ASSET_VERSION".into(), self.get("asset_version")),
+        ];
+        match settlement {
+            Settlement::SelfSettle => {
+                env.push(("UMPIRE_SETTLEMENT".into(), "self".into()));
+                env.push(("UMPIRE_EVM_RPC_URL".into(), self.get("rpc_url")));
+                env.push((
+                    "UMPIRE_SETTLER_PRIVATE_KEY".into(),
+                    self.get("settler_private_key"),
+                ));
+            }
+            Settlement::Facilitator(url) => {
+                env.push(("UMPIRE_SETTLEMENT".into(), "facilitator".into()));
+                env.push(("UMPIRE_FACILITATOR_URL".into(), url));
+                env.push((
+                    "UMPIRE_FACILITATOR_AUTH".into(),
+                    format!("Bearer {FACILITATOR_TOKEN}"),
+                ));
+            }
+        }
+        env
+    }
+
+    /// `umpire serve` selling on this chain.
+    pub fn serve(&self, settlement: Settlement, extra: &[(&str, &str)]) -> Server {
+        let env = self.server_env(settlement);
+        let mut all: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        all.extend_from_slice(extra);
+        Server::start_with(&all)
+    }
+}
+
+impl Drop for Devnet {
+    fn drop(&mut self) {
+        let _ = self.anvil.kill();
+        let _ = self.anvil.wait();
+    }
+}
+
+pub const FACILITATOR_TOKEN: &str = "test-facilitator-token";
+
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    SelfSettle,
+    Facilitator(String),
+}
+
+/// The reference facilitator (tests/js/facilitator.mjs) on this chain.
+pub struct Facilitator {
+    child: Child,
+    pub url: String,
+}
+
+impl Facilitator {
+    pub fn start(devnet: &Devnet, v1_network: Option<&str>) -> Facilitator {
+        let mut cmd = Command::new("node");
+        cmd.arg(repo_root().join("tests/js/facilitator.mjs"))
+            .args([
+                "--devnet",
+                &devnet.devnet_json(),
+                "--token",
+                FACILITATOR_TOKEN,
+            ])
+            .current_dir(repo_root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(n) = v1_network {
+            cmd.args(["--v1-network", n]);
+        }
+        let mut child = cmd.spawn().expect("start the facilitator");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("facilitator port line");
+        let v: Value = serde_json::from_str(line.trim())
+            .unwrap_or_else(|_| panic!("facilitator said {line:?}"));
+        Facilitator {
+            child,
+            url: format!("http://127.0.0.1:{}", v["port"]),
+        }
+    }
+}
+
+impl Drop for Facilitator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a node client printed: status, headers, body text.
+pub struct Bought {
+    pub status: u16,
+    pub headers: Value,
+    pub body: String,
+}
+
+impl Bought {
+    pub fn json(&self) -> umpire_core::Value {
+        umpire_core::json::parse(self.body.as_bytes())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers[name].as_str().map(str::to_owned)
+    }
+}
+
+/// Buys with the reference v2 client (`@x402/fetch` + `@x402/evm`).
+pub fn buy_v2(devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Bought {
+    buy_with("tests/js/buy.mjs", devnet, url, body, key)
+}
+
+/// Buys with the reference v1 client (`x402-fetch`).
+pub fn buy_v1(devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Bought {
+    buy_with("tests/js/buy_v1.mjs", devnet, url, body, key)
+}
+
+fn buy_with(script: &str, devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Bought {
+    let dn = devnet.devnet_json();
+    let mut args = vec!["--devnet", dn.as_str(), "--url", url, "--body", body];
+    if let Some(k) = key {
+        args.extend(["--key", k]);
+    }
+    let v = node_json(script, &args);
+    Bought {
+        status: v["status"].as_u64().unwrap_or(0) as u16,
+        headers: v["headers"].clone(),
+        body: v["body"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// A PAYMENT-SIGNATURE header signed by the reference client for `url`'s 402, not sent.
+pub fn sign_payment(devnet: &Devnet, url: &str, body: &str) -> String {
+    let dn = devnet.devnet_json();
+    let v = node_json(
+        "tests/js/buy.mjs",
+        &["--devnet", &dn, "--url", url, "--body", body, "--sign-only"],
+    );
+    v["header"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no payment header: {v}"))
+        .to_owned()
+}
