@@ -191,7 +191,13 @@ fn twenty_concurrent_requests_with_one_key_and_one_payment_settle_once() {
     for r in &replies {
         match r.status {
             201 => assert_eq!(r.body, created[0].body, "every 201 is the one purchase"),
-            409 => assert_eq!(r.error_code(), "in_flight"),
+            409 => {
+                assert_eq!(r.error_code(), "in_flight");
+                assert!(
+                    r.header("retry-after").is_some(),
+                    "in_flight says when to retry"
+                );
+            }
             other => panic!("unexpected {other}: {}", String::from_utf8_lossy(&r.body)),
         }
     }
@@ -404,4 +410,36 @@ fn the_v1_client_buys_with_x_payment() {
     );
     assert_eq!(s["success"], true);
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn replays_are_rate_limited_per_ip() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_RATE_LIMITS", "on"),
+            ("UMPIRE_RATE_LIMIT_REPLAY", "1"),
+        ],
+    );
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let idem = key();
+    let headers = [
+        ("PAYMENT-SIGNATURE", payment.as_str()),
+        ("Idempotency-Key", idem.as_str()),
+    ];
+    let first = post(&server, BODY, &headers);
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let replay = post(&server, BODY, &headers);
+    assert_eq!(replay.status, 201);
+    assert_eq!(replay.body, first.body);
+    let limited = post(&server, BODY, &headers);
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.error_code(), "rate_limited");
+    assert!(limited.header("retry-after").is_some());
 }
