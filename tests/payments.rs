@@ -373,6 +373,44 @@ fn the_reference_facilitator_verifies_and_settles_for_us() {
     let devnet = Devnet::start();
     let facilitator = Facilitator::start(&devnet, None);
     let server = devnet.serve(Settlement::Facilitator(facilitator.url.clone()), &[]);
+    // Its /supported lists our rail, so the start-up check has nothing to say.
+    let rails = umpire_pay::config::rails_from(|k| {
+        devnet
+            .server_env(Settlement::Facilitator(facilitator.url.clone()))
+            .into_iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v)
+    })
+    .expect("rails");
+    let payments = umpire_pay::Payments {
+        evm: None,
+        facilitator: Some(Arc::new(
+            umpire_pay::settle::FacilitatorClient::new(
+                &facilitator.url,
+                Some(format!(
+                    "Bearer {}",
+                    umpire_blackbox::chain::FACILITATOR_TOKEN
+                )),
+            )
+            .expect("client"),
+        )),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    assert_eq!(
+        runtime.block_on(payments.facilitator_mismatches(&rails.rails)),
+        Ok(Vec::new())
+    );
+    let mut elsewhere = rails.clone();
+    elsewhere.rails[0].network = "eip155:1".into();
+    assert_eq!(
+        runtime
+            .block_on(payments.facilitator_mismatches(&elsewhere.rails))
+            .map(|p| p.len()),
+        Ok(1)
+    );
     let payer = devnet.get("payer");
     let payer0 = devnet.balance(&payer);
     let bought = buy_v2(&devnet, &url(&server, "basic"), BODY, Some(&key()));
@@ -442,4 +480,74 @@ fn replays_are_rate_limited_per_ip() {
     assert_eq!(limited.status, 429);
     assert_eq!(limited.error_code(), "rate_limited");
     assert!(limited.header("retry-after").is_some());
+}
+
+/// A stand-in for the public price feed (Coinbase's spot-price API shape).
+fn price_feed(amount: &'static str) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let body =
+                format!(r#"{{"data":{{"amount":"{amount}","base":"SOL","currency":"USD"}}}}"#);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    addr
+}
+
+fn solana_server(price_url: &str) -> Server {
+    Server::start_with(&[
+        (
+            "UMPIRE_SOLANA_PAY_TO",
+            "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+        ),
+        (
+            "UMPIRE_SOLANA_FEE_PAYER",
+            "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
+        ),
+        ("UMPIRE_SOL_NATIVE", "on"),
+        // Solana payments are verified and settled by a facilitator; a 402 does not call it.
+        ("UMPIRE_FACILITATOR_URL", "http://127.0.0.1:9"),
+        ("UMPIRE_SOL_PRICE_URL", price_url),
+    ])
+}
+
+#[test]
+fn native_sol_is_quoted_from_the_spot_rate_plus_the_buffer_or_left_out() {
+    let feed = price_feed("150.00");
+    let server = solana_server(&format!("http://{feed}/v2/prices/SOL-USD/spot"));
+    let r = post(&server, BODY, &[]);
+    assert_eq!(r.status, 402);
+    let required = decode_b64_json(r.header("payment-required").expect("PAYMENT-REQUIRED"));
+    let accepts = required["accepts"].as_array().expect("accepts");
+    assert_eq!(accepts.len(), 2, "{required}");
+    assert_eq!(
+        accepts[0]["asset"],
+        "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v"
+    );
+    assert_eq!(accepts[0]["amount"], "1000000");
+    assert_eq!(
+        accepts[0]["extra"]["feePayer"],
+        "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"
+    );
+    // $1.00 at $150/SOL = 6,666,666.67 lamports; +1.5% = 6,766,666.67, rounded up.
+    assert_eq!(accepts[1]["amount"], "6766667");
+
+    // No price: the SOL option is left out rather than mispriced.
+    let blind = solana_server("http://127.0.0.1:9/v2/prices/SOL-USD/spot");
+    let r = post(&blind, BODY, &[]);
+    let required = decode_b64_json(r.header("payment-required").expect("PAYMENT-REQUIRED"));
+    assert_eq!(
+        required["accepts"].as_array().map(Vec::len),
+        Some(1),
+        "{required}"
+    );
 }

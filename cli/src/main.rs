@@ -183,6 +183,25 @@ async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
         Ok((s, store)) => (Arc::new(s), store),
         Err(e) => return fail(2, &e),
     };
+    // A facilitator that will not settle what we advertise is worth a loud warning,
+    // not a refusal to start (it may be briefly down).
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            match state
+                .payments
+                .facilitator_mismatches(&state.config.rails.rails)
+                .await
+            {
+                Ok(problems) => {
+                    for p in problems {
+                        tracing::warn!(problem = p, "facilitator configuration");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "facilitator /supported unreachable"),
+            }
+        });
+    }
     // Retention: reads already hide expired records; this deletes them, hourly.
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));

@@ -8,7 +8,7 @@
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator.
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -67,7 +67,10 @@ function compile() {
   const c = out.contracts["TestUSDC.sol"].TestUSDC;
   const artifact = { abi: c.abi, bytecode: `0x${c.evm.bytecode.object}` };
   mkdirSync(cacheDir, { recursive: true });
-  writeFileSync(cached, JSON.stringify(artifact));
+  // Parallel test runs deploy at once: publish the artifact atomically.
+  const partial = `${cached}.${process.pid}.tmp`;
+  writeFileSync(partial, JSON.stringify(artifact));
+  renameSync(partial, cached);
   return artifact;
 }
 

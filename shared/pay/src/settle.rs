@@ -404,4 +404,49 @@ impl Payments {
     pub async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
         self.settler_for(&ctx.rail)?.settle(ctx).await
     }
+
+    /// What the facilitator's `/supported` contradicts in our configuration: rails it
+    /// does not settle, or a Solana fee payer other than the one we advertise. Empty
+    /// when all is well (or when no rail goes to a facilitator).
+    pub async fn facilitator_mismatches(
+        &self,
+        rails: &[Rail],
+    ) -> Result<Vec<String>, PaymentFailure> {
+        let Some(f) = &self.facilitator else {
+            return Ok(Vec::new());
+        };
+        let ours: Vec<&Rail> = rails
+            .iter()
+            .filter(|r| !(r.is_evm() && self.evm.is_some()))
+            .collect();
+        if ours.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kinds = f.supported().await?;
+        let mut problems = Vec::new();
+        for rail in ours {
+            let kind = kinds.iter().find(|k| {
+                k.x402_version == 2 && k.scheme == rail.scheme && k.network == rail.network
+            });
+            match kind {
+                None => problems.push(format!(
+                    "the facilitator does not list {} on {} (x402 v2) in /supported",
+                    rail.scheme, rail.network
+                )),
+                Some(k) => {
+                    let pinned = rail.extra.get("feePayer");
+                    let theirs = k.extra.as_ref().and_then(|e| e.get("feePayer"));
+                    if pinned.is_some() && pinned != theirs {
+                        problems.push(format!(
+                            "the facilitator's fee payer on {} is {}, we advertise {}",
+                            rail.network,
+                            theirs.map_or("none".into(), ToString::to_string),
+                            pinned.map_or("none".into(), ToString::to_string)
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(problems)
+    }
 }
