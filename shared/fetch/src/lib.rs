@@ -1,8 +1,11 @@
-//! The one way Umpire touches the public internet. This crate starts with the URL
-//! policy: the part that needs no network, applied when a spec is validated (so a
-//! refused URL is refused before anyone pays) and, by the fetcher, again for every
-//! address actually dialed.
+//! The one way Umpire touches the public internet: the URL policy (applied when a spec
+//! is validated, so a refused URL is refused before anyone pays, and again by the
+//! fetcher for every URL requested and every address dialed) and the fetcher itself.
 
+pub mod fetcher;
 pub mod policy;
+pub mod resolve;
 
-pub use policy::{PolicyError, check_url, is_public_ip};
+pub use fetcher::{FetchConfig, Fetched, Fetcher, Observation};
+pub use policy::{Policy, PolicyError, check_url, is_public_ip};
+pub use resolve::{NameResolver, StaticResolver, SystemResolver};

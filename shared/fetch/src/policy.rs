@@ -51,7 +51,73 @@ impl PolicyError {
 
 const HINT_PUBLIC: &str = "Use a URL on a public host; private, loopback, link-local and internal names are never fetched.";
 
-/// The static policy: everything that can be judged without resolving the name.
+/// The policy in force. Production uses [`Policy::default`]: public addresses only.
+/// Tests need servers the policy would refuse; they list those addresses in
+/// `test_allow`, which only a process's own configuration can set (never a request)
+/// and which `umpire serve` leaves empty unless told otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Addresses fetched despite the policy (and on any port). Tests only.
+    pub test_allow: Vec<IpAddr>,
+}
+
+impl Policy {
+    /// Whether an address may be dialed.
+    pub fn allows_ip(&self, ip: IpAddr) -> bool {
+        is_public_ip(ip) || self.test_allow.contains(&ip)
+    }
+
+    fn check_ip(&self, ip: IpAddr) -> Result<(), PolicyError> {
+        if self.allows_ip(ip) {
+            Ok(())
+        } else {
+            check_ip(ip)
+        }
+    }
+
+    /// Everything that can be judged without resolving the name.
+    pub fn check_url(&self, raw: &str) -> Result<Url, PolicyError> {
+        match check_url(raw) {
+            // An allow-listed literal passes whatever the port.
+            Err(e) if e.code == ErrorCode::BlockedHost || e.code == ErrorCode::BlockedPort => {
+                let url = Url::parse(raw).map_err(|_| e.clone())?;
+                let ip = match url.host() {
+                    Some(Host::Ipv4(ip)) => IpAddr::V4(ip),
+                    Some(Host::Ipv6(ip)) => IpAddr::V6(ip),
+                    _ => return Err(e),
+                };
+                if self.test_allow.contains(&ip) {
+                    Ok(url)
+                } else if e.code == ErrorCode::BlockedPort {
+                    // Report the host first when both are wrong.
+                    self.check_ip(ip).and(Err(e))
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Reads `UMPIRE_TEST_FETCH_ALLOW` (comma-separated IP addresses).
+    pub fn from_env() -> Result<Policy, String> {
+        let Ok(list) = std::env::var("UMPIRE_TEST_FETCH_ALLOW") else {
+            return Ok(Policy::default());
+        };
+        let test_allow = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<IpAddr>()
+                    .map_err(|_| format!("UMPIRE_TEST_FETCH_ALLOW: {s:?} is not an IP address"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Policy { test_allow })
+    }
+}
+
+/// The static production policy: everything that can be judged without resolving the name.
 pub fn check_url(raw: &str) -> Result<Url, PolicyError> {
     if raw.chars().count() > MAX_URL_CHARS {
         return Err(PolicyError {
@@ -300,5 +366,38 @@ mod tests {
         ] {
             assert_eq!(code(u), "blocked_host", "{u}");
         }
+    }
+
+    #[test]
+    fn the_test_allow_list_admits_only_its_addresses() {
+        let p = Policy {
+            test_allow: vec!["127.0.0.1".parse().expect("ip")],
+        };
+        assert!(p.check_url("http://127.0.0.1:45678/page").is_ok());
+        assert_eq!(
+            p.check_url("http://127.0.0.2/")
+                .map(|_| ())
+                .map_err(|e| e.problem_code),
+            Err("blocked_host")
+        );
+        assert_eq!(
+            p.check_url("http://10.0.0.1:22/")
+                .map(|_| ())
+                .map_err(|e| e.problem_code),
+            Err("blocked_host")
+        );
+        assert_eq!(
+            p.check_url("https://example.com:22/")
+                .map(|_| ())
+                .map_err(|e| e.problem_code),
+            Err("blocked_port")
+        );
+        assert_eq!(
+            Policy::default()
+                .check_url("http://127.0.0.1:8080/")
+                .map(|_| ())
+                .map_err(|e| e.problem_code),
+            Err("blocked_host")
+        );
     }
 }
