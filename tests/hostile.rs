@@ -40,6 +40,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         queue: None,
         payments: umpire_pay::Payments::default(),
         sol_price: None,
+        fetcher: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -59,6 +60,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         Tier::Basic,
         body.as_object().expect("object"),
         Envelope::Purchase,
+        &umpire_fetch::Policy::default(),
     )
     .into_purchase(Tier::Basic)
     .expect("the guard accepts the spec");
@@ -103,6 +105,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         Tier::Basic,
         body.as_object().expect("object"),
         Envelope::Purchase,
+        &umpire_fetch::Policy::default(),
     )
     .into_purchase(Tier::Basic)
     .expect("spec");

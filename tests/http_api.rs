@@ -52,7 +52,11 @@ fn validate_reports_a_good_spec_with_its_hash() {
 
 #[test]
 fn validate_lists_every_problem_at_once() {
-    let s = Server::start();
+    // Fixed DNS answers (no network here): one public, one private.
+    let s = Server::start_with(&[(
+        "UMPIRE_TEST_FETCH_HOSTS",
+        "example.org=93.184.215.14,example.net=10.0.0.9",
+    )]);
     let r = s.post_json(
         "/v1/validate",
         r#"{"tier":"probe","spec":{"checks":[
@@ -79,6 +83,7 @@ fn validate_lists_every_problem_at_once() {
         ("checks[4].op", "invalid_value"),
         ("checks[5]", "missing_field"),
         ("checks", "too_many_network_checks"),
+        ("checks[7].url", "blocked_host"),
     ] {
         assert!(
             got.contains(&(want.0.to_owned(), want.1.to_owned())),
@@ -106,8 +111,28 @@ fn validate_lists_every_problem_at_once() {
         .collect();
     assert_eq!(
         verdicts,
-        vec!["blocked_host", "blocked_port", "allowed", "allowed"]
+        vec!["blocked_host", "blocked_port", "allowed", "blocked_host"],
+        "example.net resolves to a private address: refused at validation"
     );
+}
+
+#[test]
+fn validate_reports_names_that_do_not_resolve() {
+    let s = Server::start();
+    let r = s.post_json(
+        "/v1/validate",
+        r#"{"tier":"witness","spec":{"checks":[{"type":"url_probe","url":"https://no-such-host.invalid/"}]}}"#,
+    );
+    let v = r.json();
+    assert_eq!(v.get("valid"), Some(&Value::Bool(false)));
+    assert!(problems(&v).contains(&("checks[0].url".to_owned(), "dns_failure".to_owned())));
+    // A purchase of the same is refused before payment with the URL-policy code.
+    let r = s.post_json(
+        "/v1/verdicts/witness",
+        r#"{"spec":{"checks":[{"type":"url_probe","url":"https://no-such-host.invalid/"}]},"deliverable":{"text":"x"}}"#,
+    );
+    assert_eq!(r.status, 422);
+    assert_eq!(r.error_code(), "dns_failure");
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
-use umpire_blackbox::{Reply, Server, TempDir, python_recipe, request};
+use umpire_blackbox::{Reply, Server, TempDir, python_recipe, request, serve_fixed};
 use umpire_core::json::Value;
 
 const PRICE_BASIC: u128 = 1_000_000;
@@ -484,23 +484,11 @@ fn replays_are_rate_limited_per_ip() {
 
 /// A stand-in for the public price feed (Coinbase's spot-price API shape).
 fn price_feed(amount: &'static str) -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let body =
-                format!(r#"{{"data":{{"amount":"{amount}","base":"SOL","currency":"USD"}}}}"#);
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    addr
+    serve_fixed(
+        "200 OK",
+        "application/json",
+        format!(r#"{{"data":{{"amount":"{amount}","base":"SOL","currency":"USD"}}}}"#).into_bytes(),
+    )
 }
 
 fn solana_server(price_url: &str) -> Server {
@@ -550,4 +538,136 @@ fn native_sol_is_quoted_from_the_spot_rate_plus_the_buffer_or_left_out() {
         Some(1),
         "{required}"
     );
+}
+
+const PAGE: &str = "<html><head><title>Release</title></head><body><h1 class=\"version\">v2.3.1</h1><p>deployed</p></body></html>";
+
+/// The observation of check `i` in a signed document.
+fn observation(document: &Value, i: usize) -> Value {
+    document
+        .get("results")
+        .and_then(Value::as_array)
+        .and_then(|r| r.get(i))
+        .and_then(|r| r.get("observations"))
+        .and_then(Value::as_array)
+        .and_then(|o| o.first())
+        .cloned()
+        .unwrap_or_else(|| panic!("no observation for check {i} in {document:?}"))
+}
+
+fn field<'a>(v: &'a Value, k: &str) -> &'a Value {
+    v.get(k).unwrap_or_else(|| panic!("no {k} in {v:?}"))
+}
+
+#[test]
+fn a_paid_witness_verdict_observes_the_public_page() {
+    let page = serve_fixed(
+        "200 OK",
+        "text/html; charset=utf-8",
+        PAGE.as_bytes().to_vec(),
+    );
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    );
+    let url_ = format!("http://{page}/release");
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"{url_}","expect":{{"status":200,"keyword":"deployed","selector":{{"selector":"h1.version","op":"eq","value":"v2.3.1"}}}}}}]}},"deliverable":{{"text":"I deployed v2.3.1"}}}}"#
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let bought = buy_v2(&devnet, &url(&server, "witness"), &body, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - 250_000,
+        "witness costs $0.25"
+    );
+    let document = bought.json().get("document").cloned().expect("document");
+    assert_eq!(
+        document.get("verdict").and_then(Value::as_str),
+        Some("pass"),
+        "{document:?}"
+    );
+    let o = observation(&document, 0);
+    assert_eq!(field(&o, "requested_url").as_str(), Some(url_.as_str()));
+    assert_eq!(field(&o, "url").as_str(), Some(url_.as_str()));
+    assert_eq!(field(&o, "http_status"), &Value::from(200u64));
+    assert_eq!(field(&o, "resolved_address").as_str(), Some("127.0.0.1"));
+    assert_eq!(field(&o, "tls"), &Value::Null);
+    assert_eq!(field(&o, "redirect_hops"), &Value::from(0u64));
+    assert_eq!(field(&o, "truncated"), &Value::Bool(false));
+    assert_eq!(field(&o, "body_bytes"), &Value::from(PAGE.len() as u64));
+    assert_eq!(
+        field(&o, "body_sha256").as_str(),
+        Some(umpire_core::hash::sha256_hex(PAGE.as_bytes()).as_str()),
+        "anyone fetching the same URL can compare"
+    );
+    assert_eq!(
+        field(field(&o, "headers"), "content-type").as_str(),
+        Some("text/html; charset=utf-8")
+    );
+    assert!(
+        field(&o, "fetched_at")
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert_recipe_verifies(&server, &document, r#"{"text":"I deployed v2.3.1"}"#);
+}
+
+#[test]
+fn a_paid_probe_verdict_judges_urls_and_text_together() {
+    let artifact = br#"{"ok":true,"build":{"id":42}}"#.to_vec();
+    let api = serve_fixed("200 OK", "application/json", artifact.clone());
+    let missing = serve_fixed("404 Not Found", "text/plain", b"gone".to_vec());
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    );
+    let artifact_hash = umpire_core::hash::sha256_hex(&artifact);
+    let body = format!(
+        r#"{{"spec":{{"checks":[
+            {{"type":"url_probe","url":"http://{api}/health","expect":{{"status":200,"json_path":{{"path":"build.id","op":"eq","value":42}}}}}},
+            {{"type":"content_hash","sha256":"{artifact_hash}","target":"url","url":"http://{api}/artifact.json"}},
+            {{"type":"url_probe","url":"http://{missing}/page","expect":{{"status":200}}}},
+            {{"type":"regex","pattern":"shipped"}}
+        ]}},"deliverable":{{"text":"shipped build 42"}}}}"#
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let bought = buy_v2(&devnet, &url(&server, "probe"), &body, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    assert_eq!(devnet.balance(&payer), payer0 - 2_000_000, "probe costs $2");
+    let document = bought.json().get("document").cloned().expect("document");
+    let passed: Vec<bool> = document
+        .get("results")
+        .and_then(Value::as_array)
+        .expect("results")
+        .iter()
+        .map(|r| r.get("passed") == Some(&Value::Bool(true)))
+        .collect();
+    assert_eq!(passed, vec![true, true, false, true]);
+    assert_eq!(
+        document.get("verdict").and_then(Value::as_str),
+        Some("fail")
+    );
+    assert_eq!(
+        field(&observation(&document, 1), "body_sha256").as_str(),
+        Some(artifact_hash.as_str())
+    );
+    assert_eq!(
+        field(&observation(&document, 2), "http_status"),
+        &Value::from(404u64)
+    );
+    assert!(
+        document
+            .get("results")
+            .and_then(Value::as_array)
+            .and_then(|r| r[3].get("observations"))
+            .is_none(),
+        "checks that fetch nothing carry no observations"
+    );
+    assert_recipe_verifies(&server, &document, r#"{"text":"shipped build 42"}"#);
 }

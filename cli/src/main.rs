@@ -165,6 +165,7 @@ async fn state_for(
         .map_err(|e| e.to_string())?;
     let sol_price =
         umpire_pay::config::sol_price_from_env(&config.rails).map_err(|e| e.to_string())?;
+    let fetcher = Arc::new(umpire_fetch::Fetcher::from_env()?);
     let state = AppState {
         config,
         signer: Arc::new(signer),
@@ -174,6 +175,7 @@ async fn state_for(
         queue: Some(store.clone()),
         payments,
         sol_price,
+        fetcher: Some(fetcher),
     };
     Ok((state, store))
 }
@@ -267,7 +269,14 @@ async fn judge(
     let Some(obj) = body.as_object() else {
         return fail(2, "internal: body is not an object");
     };
-    let purchase = match assess(tier, obj, Envelope::Purchase).into_purchase(tier) {
+    let purchase = match assess(
+        tier,
+        obj,
+        Envelope::Purchase,
+        &umpire_fetch::Policy::default(),
+    )
+    .into_purchase(tier)
+    {
         Ok(p) => p,
         Err(e) => {
             eprintln!("umpire: {}: {}", e.code, e.message);

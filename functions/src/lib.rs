@@ -41,6 +41,12 @@ pub async fn state_from_env(route: Route) -> Result<AppState, lambda_http::Error
     } else {
         (umpire_pay::Payments::default(), None, None)
     };
+    // Validation resolves names; purchases also fetch.
+    let fetcher = if matches!(route, Route::Buy | Route::Validate) {
+        Some(Arc::new(umpire_fetch::Fetcher::from_env()?))
+    } else {
+        None
+    };
     Ok(AppState {
         config,
         signer: Arc::new(signer),
@@ -53,6 +59,7 @@ pub async fn state_from_env(route: Route) -> Result<AppState, lambda_http::Error
         },
         payments,
         sol_price,
+        fetcher,
     })
 }
 

@@ -255,6 +255,26 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
+/// A tiny HTTP server on 127.0.0.1 that answers every request with the same response,
+/// for as long as the test process lives: a stand-in for a page, an API or a feed.
+pub fn serve_fixed(status: &'static str, content_type: &'static str, body: Vec<u8>) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = conn.read(&mut buf);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(&body);
+        }
+    });
+    addr
+}
+
 /// Percent-encodes everything but unreserved characters, for query strings.
 pub fn urlencode(s: &str) -> String {
     s.bytes()

@@ -63,7 +63,7 @@ fn tier_of(req: &Request) -> Result<Tier, ApiError> {
 }
 
 /// The purchase in the body, or the corrective refusal (nothing asked, nothing charged).
-fn purchase_of(tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
+async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
     let body = json_body(req)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::new(
@@ -72,17 +72,20 @@ fn purchase_of(tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
             "Send {\"spec\":{\"checks\":[...]},\"deliverable\":{\"text\":\"...\"}}.",
         ));
     };
-    let purchase = assess(tier, obj, Envelope::Purchase).into_purchase(tier)?;
-    if purchase.spec.network_check_count() > 0 {
-        // The fetcher is not wired in yet: selling a url check that cannot run would
-        // sell a guaranteed failure.
-        return Err(ApiError::new(
-            ErrorCode::Unavailable,
-            "checks that fetch a URL (url_probe, content_hash on a url) are not served by this deployment yet",
-            "Judge text or JSON you already have with the basic tier; nothing was charged.",
-        ));
+    let mut assessment = assess(tier, obj, Envelope::Purchase, &state.fetch_policy());
+    let needs_fetch = !assessment.urls.is_empty();
+    match &state.fetcher {
+        Some(f) => assessment.resolve_urls(f).await,
+        None if needs_fetch => {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                "this process fetches no URLs, so url_probe and content_hash on a url cannot be judged here",
+                "Judge text or JSON you already have with the basic tier; nothing was charged.",
+            ));
+        }
+        None => {}
     }
-    Ok(purchase)
+    assessment.into_purchase(tier)
 }
 
 fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFailure> {
@@ -268,7 +271,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let err = |e: ApiError| respond::error(&e);
     // 1. Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
-    let purchase = purchase_of(tier, req).map_err(err)?;
+    let purchase = purchase_of(state, tier, req).await.map_err(err)?;
     if state.config.rails.rails.is_empty() {
         return Err(err(ApiError::new(
             ErrorCode::Unavailable,
@@ -381,7 +384,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     }
 
     // 6-7. Judge in the isolated checker and sign.
-    let results = match verdict::run_checks(state, &purchase, Vec::new()).await {
+    let results = match verdict::judge(state, &purchase).await {
         Ok(r) => r,
         Err(e) => {
             claims.release().await;

@@ -161,10 +161,10 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
     if let Err(e) = crate::limits::enforce(state, "validate", crate::ClientIp::of(req)).await {
         return respond::error(&e);
     }
-    respond::outcome(validate_inner(req), None)
+    respond::outcome(validate_inner(state, req).await, None)
 }
 
-fn validate_inner(req: &Request) -> Result<Value, ApiError> {
+async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
     let body = json_body(req)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::new(
@@ -197,7 +197,10 @@ fn validate_inner(req: &Request) -> Result<Value, ApiError> {
             ));
         }
     };
-    let a = assess(tier, obj, Envelope::Validate);
+    let mut a = assess(tier, obj, Envelope::Validate, &state.fetch_policy());
+    if let Some(f) = &state.fetcher {
+        a.resolve_urls(f).await;
+    }
     let price = tier.price();
     Ok(Value::object()
         .with("valid", a.problems.is_empty())

@@ -59,6 +59,8 @@ pub struct AppState {
     pub payments: umpire_pay::Payments,
     /// The SOL spot rate source, when native SOL is accepted.
     pub sol_price: Option<Arc<umpire_pay::price::SolPriceFeed>>,
+    /// The one way out to the internet; None in functions that never resolve or fetch.
+    pub fetcher: Option<Arc<umpire_fetch::Fetcher>>,
 }
 
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the
@@ -73,6 +75,14 @@ pub fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 impl AppState {
+    /// The URL policy in force (the fetcher's, or the production default).
+    pub fn fetch_policy(&self) -> umpire_fetch::Policy {
+        self.fetcher
+            .as_ref()
+            .map(|f| f.policy().clone())
+            .unwrap_or_default()
+    }
+
     /// A fresh SOL spot rate, or None (the SOL option is then left out).
     pub async fn sol_rate(&self) -> Option<umpire_pay::rails::SolRate> {
         match &self.sol_price {

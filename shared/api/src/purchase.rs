@@ -11,7 +11,7 @@ use umpire_core::spec::{
     parse_spec_partial,
 };
 use umpire_core::{ApiError, ErrorCode};
-use umpire_fetch::check_url;
+use umpire_fetch::{Fetcher, Policy};
 
 /// job_ref: a string of at most this many characters, or a uint256.
 pub const MAX_JOB_REF_CHARS: usize = 256;
@@ -66,7 +66,12 @@ pub enum Envelope {
     Purchase,
 }
 
-pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) -> Assessment {
+pub fn assess(
+    tier: Tier,
+    body: &BTreeMap<String, Value>,
+    envelope: Envelope,
+    policy: &Policy,
+) -> Assessment {
     let mut a = Assessment::default();
     let known: &[&str] = match envelope {
         Envelope::Validate => &["tier", "spec", "deliverable", "webhook_url", "job_ref"],
@@ -96,7 +101,7 @@ pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) ->
             let (parsed, spec_problems) = parse_spec_partial(v, Some(tier));
             let mut url_problems = Vec::new();
             for (at, url) in network_urls_of(parsed.iter().map(|(i, c)| (*i, c))) {
-                a.urls.push(url_verdict(at, url, &mut url_problems));
+                a.urls.push(url_verdict(policy, at, url, &mut url_problems));
             }
             if spec_problems.is_empty() {
                 a.spec = Some(Spec::from_checks(
@@ -130,7 +135,7 @@ pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) ->
     match body.get("webhook_url") {
         None | Some(Value::Null) => {}
         Some(Value::String(u)) if tier == Tier::Sworn => {
-            let v = url_verdict("webhook_url".into(), u.clone(), &mut a.problems);
+            let v = url_verdict(policy, "webhook_url".into(), u.clone(), &mut a.problems);
             a.urls.push(v);
             a.webhook_url = Some(u.clone());
         }
@@ -171,8 +176,13 @@ pub fn assess(tier: Tier, body: &BTreeMap<String, Value>, envelope: Envelope) ->
     a
 }
 
-fn url_verdict(at: String, url: String, problems: &mut Vec<Problem>) -> UrlVerdict {
-    match check_url(&url) {
+fn url_verdict(
+    policy: &Policy,
+    at: String,
+    url: String,
+    problems: &mut Vec<Problem>,
+) -> UrlVerdict {
+    match policy.check_url(&url) {
         Ok(_) => UrlVerdict {
             at,
             url,
@@ -197,6 +207,24 @@ fn url_verdict(at: String, url: String, problems: &mut Vec<Problem>) -> UrlVerdi
 }
 
 impl Assessment {
+    /// The validation-time lookup: every URL the static policy allowed must resolve,
+    /// and only to addresses the policy allows (dns_failure / blocked_host otherwise).
+    /// Nothing is fetched. The fetcher checks again, at connect time, what it dials.
+    pub async fn resolve_urls(&mut self, fetcher: &Fetcher) {
+        for v in self.urls.iter_mut().filter(|v| v.policy == "allowed") {
+            if let Err(e) = fetcher.precheck(&v.url).await {
+                self.problems.push(Problem::new(
+                    v.at.as_str(),
+                    e.problem_code,
+                    e.message.as_str(),
+                    e.hint,
+                ));
+                v.policy = e.problem_code;
+                v.message = Some(e.message);
+            }
+        }
+    }
+
     /// The purchase, or the refusal a paid endpoint answers with (before payment).
     pub fn into_purchase(self, tier: Tier) -> Result<Purchase, ApiError> {
         if !self.problems.is_empty() {

@@ -5,6 +5,7 @@ use umpire_checker::{CheckerError, JudgeRequest};
 use umpire_core::Value;
 use umpire_core::document::{CheckResult, VerdictFacts, sign, verdict_document};
 use umpire_core::eval::FetchedBody;
+use umpire_fetch::Fetched;
 
 use crate::AppState;
 use crate::purchase::Purchase;
@@ -13,6 +14,8 @@ use crate::purchase::Purchase;
 pub enum JudgeError {
     #[error("this process has no checker configured")]
     NoChecker,
+    #[error("this process has no fetcher configured")]
+    NoFetcher,
     #[error(transparent)]
     Checker(#[from] CheckerError),
 }
@@ -47,6 +50,47 @@ pub async fn run_checks(
             observations: None,
         })
         .collect())
+}
+
+/// One pass: fetch every URL the checks name (each distinct URL once, concurrently),
+/// judge in the isolated checker, and attach each fetch's observation to its checks.
+/// A check whose URL could not be fetched fails and says why.
+pub async fn judge(state: &AppState, purchase: &Purchase) -> Result<Vec<CheckResult>, JudgeError> {
+    let urls: Vec<Option<&str>> = purchase
+        .spec
+        .checks
+        .iter()
+        .map(|c| c.network_url())
+        .collect();
+    let mut distinct: Vec<&str> = urls.iter().flatten().copied().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let fetches: Vec<(&str, Fetched)> = if distinct.is_empty() {
+        Vec::new()
+    } else {
+        let fetcher = state.fetcher.as_ref().ok_or(JudgeError::NoFetcher)?;
+        let done = futures::future::join_all(distinct.iter().map(|u| fetcher.fetch(u))).await;
+        distinct.into_iter().zip(done).collect()
+    };
+    let fetched_for = |url: Option<&str>| -> Option<&Fetched> {
+        let url = url?;
+        fetches.iter().find(|(u, _)| *u == url).map(|(_, f)| f)
+    };
+    let bodies = urls
+        .iter()
+        .map(|u| fetched_for(*u).and_then(|f| f.body.clone()))
+        .collect();
+    let mut results = run_checks(state, purchase, bodies).await?;
+    for (r, url) in results.iter_mut().zip(&urls) {
+        if let Some(f) = fetched_for(*url) {
+            r.observations = Some(vec![f.observation.to_value()]);
+            if let Some(e) = &f.observation.error {
+                r.passed = false;
+                r.reason = format!("the URL could not be fetched: {e}");
+            }
+        }
+    }
+    Ok(results)
 }
 
 /// The signed verdict document for a judged purchase.
