@@ -37,13 +37,7 @@ struct PaymentHeader {
 }
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
-    let name = req
-        .uri()
-        .path()
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
+    let name = crate::routes::last_segment(req);
     let tiers = Tier::ALL.map(Tier::as_str).join(", ");
     let tier = Tier::parse(name).ok_or_else(|| {
         ApiError::new(

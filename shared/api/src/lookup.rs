@@ -38,13 +38,7 @@ pub async fn status(state: &AppState, req: &Request) -> Response {
 
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
     limits::enforce(state, "status", ClientIp::of(req)).await?;
-    let id = req
-        .uri()
-        .path()
-        .trim_end_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
+    let id = crate::routes::last_segment(req);
     let bearer = req
         .headers()
         .get(http::header::AUTHORIZATION)

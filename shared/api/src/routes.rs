@@ -39,6 +39,16 @@ fn matches(pattern: &str, path: &str) -> bool {
     }
 }
 
+/// The last path segment: the `{id}` or `{tier}` of the routes that take one.
+pub fn last_segment(req: &crate::Request) -> &str {
+    req.uri()
+        .path()
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+}
+
 pub fn route_for(method: &Method, path: &str) -> Result<Route, ApiError> {
     let path = if path.len() > 1 {
         path.trim_end_matches('/')

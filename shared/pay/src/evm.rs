@@ -61,6 +61,13 @@ fn invalid(reason: &'static str, message: impl Into<String>) -> PaymentFailure {
     PaymentFailure::invalid(reason, message)
 }
 
+fn bad_signature(e: impl std::fmt::Display) -> PaymentFailure {
+    invalid(
+        "invalid_exact_evm_payload_signature",
+        format!("signature: {e}"),
+    )
+}
+
 fn address(field: &str, s: &str) -> Result<Address, PaymentFailure> {
     s.parse::<Address>().map_err(|_| {
         invalid(
@@ -162,6 +169,10 @@ impl Eip3009Payment {
         self.signature.len() == EOA_SIGNATURE_LEN
     }
 
+    fn eoa_signature(&self) -> Result<Signature, PaymentFailure> {
+        Signature::from_raw(&self.signature).map_err(bad_signature)
+    }
+
     /// The EIP-712 hash the payer signed.
     pub fn signing_hash(&self, domain: &Eip712Domain) -> B256 {
         self.authorization.eip712_signing_hash(domain)
@@ -210,12 +221,7 @@ impl Eip3009Payment {
             ));
         }
         if self.is_eoa_signature() {
-            let sig = Signature::from_raw(&self.signature).map_err(|e| {
-                invalid(
-                    "invalid_exact_evm_payload_signature",
-                    format!("signature: {e}"),
-                )
-            })?;
+            let sig = self.eoa_signature()?;
             // A high-s twin of a valid signature is refused by the token; refuse it here too.
             if sig.normalize_s().is_some() {
                 return Err(invalid(
@@ -225,12 +231,7 @@ impl Eip3009Payment {
             }
             let signer = sig
                 .recover_address_from_prehash(&self.signing_hash(&domain(rail)?))
-                .map_err(|e| {
-                    invalid(
-                        "invalid_exact_evm_payload_signature",
-                        format!("signature: {e}"),
-                    )
-                })?;
+                .map_err(bad_signature)?;
             if signer != a.from {
                 return Err(invalid(
                     "invalid_exact_evm_payload_signature",
@@ -249,12 +250,7 @@ impl Eip3009Payment {
     pub fn transfer_calldata(&self) -> Result<Bytes, PaymentFailure> {
         let a = &self.authorization;
         if self.is_eoa_signature() {
-            let sig = Signature::from_raw(&self.signature).map_err(|e| {
-                invalid(
-                    "invalid_exact_evm_payload_signature",
-                    format!("signature: {e}"),
-                )
-            })?;
+            let sig = self.eoa_signature()?;
             Ok(IEip3009::transferWithAuthorization_0Call {
                 from: a.from,
                 to: a.to,
