@@ -204,6 +204,11 @@ async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
             }
         });
     }
+    // Sworn pass 2 and webhook deliveries from the embedded store's delayed jobs.
+    tokio::spawn(umpire_api::sworn::work_forever(
+        state.clone(),
+        Duration::from_millis(500),
+    ));
     // Retention: reads already hide expired records; this deletes them, hourly.
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));

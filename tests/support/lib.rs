@@ -275,6 +275,111 @@ pub fn serve_fixed(status: &'static str, content_type: &'static str, body: Vec<u
     addr
 }
 
+/// One request a [`Scripted`] server received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An HTTP server on 127.0.0.1 that answers from a script (the n-th request gets the
+/// n-th answer, the last answer repeats) and records every request: a page whose
+/// content changes, or a webhook receiver that fails a few times.
+pub struct Scripted {
+    pub addr: SocketAddr,
+    received: std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+}
+
+impl Scripted {
+    pub fn start(script: Vec<(u16, &'static str)>) -> Scripted {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Received>::new()));
+        let log = received.clone();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let Some(req) = read_request(&mut conn) else {
+                    continue;
+                };
+                let n = {
+                    let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
+                    l.push(req);
+                    l.len()
+                };
+                let (status, body) = script[(n - 1).min(script.len() - 1)];
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Scripted { addr, received }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+fn read_request(conn: &mut TcpStream) -> Option<Received> {
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        let n = conn.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(p) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p;
+        }
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let method = first.next()?.to_owned();
+    let path = first.next()?.to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = raw[head_end + 4..].to_vec();
+    while body.len() < len {
+        let n = conn.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    Some(Received {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
 /// Percent-encodes everything but unreserved characters, for query strings.
 pub fn urlencode(s: &str) -> String {
     s.bytes()

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use http::HeaderValue;
+use umpire_core::document::CheckResult;
 use umpire_core::hash::{random_bytes, random_id, sha256_hex};
 use umpire_core::json::{Value, parse};
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
@@ -23,7 +24,7 @@ use umpire_store::{Claim, IdempotencyState, VerdictRecord, VerdictStatus};
 use crate::handlers::json_body;
 use crate::idempotency::{self, Decision, IdempotencyKey};
 use crate::purchase::{Envelope, Purchase, assess};
-use crate::{AppState, ClientIp, Request, Response, limits, payment, respond, verdict};
+use crate::{AppState, ClientIp, Request, Response, limits, payment, respond, sworn, verdict};
 
 /// Tries to persist a settled verdict before giving up on the status link (the
 /// customer paid: the document is answered even if it cannot be stored).
@@ -39,21 +40,13 @@ struct PaymentHeader {
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
     let name = crate::routes::last_segment(req);
     let tiers = Tier::ALL.map(Tier::as_str).join(", ");
-    let tier = Tier::parse(name).ok_or_else(|| {
+    Tier::parse(name).ok_or_else(|| {
         ApiError::new(
             ErrorCode::UnknownTier,
             format!("there is no tier {name:?}"),
             format!("Buy one of: {tiers} (POST /v1/verdicts/<tier>). GET /v1/quote lists prices."),
         )
-    })?;
-    if tier == Tier::Sworn {
-        return Err(ApiError::new(
-            ErrorCode::Unavailable,
-            "the sworn tier is not served by this deployment yet",
-            "Buy basic, witness or probe; nothing was charged.",
-        ));
-    }
-    Ok(tier)
+    })
 }
 
 /// The purchase in the body, or the corrective refusal (nothing asked, nothing charged).
@@ -79,7 +72,18 @@ async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purc
         }
         None => {}
     }
-    assessment.into_purchase(tier)
+    let purchase = assessment.into_purchase(tier)?;
+    if tier == Tier::Sworn {
+        sworn::check_job_size(&purchase)?;
+        if state.queue.is_none() {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                "this process cannot schedule pass 2, so it does not sell sworn verdicts",
+                "Buy a probe verdict, or use a deployment with a job queue; nothing was charged.",
+            ));
+        }
+    }
+    Ok(purchase)
 }
 
 fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFailure> {
@@ -377,7 +381,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         }
     }
 
-    // 6-7. Judge in the isolated checker and sign.
+    // 6. Judge in the isolated checker (pass 1 of a sworn verdict).
     let results = match verdict::judge(state, &purchase).await {
         Ok(r) => r,
         Err(e) => {
@@ -386,65 +390,185 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         }
     };
     let verdict_id = random_id("vrd");
-    let document = verdict::signed_verdict(state, &purchase, &verdict_id, &results);
-
-    // 8. Settle; a failure voids the purchase.
-    let settlement = match state.payments.settle(&ctx).await {
-        Ok(s) => s,
-        Err(f) => {
+    let secret = format!("sec_{}", hex::encode(random_bytes::<32>()));
+    let status_url = format!("{}/v1/verdicts/{verdict_id}", state.config.issuer);
+    let paid = Paid {
+        state,
+        verdict_id: &verdict_id,
+        secret: &secret,
+        status_url: &status_url,
+        payer: &verified.payer,
+        version: header.version,
+    };
+    let answer = if tier == Tier::Sworn {
+        paid.sworn(&purchase, &results, &ctx).await
+    } else {
+        paid.immediate(&purchase, &results, &ctx).await
+    };
+    match answer {
+        Ok(r) => {
+            claims.complete(&r).await;
+            Ok(r)
+        }
+        Err(Void::Settlement(f)) => {
             tracing::warn!(error = %f, %verdict_id, "settlement failed; purchase voided");
             claims.release().await;
-            return Err(refused(&f, true));
+            Err(refused(&f, true))
         }
-    };
+        Err(Void::Internal(e)) => {
+            claims.release().await;
+            Err(err(e))
+        }
+    }
+}
 
-    // 9. Persist and answer.
-    let secret = format!("sec_{}", hex::encode(random_bytes::<32>()));
-    let now = umpire_core::time::now_unix();
-    let record = VerdictRecord {
-        verdict_id: verdict_id.clone(),
-        tier: tier.as_str().to_owned(),
-        status: VerdictStatus::Final,
-        document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
-        preview: None,
-        secret_hash: sha256_hex(secret.as_bytes()),
-        spec_hash: purchase.spec.hash.clone(),
-        webhook_url: None,
-        created_at: now,
-        expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
-    };
-    let stored = persist(state, &record).await;
-    let status_url = format!("{}/v1/verdicts/{verdict_id}", state.config.issuer);
-    let body = Value::object()
-        .with("verdict_id", verdict_id.as_str())
-        .with("tier", tier.as_str())
-        .with("status", "final")
-        .with(
-            "verdict",
-            document.get("verdict").cloned().unwrap_or(Value::Null),
-        )
-        .with("document", document)
-        .with("status_url", status_url.as_str())
-        .with(
-            "secret",
-            if stored {
-                Value::from(secret.as_str())
-            } else {
-                Value::Null
-            },
-        )
-        .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
-        .with("payer", verified.payer.as_str())
-        .with("settlement", settlement_value(&settlement));
-    let mut r = respond::cache(respond::json(201, &body), "no-store");
-    if let (name, Some(v)) = settlement_header(header.version, &settlement) {
-        r.headers_mut().insert(name, v);
+/// Why a judged purchase was voided (nothing kept, claims released).
+enum Void {
+    Settlement(PaymentFailure),
+    Internal(ApiError),
+}
+
+/// A judged purchase on its way to settlement and an answer.
+struct Paid<'a> {
+    state: &'a AppState,
+    verdict_id: &'a str,
+    secret: &'a str,
+    status_url: &'a str,
+    payer: &'a str,
+    version: u32,
+}
+
+impl Paid<'_> {
+    fn record(&self, purchase: &Purchase, now: u64) -> VerdictRecord {
+        VerdictRecord {
+            verdict_id: self.verdict_id.to_owned(),
+            tier: purchase.tier.as_str().to_owned(),
+            status: VerdictStatus::Final,
+            document: None,
+            preview: None,
+            secret_hash: sha256_hex(self.secret.as_bytes()),
+            spec_hash: purchase.spec.hash.clone(),
+            webhook_url: purchase.webhook_url.clone(),
+            created_at: now,
+            expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
+        }
     }
-    if let Ok(v) = HeaderValue::from_str(&status_url) {
-        r.headers_mut().insert(http::header::LOCATION, v);
+
+    fn respond(&self, status: u16, body: Value, settlement: &SettlementResponse) -> Response {
+        let mut r = respond::cache(respond::json(status, &body), "no-store");
+        if let (name, Some(v)) = settlement_header(self.version, settlement) {
+            r.headers_mut().insert(name, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(self.status_url) {
+            r.headers_mut().insert(http::header::LOCATION, v);
+        }
+        r
     }
-    claims.complete(&r).await;
-    Ok(r)
+
+    /// witness, basic, probe: sign, settle, store, answer 201 with the document.
+    async fn immediate(
+        &self,
+        purchase: &Purchase,
+        results: &[CheckResult],
+        ctx: &PaymentContext,
+    ) -> Result<Response, Void> {
+        let document = verdict::signed_verdict(self.state, purchase, self.verdict_id, results);
+        let settlement = self
+            .state
+            .payments
+            .settle(ctx)
+            .await
+            .map_err(Void::Settlement)?;
+        let now = umpire_core::time::now_unix();
+        let record = VerdictRecord {
+            document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
+            ..self.record(purchase, now)
+        };
+        let stored = persist(self.state, &record).await;
+        let body = Value::object()
+            .with("verdict_id", self.verdict_id)
+            .with("tier", purchase.tier.as_str())
+            .with("status", "final")
+            .with(
+                "verdict",
+                document.get("verdict").cloned().unwrap_or(Value::Null),
+            )
+            .with("document", document)
+            .with("status_url", self.status_url)
+            .with(
+                "secret",
+                if stored {
+                    Value::from(self.secret)
+                } else {
+                    Value::Null
+                },
+            )
+            .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
+            .with("payer", self.payer)
+            .with("settlement", settlement_value(&settlement));
+        Ok(self.respond(201, body, &settlement))
+    }
+
+    /// sworn: store the pending verdict and queue pass 2 before settling (so a paid
+    /// verdict always has its pass 2), then settle; a failed settlement deletes the
+    /// record, and the queued pass 2 finds nothing and ends. 202 with pass 1.
+    async fn sworn(
+        &self,
+        purchase: &Purchase,
+        results: &[CheckResult],
+        ctx: &PaymentContext,
+    ) -> Result<Response, Void> {
+        let queue = self
+            .state
+            .queue
+            .as_ref()
+            .ok_or_else(|| Void::Internal(crate::internal("sworn needs a job queue")))?;
+        let now = umpire_core::time::now_unix();
+        let delay = self.state.config.sworn_delay_secs;
+        let due = now + u64::from(delay);
+        let preview = sworn::preview(results, due);
+        let record = VerdictRecord {
+            status: VerdictStatus::Pending,
+            preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
+            ..self.record(purchase, now)
+        };
+        self.state
+            .store
+            .put_verdict(&record)
+            .await
+            .map_err(|e| Void::Internal(crate::internal(e)))?;
+        let job = sworn::pass2_job(self.verdict_id, purchase, results, now);
+        if let Err(e) = queue.enqueue(&job, delay).await {
+            self.forget(self.verdict_id).await;
+            return Err(Void::Internal(crate::internal(e)));
+        }
+        let settlement = match self.state.payments.settle(ctx).await {
+            Ok(s) => s,
+            Err(f) => {
+                self.forget(self.verdict_id).await;
+                return Err(Void::Settlement(f));
+            }
+        };
+        let body = Value::object()
+            .with("verdict_id", self.verdict_id)
+            .with("tier", "sworn")
+            .with("status", "pending")
+            .with("pass1", preview)
+            .with("status_url", self.status_url)
+            .with("secret", self.secret)
+            .with("webhook_url", purchase.webhook_url.clone())
+            .with("final_due_at", umpire_core::time::rfc3339(due))
+            .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
+            .with("payer", self.payer)
+            .with("settlement", settlement_value(&settlement));
+        Ok(self.respond(202, body, &settlement))
+    }
+
+    async fn forget(&self, verdict_id: &str) {
+        if let Err(e) = self.state.store.delete_verdict(verdict_id).await {
+            tracing::error!(error = %e, verdict_id, "could not delete a voided sworn verdict");
+        }
+    }
 }
 
 fn settlement_value(s: &SettlementResponse) -> Value {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use umpire_core::product::DEFAULT_ISSUER;
+use umpire_core::product::{DEFAULT_ISSUER, SWORN_PASS2_DELAY_SECS};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -14,6 +14,10 @@ pub struct Config {
     pub rate_limits: Option<crate::limits::RateLimits>,
     /// The payment rails accepted, in preference order (empty: nothing can be bought).
     pub rails: umpire_pay::Rails,
+    /// Seconds between a sworn verdict's two passes.
+    pub sworn_delay_secs: u32,
+    /// The first webhook retry waits this long; each next one twice as long.
+    pub webhook_retry_base_secs: u32,
 }
 
 impl Default for Config {
@@ -26,6 +30,8 @@ impl Default for Config {
                 rails: Vec::new(),
                 max_timeout_seconds: 60,
             },
+            sworn_delay_secs: SWORN_PASS2_DELAY_SECS as u32,
+            webhook_retry_base_secs: 30,
         }
     }
 }
@@ -91,6 +97,30 @@ impl Config {
             c.check_limit = Duration::from_millis(ms);
         }
         c.rate_limits = crate::limits::RateLimits::from_env()?;
+        let secs = |name: &'static str, range: std::ops::RangeInclusive<u32>, default: u32| {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|s| range.contains(s))
+                    .ok_or_else(|| ConfigError {
+                        name,
+                        value: v.clone(),
+                        problem: format!(
+                            "must be seconds from {} to {}",
+                            range.start(),
+                            range.end()
+                        ),
+                    }),
+            }
+        };
+        c.sworn_delay_secs = secs("UMPIRE_SWORN_DELAY_SECONDS", 1..=900, c.sworn_delay_secs)?;
+        c.webhook_retry_base_secs = secs(
+            "UMPIRE_WEBHOOK_RETRY_BASE_SECONDS",
+            1..=900,
+            c.webhook_retry_base_secs,
+        )?;
         c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
             name: e.name,
             value: std::env::var(e.name).unwrap_or_default(),

@@ -13,6 +13,7 @@ pub mod payment;
 pub mod purchase;
 pub mod respond;
 pub mod routes;
+pub mod sworn;
 pub mod verdict;
 
 mod handlers;

@@ -88,7 +88,14 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .with("created_at", umpire_core::time::rfc3339(rec.created_at))
         .with("expires_at", umpire_core::time::rfc3339(rec.expires_at))
         .with("preview", embed(&rec.preview)?)
-        .with("document", embed(&rec.document)?))
+        .with("document", embed(&rec.document)?)
+        .with(
+            "webhook_delivery",
+            match (&rec.webhook_url, &rec.document) {
+                (Some(_), Some(_)) => crate::sworn::webhook_status(state, &rec.verdict_id).await,
+                _ => None,
+            },
+        ))
 }
 
 pub async fn find(state: &AppState, req: &Request) -> Response {

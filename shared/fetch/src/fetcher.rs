@@ -347,6 +347,39 @@ impl Fetcher {
         }
     }
 
+    /// POSTs a JSON body (webhook delivery) under the same policy, resolver and
+    /// politeness as fetches. Redirects are not followed: a delivery answered with a
+    /// redirect failed. Returns the status of a 2xx answer, or why it failed.
+    pub async fn post_json(
+        &self,
+        raw: &str,
+        body: Vec<u8>,
+        headers: &[(&str, String)],
+    ) -> Result<u16, String> {
+        let url = self
+            .config
+            .policy
+            .check_url(raw)
+            .map_err(|e| format!("{}: {}", e.problem_code, e.message))?;
+        self.take_turn(url.host_str().unwrap_or_default()).await;
+        let mut req = self
+            .client
+            .post(url)
+            .timeout(self.config.timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, v.as_str());
+        }
+        let resp = req.send().await.map_err(|e| describe(&e))?;
+        let status = resp.status();
+        if status.is_success() {
+            Ok(status.as_u16())
+        } else {
+            Err(format!("the receiver answered {}", status.as_u16()))
+        }
+    }
+
     async fn follow(&self, raw: &str, obs: &mut Observation) -> Result<FetchedBody, String> {
         let mut current = raw.to_owned();
         loop {

@@ -1,0 +1,277 @@
+//! Sworn verdicts end to end on `umpire serve` (embedded store and its delayed jobs):
+//! bought on the devnet, pass 2 a second later, the final document at the status link
+//! and at a webhook receiver whose signature check is the contract's Node recipe.
+
+use std::time::{Duration, Instant};
+
+use umpire_blackbox::chain::{Devnet, Settlement, buy_v2, node_json};
+use umpire_blackbox::{Scripted, Server, TempDir, python_recipe, request, urlencode};
+use umpire_core::json::{Value, parse};
+
+const FAST: &[(&str, &str)] = &[
+    ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
+    ("UMPIRE_WEBHOOK_RETRY_BASE_SECONDS", "1"),
+    ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+];
+
+fn key() -> String {
+    umpire_core::hash::random_id("idem")
+}
+
+fn sworn_body(page: &Scripted, hook: &Scripted) -> String {
+    format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}},"deliverable":{{"text":"ready to ship"}},"webhook_url":"http://{}/hook","job_ref":"job-7"}}"#,
+        page.addr, hook.addr
+    )
+}
+
+/// Polls the status link until the verdict is final.
+fn final_status(server: &Server, id: &str, secret: &str, within: Duration) -> Value {
+    let started = Instant::now();
+    let bearer = format!("Bearer {secret}");
+    loop {
+        let r = request(
+            server.addr,
+            "GET",
+            &format!("/v1/verdicts/{id}"),
+            &[("Authorization", &bearer)],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let v = r.json();
+        if v.get("status").and_then(Value::as_str) == Some("final") {
+            return v;
+        }
+        assert!(
+            started.elapsed() < within,
+            "still pending after {within:?}: {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Waits until `done` says the receiver has seen enough.
+fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn str_of<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {k} in {v:?}"))
+}
+
+#[test]
+fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
+    let page = Scripted::start(vec![(200, "service up")]);
+    let hook = Scripted::start(vec![(200, "thanks")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let body = sworn_body(&page, &hook);
+    let bought = buy_v2(
+        &devnet,
+        &format!("http://{}/v1/verdicts/sworn", server.addr),
+        &body,
+        Some(&key()),
+    );
+    assert_eq!(bought.status, 202, "{}", bought.body);
+    assert_eq!(devnet.balance(&payer), payer0 - 5_000_000, "sworn costs $5");
+    let answer = bought.json();
+    assert_eq!(str_of(&answer, "status"), "pending");
+    let pass1 = answer.get("pass1").expect("pass 1 results");
+    assert_eq!(str_of(pass1, "verdict_so_far"), "pass");
+    let id = str_of(&answer, "verdict_id").to_owned();
+    let secret = str_of(&answer, "secret").to_owned();
+
+    let status = final_status(&server, &id, &secret, Duration::from_secs(30));
+    let document = status.get("document").cloned().expect("final document");
+    assert_eq!(str_of(&document, "verdict"), "pass");
+    assert_eq!(str_of(&document, "tier"), "sworn");
+    assert_eq!(str_of(&document, "job_ref"), "job-7");
+    let probe = &document
+        .get("results")
+        .and_then(Value::as_array)
+        .expect("results")[0];
+    assert_eq!(
+        probe
+            .get("observations")
+            .and_then(Value::as_array)
+            .map(Vec::len),
+        Some(2),
+        "one observation per pass"
+    );
+    assert_eq!(
+        page.received().len(),
+        2,
+        "the page was fetched once per pass"
+    );
+
+    // The webhook: one delivery of exactly the final document, signed as the contract says.
+    wait_for("the webhook", Duration::from_secs(20), || {
+        !hook.received().is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let deliveries = hook.received();
+    assert_eq!(deliveries.len(), 1, "delivered once");
+    let d = &deliveries[0];
+    assert_eq!(d.method, "POST");
+    assert_eq!(parse(&d.body).expect("JSON body"), document);
+    let tmp = TempDir::new("webhook");
+    let raw = tmp.write("body.json", &d.body);
+    let signature = d
+        .header("x-umpire-signature")
+        .expect("X-Umpire-Signature")
+        .to_owned();
+    let check = node_json(
+        "tests/js/verify_webhook.mjs",
+        &[
+            "--secret",
+            &secret,
+            "--body",
+            raw.to_str().expect("path"),
+            "--signature",
+            &signature,
+        ],
+    );
+    assert_eq!(
+        check["ok"], true,
+        "the Node recipe rejects the signature: {check}"
+    );
+    let forged = node_json(
+        "tests/js/verify_webhook.mjs",
+        &[
+            "--secret",
+            "sec_wrong",
+            "--body",
+            raw.to_str().expect("path"),
+            "--signature",
+            &signature,
+        ],
+    );
+    assert_eq!(forged["ok"], false, "a wrong secret must not verify");
+
+    // The document verifies offline, and find recovers the id.
+    let keys = tmp.write(
+        "keys.json",
+        &server.get("/.well-known/umpire-key.json").body,
+    );
+    let doc_path = tmp.write("doc.json", &document.to_canonical_vec());
+    let deliverable = tmp.write("deliverable.json", br#"{"text":"ready to ship"}"#);
+    let (ok, said) = python_recipe(&doc_path, &keys, &deliverable);
+    assert!(ok, "{said}");
+    let webhook = format!("http://{}/hook", hook.addr);
+    let found = server
+        .get(&format!(
+            "/v1/find?spec_hash={}&webhook={}",
+            str_of(&document, "spec_hash"),
+            urlencode(&webhook)
+        ))
+        .json();
+    assert_eq!(
+        found.get("verdict_ids"),
+        Some(&Value::Array(vec![Value::from(id.as_str())]))
+    );
+    let again = final_status(&server, &id, &secret, Duration::from_secs(1));
+    assert_eq!(str_of(&again, "webhook_delivery"), "delivered");
+}
+
+#[test]
+fn a_check_that_fails_in_pass_two_fails_the_verdict() {
+    // Up for pass 1, down for pass 2.
+    let page = Scripted::start(vec![(200, "service up"), (503, "down")]);
+    let hook = Scripted::start(vec![(200, "thanks")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let bought = buy_v2(
+        &devnet,
+        &format!("http://{}/v1/verdicts/sworn", server.addr),
+        &sworn_body(&page, &hook),
+        Some(&key()),
+    );
+    assert_eq!(bought.status, 202, "{}", bought.body);
+    let answer = bought.json();
+    assert_eq!(
+        str_of(answer.get("pass1").expect("pass1"), "verdict_so_far"),
+        "pass"
+    );
+    let status = final_status(
+        &server,
+        str_of(&answer, "verdict_id"),
+        str_of(&answer, "secret"),
+        Duration::from_secs(30),
+    );
+    let document = status.get("document").expect("document");
+    assert_eq!(str_of(document, "verdict"), "fail");
+    let probe = &document
+        .get("results")
+        .and_then(Value::as_array)
+        .expect("results")[0];
+    assert_eq!(probe.get("passed"), Some(&Value::Bool(false)));
+    assert!(str_of(probe, "reason").contains("pass 2"), "{probe:?}");
+}
+
+#[test]
+fn webhooks_retry_with_backoff_then_stop() {
+    // Fails 4 times then takes it: 5 attempts. Always fails: 6 attempts, then stop.
+    let flaky = Scripted::start(vec![
+        (500, "no"),
+        (500, "no"),
+        (502, "no"),
+        (503, "no"),
+        (200, "ok"),
+    ]);
+    let dead = Scripted::start(vec![(500, "no")]);
+    let page = Scripted::start(vec![(200, "service up")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+    let a = buy_v2(&devnet, &url, &sworn_body(&page, &flaky), Some(&key()));
+    assert_eq!(a.status, 202, "{}", a.body);
+    let b = buy_v2(&devnet, &url, &sworn_body(&page, &dead), Some(&key()));
+    assert_eq!(b.status, 202, "{}", b.body);
+    // Backoff 1, 2, 4, 8, 16 s after the first attempt.
+    wait_for(
+        "six attempts at the dead receiver",
+        Duration::from_secs(90),
+        || dead.received().len() >= 6,
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        dead.received().len(),
+        6,
+        "the first attempt and 5 retries, no more"
+    );
+    assert_eq!(
+        flaky.received().len(),
+        5,
+        "delivered on the 5th attempt, then never again"
+    );
+    let attempts: Vec<String> = flaky
+        .received()
+        .iter()
+        .map(|r| {
+            r.header("x-umpire-delivery-attempt")
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(attempts, vec!["1", "2", "3", "4", "5"]);
+    let b = b.json();
+    let status = final_status(
+        &server,
+        str_of(&b, "verdict_id"),
+        str_of(&b, "secret"),
+        Duration::from_secs(1),
+    );
+    assert_eq!(str_of(&status, "webhook_delivery"), "failed");
+    assert!(
+        status.get("document").is_some(),
+        "the document stays at the status link"
+    );
+}
