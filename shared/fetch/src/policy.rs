@@ -75,30 +75,6 @@ impl Policy {
         }
     }
 
-    /// Everything that can be judged without resolving the name.
-    pub fn check_url(&self, raw: &str) -> Result<Url, PolicyError> {
-        match check_url(raw) {
-            // An allow-listed literal passes whatever the port.
-            Err(e) if e.code == ErrorCode::BlockedHost || e.code == ErrorCode::BlockedPort => {
-                let url = Url::parse(raw).map_err(|_| e.clone())?;
-                let ip = match url.host() {
-                    Some(Host::Ipv4(ip)) => IpAddr::V4(ip),
-                    Some(Host::Ipv6(ip)) => IpAddr::V6(ip),
-                    _ => return Err(e),
-                };
-                if self.test_allow.contains(&ip) {
-                    Ok(url)
-                } else if e.code == ErrorCode::BlockedPort {
-                    // Report the host first when both are wrong.
-                    self.check_ip(ip).and(Err(e))
-                } else {
-                    Err(e)
-                }
-            }
-            other => other,
-        }
-    }
-
     /// Reads `UMPIRE_TEST_FETCH_ALLOW` (comma-separated IP addresses).
     pub fn from_env() -> Result<Policy, String> {
         let Ok(list) = std::env::var("UMPIRE_TEST_FETCH_ALLOW") else {
@@ -119,69 +95,88 @@ impl Policy {
 
 /// The static production policy: everything that can be judged without resolving the name.
 pub fn check_url(raw: &str) -> Result<Url, PolicyError> {
-    if raw.chars().count() > MAX_URL_CHARS {
-        return Err(PolicyError {
+    Policy::default().check_url(raw)
+}
+
+impl Policy {
+    /// Everything that can be judged without resolving the name. A literal host is
+    /// judged before the port (the host is the graver problem); an allow-listed
+    /// literal passes on any port.
+    pub fn check_url(&self, raw: &str) -> Result<Url, PolicyError> {
+        if raw.chars().count() > MAX_URL_CHARS {
+            return Err(PolicyError {
+                code: ErrorCode::InvalidRequest,
+                problem_code: "invalid_url",
+                message: format!("the URL is longer than {MAX_URL_CHARS} characters"),
+                hint: "Use a shorter URL.",
+            });
+        }
+        let url = Url::parse(raw).map_err(|e| PolicyError {
             code: ErrorCode::InvalidRequest,
             problem_code: "invalid_url",
-            message: format!("the URL is longer than {MAX_URL_CHARS} characters"),
-            hint: "Use a shorter URL.",
-        });
-    }
-    let url = Url::parse(raw).map_err(|e| PolicyError {
-        code: ErrorCode::InvalidRequest,
-        problem_code: "invalid_url",
-        message: format!("not a valid absolute URL: {e}"),
-        hint: "Write a full URL such as https://example.com/path.",
-    })?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(PolicyError::new(
-            ErrorCode::InvalidScheme,
-            format!("scheme {:?} is not fetched", url.scheme()),
-            "Use an http:// or https:// URL.",
-        ));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(PolicyError::new(
-            ErrorCode::CredentialsInUrl,
-            "the URL embeds credentials".into(),
-            "Remove user:password@ from the URL; Umpire never logs in anywhere.",
-        ));
-    }
-    let port = url.port_or_known_default().unwrap_or(0);
-    if !ALLOWED_PORTS.contains(&port) {
-        return Err(PolicyError::new(
-            ErrorCode::BlockedPort,
-            format!("port {port} is not allowed"),
-            "Serve the URL on port 80, 443, 8080 or 8443.",
-        ));
-    }
-    match url.host() {
-        None => Err(PolicyError::new(
-            ErrorCode::BlockedHost,
-            "the URL has no host".into(),
-            HINT_PUBLIC,
-        )),
-        Some(Host::Ipv4(ip)) => check_ip(IpAddr::V4(ip)).map(|()| url.clone()),
-        Some(Host::Ipv6(ip)) => check_ip(IpAddr::V6(ip)).map(|()| url.clone()),
-        Some(Host::Domain(name)) => {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            if !name.contains('.') {
-                return Err(PolicyError::new(
-                    ErrorCode::BlockedHost,
-                    format!("{name:?} is not a public DNS name"),
-                    HINT_PUBLIC,
-                ));
+            message: format!("not a valid absolute URL: {e}"),
+            hint: "Write a full URL such as https://example.com/path.",
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(PolicyError::new(
+                ErrorCode::InvalidScheme,
+                format!("scheme {:?} is not fetched", url.scheme()),
+                "Use an http:// or https:// URL.",
+            ));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(PolicyError::new(
+                ErrorCode::CredentialsInUrl,
+                "the URL embeds credentials".into(),
+                "Remove user:password@ from the URL; Umpire never logs in anywhere.",
+            ));
+        }
+        let literal = match url.host() {
+            Some(Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+        if let Some(ip) = literal {
+            self.check_ip(ip)?;
+            if self.test_allow.contains(&ip) {
+                return Ok(url);
             }
-            for s in PRIVATE_SUFFIXES {
-                if name == *s || name.ends_with(&format!(".{s}")) {
+        }
+        let port = url.port_or_known_default().unwrap_or(0);
+        if !ALLOWED_PORTS.contains(&port) {
+            return Err(PolicyError::new(
+                ErrorCode::BlockedPort,
+                format!("port {port} is not allowed"),
+                "Serve the URL on port 80, 443, 8080 or 8443.",
+            ));
+        }
+        match url.host() {
+            None => Err(PolicyError::new(
+                ErrorCode::BlockedHost,
+                "the URL has no host".into(),
+                HINT_PUBLIC,
+            )),
+            Some(Host::Ipv4(_) | Host::Ipv6(_)) => Ok(url.clone()),
+            Some(Host::Domain(name)) => {
+                let name = name.trim_end_matches('.').to_ascii_lowercase();
+                if !name.contains('.') {
                     return Err(PolicyError::new(
                         ErrorCode::BlockedHost,
-                        format!("{name} is a private name (.{s})"),
+                        format!("{name:?} is not a public DNS name"),
                         HINT_PUBLIC,
                     ));
                 }
+                for s in PRIVATE_SUFFIXES {
+                    if name == *s || name.ends_with(&format!(".{s}")) {
+                        return Err(PolicyError::new(
+                            ErrorCode::BlockedHost,
+                            format!("{name} is a private name (.{s})"),
+                            HINT_PUBLIC,
+                        ));
+                    }
+                }
+                Ok(url.clone())
             }
-            Ok(url.clone())
         }
     }
 }
