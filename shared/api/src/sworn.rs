@@ -287,18 +287,14 @@ fn record_key(verdict_id: &str, what: &str) -> String {
     format!("webhook|{verdict_id}|{what}")
 }
 
-/// Marks `key` done with a short note (a claim then a completion: one writer wins).
-async fn record(state: &AppState, key: &str, verdict_id: &str, note: &str) -> Result<(), JobError> {
-    let now = umpire_core::time::now_unix();
-    let expires = now + WEBHOOK_RECORD_SECS;
-    if let Claim::Held(_) = state
-        .store
-        .claim_idempotency(key, verdict_id, now, now + 60, expires)
-        .await
-        .map_err(retry)?
-    {
-        return Ok(());
-    }
+/// Stores `note` as the completion of a claim this worker holds on `key`.
+async fn complete_with(
+    state: &AppState,
+    key: &str,
+    verdict_id: &str,
+    note: &str,
+) -> Result<(), JobError> {
+    let expires = umpire_core::time::now_unix() + WEBHOOK_RECORD_SECS;
     state
         .store
         .complete_idempotency(
@@ -313,6 +309,38 @@ async fn record(state: &AppState, key: &str, verdict_id: &str, note: &str) -> Re
         )
         .await
         .map_err(retry)
+}
+
+/// Claims `key` for `hold_secs`; false when another worker holds it or finished it.
+async fn claim(
+    state: &AppState,
+    key: &str,
+    verdict_id: &str,
+    hold_secs: u64,
+) -> Result<bool, JobError> {
+    let now = umpire_core::time::now_unix();
+    Ok(matches!(
+        state
+            .store
+            .claim_idempotency(
+                key,
+                verdict_id,
+                now,
+                now + hold_secs,
+                now + WEBHOOK_RECORD_SECS
+            )
+            .await
+            .map_err(retry)?,
+        Claim::Won
+    ))
+}
+
+/// Marks `key` done with a short note (one writer wins).
+async fn record(state: &AppState, key: &str, verdict_id: &str, note: &str) -> Result<(), JobError> {
+    if claim(state, key, verdict_id, 60).await? {
+        complete_with(state, key, verdict_id, note).await?;
+    }
+    Ok(())
 }
 
 async fn is_recorded(state: &AppState, key: &str) -> Result<bool, JobError> {
@@ -363,20 +391,11 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
     if is_recorded(state, &record_key(verdict_id, "delivered")).await? {
         return Ok(());
     }
-    // Each attempt number is made once, whatever the queue delivers.
+    // Each attempt number is made once, whatever the queue delivers. The attempt is
+    // recorded last, after its follow-up is in place: a worker that dies in between
+    // leaves the claim to lapse and the redelivered job to try again, never a gap.
     let attempt_key = record_key(verdict_id, &format!("attempt{attempt}"));
-    let claim = state
-        .store
-        .claim_idempotency(
-            &attempt_key,
-            verdict_id,
-            now,
-            now + 120,
-            now + WEBHOOK_RECORD_SECS,
-        )
-        .await
-        .map_err(retry)?;
-    if let Claim::Held(_) = claim {
+    if !claim(state, &attempt_key, verdict_id, 120).await? {
         return Ok(());
     }
     let Some(fetcher) = &state.fetcher else {
@@ -399,20 +418,6 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
         Ok(status) => format!("delivered: {status}"),
         Err(e) => format!("failed: {e}"),
     };
-    state
-        .store
-        .complete_idempotency(
-            &attempt_key,
-            verdict_id,
-            &StoredResponse {
-                status: 200,
-                headers: Vec::new(),
-                body: note.clone(),
-            },
-            now + WEBHOOK_RECORD_SECS,
-        )
-        .await
-        .map_err(retry)?;
     match outcome {
         Ok(_) => {
             tracing::info!(verdict_id, attempt, "webhook delivered");
@@ -422,7 +427,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
                 verdict_id,
                 &note,
             )
-            .await
+            .await?;
         }
         Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
             let delay = backoff(state.config.webhook_retry_base_secs, attempt);
@@ -433,7 +438,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
                 delay,
                 "webhook failed; retrying"
             );
-            schedule_webhook(state, verdict_id, true, attempt + 1, delay).await
+            schedule_webhook(state, verdict_id, true, attempt + 1, delay).await?;
         }
         Err(e) => {
             tracing::warn!(
@@ -442,9 +447,10 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
                 error = e,
                 "webhook failed for the last time; the document stays at the status link"
             );
-            record(state, &record_key(verdict_id, "gave_up"), verdict_id, &note).await
+            record(state, &record_key(verdict_id, "gave_up"), verdict_id, &note).await?;
         }
     }
+    complete_with(state, &attempt_key, verdict_id, &note).await
 }
 
 /// `umpire serve`'s worker: polls the embedded store's delayed jobs and runs them,
