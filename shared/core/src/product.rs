@@ -22,6 +22,17 @@ pub const FETCH_MAX_REDIRECTS: u32 = 4;
 pub const FETCH_TIMEOUT_SECS: u64 = 12;
 pub const FETCH_USER_AGENT: &str = "UmpireProbe/1.0 (+https://umpire.vimabrosta.com/bot)";
 pub const ALLOWED_PORTS: [u16; 4] = [80, 443, 8080, 8443];
+/// Response headers an observation records, each value capped at [`OBSERVED_HEADER_CAP_CHARS`].
+pub const OBSERVED_HEADERS: [&str; 7] = [
+    "content-type",
+    "content-length",
+    "last-modified",
+    "etag",
+    "cache-control",
+    "date",
+    "server",
+];
+pub const OBSERVED_HEADER_CAP_CHARS: usize = 200;
 /// Sworn verdicts run every check again about this long after pass 1.
 pub const SWORN_PASS2_DELAY_SECS: u64 = 60;
 pub const WEBHOOK_MAX_RETRIES: u32 = 5;

@@ -23,22 +23,12 @@ use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;
 use umpire_core::product::{
     FETCH_MAX_REDIRECTS, FETCH_READ_CAP_BYTES, FETCH_TIMEOUT_SECS, FETCH_USER_AGENT,
+    OBSERVED_HEADER_CAP_CHARS, OBSERVED_HEADERS,
 };
 
 use crate::policy::{Policy, PolicyError};
 use crate::resolve::NameResolver;
 
-/// Response headers recorded in observations, each value capped at [`HEADER_VALUE_CAP`].
-pub const OBSERVED_HEADERS: [&str; 7] = [
-    "content-type",
-    "content-length",
-    "last-modified",
-    "etag",
-    "cache-control",
-    "date",
-    "server",
-];
-pub const HEADER_VALUE_CAP: usize = 200;
 /// The least time between two fetches from one host by one process.
 pub const POLITENESS_INTERVAL: Duration = Duration::from_millis(1000);
 
@@ -411,7 +401,7 @@ impl Fetcher {
                     let text = String::from_utf8_lossy(v.as_bytes());
                     Some((
                         (*h).to_owned(),
-                        text.chars().take(HEADER_VALUE_CAP).collect(),
+                        text.chars().take(OBSERVED_HEADER_CAP_CHARS).collect(),
                     ))
                 })
                 .collect();
