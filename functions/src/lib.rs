@@ -1,6 +1,11 @@
 //! The thin layer between AWS Lambda and the shared handlers: convert the API
 //! Gateway (HTTP API, payload v2) event into `http::Request<Bytes>`, call the one
-//! handler this function serves, convert back. Everything else lives in `shared/`.
+//! handler this function serves, convert back; or, for the worker, hand each SQS
+//! message to the shared job runner. Everything else lives in `shared/`.
+
+pub mod worker;
+
+pub use aws_lambda_events;
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -17,9 +22,30 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
 
+/// What a function does, and so what its cold start builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Serves one API route.
+    Api(Route),
+    /// Runs delayed jobs from SQS (sworn pass 2, webhook deliveries).
+    Worker,
+}
+
+impl Role {
+    /// Judging needs the isolated checker: purchases (pass 1) and the worker (pass 2).
+    fn judges(self) -> bool {
+        matches!(self, Role::Api(Route::Buy) | Role::Worker)
+    }
+
+    /// Validation resolves names; purchases and pass 2 fetch; the worker posts webhooks.
+    fn reaches_out(self) -> bool {
+        matches!(self, Role::Api(Route::Buy | Route::Validate) | Role::Worker)
+    }
+}
+
 /// Builds the state this function needs, once per cold start. Only the purchase
-/// route judges and takes payments, so only it starts the checker and reaches the chain.
-pub async fn state_from_env(route: Route) -> Result<AppState, lambda_http::Error> {
+/// route takes payments, and only it and the worker start the checker.
+pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
     // Until the KMS envelope lands, the seed comes from the function's environment.
     let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
@@ -28,21 +54,24 @@ pub async fn state_from_env(route: Route) -> Result<AppState, lambda_http::Error
         .ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
     // One AWS configuration (region, credentials, endpoint) for every client.
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let (payments, sol_price, checker) = if route == Route::Buy {
+    let checker = if role.judges() {
         // The worker is this same binary (see `run`), a child process killed at the
         // check limit.
         let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
         pool.prewarm(1).await?;
+        Some(Arc::new(pool))
+    } else {
+        None
+    };
+    let (payments, sol_price) = if role == Role::Api(Route::Buy) {
         (
             umpire_pay::config::payments_from_env(&config.rails).await?,
             umpire_pay::config::sol_price_from_env(&config.rails)?,
-            Some(Arc::new(pool)),
         )
     } else {
-        (umpire_pay::Payments::default(), None, None)
+        (umpire_pay::Payments::default(), None)
     };
-    // Validation resolves names; purchases also fetch.
-    let fetcher = if matches!(route, Route::Buy | Route::Validate) {
+    let fetcher = if role.reaches_out() {
         Some(Arc::new(umpire_fetch::Fetcher::from_env()?))
     } else {
         None
@@ -116,8 +145,8 @@ pub async fn invoke(
     lambda_http::Response::from_parts(parts, body)
 }
 
-/// The whole life of a function: log setup, cold start, then serve events.
-pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
+/// JSON logs without timestamps: CloudWatch adds its own.
+pub fn init_logging() {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
@@ -128,7 +157,12 @@ pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
         .with_ansi(false)
         .without_time()
         .init();
-    let state = Arc::new(state_from_env(route).await?);
+}
+
+/// The whole life of an API function: log setup, cold start, then serve events.
+pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
+    init_logging();
+    let state = Arc::new(state_from_env(Role::Api(route)).await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(invoke(&state, route, req).await) }

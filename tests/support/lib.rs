@@ -60,6 +60,40 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
+const LOAD_TEMPLATE: &str = r#"
+import json, sys
+from cfnlint.decode import decode
+tpl, errors = decode(sys.argv[1])
+if errors:
+    sys.exit("template does not load: %s" % errors)
+print(json.dumps(tpl["Resources"]))
+"#;
+
+/// `template.yaml`'s resources, read with cfn-lint's own loader (it knows the
+/// CloudFormation tags such as `!GetAtt`), as JSON.
+pub fn template_resources() -> Value {
+    let out = Command::new(python())
+        .args(["-c", LOAD_TEMPLATE])
+        .arg(repo_root().join("template.yaml"))
+        .output()
+        .expect("python with cfn-lint (make test installs it)");
+    assert!(
+        out.status.success(),
+        "cannot read template.yaml: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse(&out.stdout).expect("resources JSON")
+}
+
+/// The string at `path` inside `v`, if every step exists.
+pub fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(p)?;
+    }
+    cur.as_str()
+}
+
 /// A scratch directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

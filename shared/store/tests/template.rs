@@ -3,42 +3,9 @@
 //! point-in-time recovery. The template is read with cfn-lint's own YAML loader.
 
 use std::collections::BTreeSet;
-use std::process::Command;
-
-use umpire_core::json::{Value, parse};
+use umpire_blackbox::{str_at, template_resources};
+use umpire_core::json::Value;
 use umpire_store::dynamo::TABLES;
-
-const LOAD: &str = r#"
-import json, sys
-from cfnlint.decode import decode
-tpl, errors = decode(sys.argv[1])
-if errors:
-    sys.exit("template does not load: %s" % errors)
-print(json.dumps(tpl["Resources"]))
-"#;
-
-fn resources() -> Value {
-    let python = std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
-    let out = Command::new(&python)
-        .args(["-c", LOAD, template])
-        .output()
-        .expect("python with cfn-lint (make test installs it)");
-    assert!(
-        out.status.success(),
-        "cannot read template.yaml: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse(&out.stdout).expect("resources JSON")
-}
-
-fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(p)?;
-    }
-    cur.as_str()
-}
 
 fn key_schema(v: Option<&Value>) -> Vec<(String, String)> {
     v.and_then(Value::as_array)
@@ -57,7 +24,7 @@ fn key_schema(v: Option<&Value>) -> Vec<(String, String)> {
 
 #[test]
 fn template_tables_match_the_code() {
-    let res = resources();
+    let res = template_resources();
     let declared: BTreeSet<String> = res
         .as_object()
         .expect("resources")

@@ -1,0 +1,31 @@
+//! Lambda for the jobs queue: sworn pass 2 and webhook deliveries, fed by the SQS
+//! event source with partial batch failures. The same binary, run with the worker
+//! argument, is the isolated checker pass 2 judges in.
+
+use std::sync::Arc;
+
+use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
+use umpire_functions::aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use umpire_functions::{Role, init_logging, state_from_env, worker::handle_batch};
+
+fn main() -> Result<(), lambda_http::Error> {
+    if std::env::args().nth(1).as_deref() == Some(umpire_checker::WORKER_ARG) {
+        return Ok(umpire_checker::worker_main()?);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            init_logging();
+            let state = Arc::new(state_from_env(Role::Worker).await?);
+            lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+                let state = state.clone();
+                async move {
+                    Ok::<SqsBatchResponse, lambda_http::Error>(
+                        handle_batch(&state, event.payload).await,
+                    )
+                }
+            }))
+            .await
+        })
+}

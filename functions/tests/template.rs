@@ -1,0 +1,159 @@
+//! `template.yaml` deploys every Lambda binary this crate builds, and wires the worker
+//! to the jobs queue the way its code assumes (partial batch failures, a visibility
+//! timeout that outlasts a run, permission to queue the next job).
+
+use std::collections::BTreeSet;
+
+use umpire_blackbox::{str_at, template_resources};
+use umpire_core::json::Value;
+
+fn functions(res: &Value) -> Vec<(&str, &Value)> {
+    res.as_object()
+        .expect("resources")
+        .iter()
+        .filter(|(_, r)| str_at(r, &["Type"]) == Some("AWS::Serverless::Function"))
+        .map(|(k, r)| (k.as_str(), r))
+        .collect()
+}
+
+fn number(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_u64)
+        .or_else(|| v.and_then(Value::as_str).and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("not a number: {v:?}"))
+}
+
+/// Every `Action` granted to a function, with the resource it names (as JSON text).
+fn grants(function: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for policy in function
+        .get("Properties")
+        .and_then(|p| p.get("Policies"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
+        for st in policy
+            .get("Statement")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            let resource = String::from_utf8_lossy(
+                &st.get("Resource")
+                    .cloned()
+                    .unwrap_or(Value::Null)
+                    .to_canonical_vec(),
+            )
+            .into_owned();
+            let actions = match st.get("Action") {
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+                Some(v) => v.as_str().map(str::to_owned).into_iter().collect(),
+                None => Vec::new(),
+            };
+            out.extend(actions.into_iter().map(|a| (a, resource.clone())));
+        }
+    }
+    out
+}
+
+fn may(function: &Value, action: &str, resource: &str) -> bool {
+    grants(function)
+        .iter()
+        .any(|(a, r)| a == action && r.contains(resource))
+}
+
+#[test]
+fn every_binary_is_deployed_once() {
+    let res = template_resources();
+    let deployed: Vec<&str> = functions(&res)
+        .iter()
+        .filter_map(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]))
+        .collect();
+    let unique: BTreeSet<&str> = deployed.iter().copied().collect();
+    assert_eq!(unique.len(), deployed.len(), "a binary deployed twice");
+    let bins: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin"))
+        .expect("src/bin")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".rs"))
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        unique
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<BTreeSet<_>>(),
+        bins,
+        "functions in template.yaml vs functions/src/bin"
+    );
+}
+
+#[test]
+fn the_worker_consumes_the_jobs_queue_with_partial_failures() {
+    let res = template_resources();
+    let (_, worker) = functions(&res)
+        .into_iter()
+        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some("worker"))
+        .expect("a function for the worker binary");
+    let events = worker
+        .get("Properties")
+        .and_then(|p| p.get("Events"))
+        .and_then(Value::as_object)
+        .expect("worker events");
+    let sqs: Vec<&Value> = events
+        .values()
+        .filter(|e| str_at(e, &["Type"]) == Some("SQS"))
+        .collect();
+    assert_eq!(sqs.len(), 1, "one SQS event source");
+    let props = sqs[0].get("Properties").expect("event properties");
+    assert!(
+        String::from_utf8_lossy(&props.get("Queue").expect("queue").to_canonical_vec())
+            .contains("JobsQueue"),
+        "the worker reads the jobs queue"
+    );
+    assert_eq!(
+        props.get("FunctionResponseTypes"),
+        Some(&Value::Array(vec![Value::from("ReportBatchItemFailures")])),
+        "handle_batch reports failures per message"
+    );
+    let timeout = number(worker.get("Properties").and_then(|p| p.get("Timeout")));
+    let visibility = number(
+        res.get("JobsQueue")
+            .and_then(|q| q.get("Properties"))
+            .and_then(|p| p.get("VisibilityTimeout")),
+    );
+    assert!(
+        visibility >= 6 * timeout,
+        "queue visibility {visibility}s < 6 x worker timeout {timeout}s"
+    );
+    for (action, resource) in [
+        ("sqs:SendMessage", "JobsQueue"),
+        ("dynamodb:GetItem", "VerdictsTable"),
+        ("dynamodb:UpdateItem", "VerdictsTable"),
+        ("dynamodb:PutItem", "IdempotencyTable"),
+        ("dynamodb:UpdateItem", "IdempotencyTable"),
+    ] {
+        assert!(
+            may(worker, action, resource),
+            "the worker needs {action} on {resource}"
+        );
+    }
+}
+
+#[test]
+fn the_purchase_may_queue_pass_two_and_void_it() {
+    let res = template_resources();
+    let (_, buy) = functions(&res)
+        .into_iter()
+        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some("verdicts"))
+        .expect("a function for the verdicts binary");
+    assert!(may(buy, "sqs:SendMessage", "JobsQueue"));
+    assert!(may(buy, "dynamodb:DeleteItem", "VerdictsTable"));
+}

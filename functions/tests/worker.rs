@@ -1,0 +1,343 @@
+//! Exactly-once over at-least-once: every delayed job of a sworn verdict delivered three
+//! times at once (and the pass-2 job once more, late) still yields one final document
+//! and one successful webhook. On both stores: the embedded SQLite store with its
+//! delayed jobs (run as `umpire serve`'s worker runs them) and DynamoDB + SQS on the
+//! local AWS-compatible server (run through the worker Lambda's batch handler).
+//!
+//! `make test` starts that server and sets `UMPIRE_TEST_AWS_ENDPOINT`; without it the
+//! AWS half fails loudly rather than skipping.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use umpire_api::sworn::{self, JOB_PASS2, run_job, webhook_signature};
+use umpire_api::{AppState, Config};
+use umpire_blackbox::{Scripted, TempDir};
+use umpire_checker::{CheckerPool, PoolConfig, WORKER_ARG};
+use umpire_core::hash::sha256_hex;
+use umpire_core::json::{Value, parse};
+use umpire_core::product::Tier;
+use umpire_core::signer::LocalSigner;
+use umpire_core::spec::{parse_deliverable, parse_spec};
+use umpire_fetch::{FetchConfig, Fetcher, Policy, StaticResolver};
+use umpire_functions::aws_lambda_events::event::sqs::SqsEvent;
+use umpire_functions::worker::handle_batch;
+use umpire_store::dynamo::{DynamoStore, TableNames};
+use umpire_store::sqlite::SqliteStore;
+use umpire_store::sqs::SqsQueue;
+use umpire_store::{Job, JobQueue, Store, VerdictRecord, VerdictStatus};
+
+const SECRET: &str = "sec_exactly_once_test";
+
+/// How each batch of received jobs is run.
+#[derive(Clone, Copy)]
+enum Runner {
+    /// `sworn::run_job` directly, as `umpire serve`'s worker does.
+    Local,
+    /// The worker Lambda's handler, given an SQS event.
+    Lambda,
+}
+
+fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
+    let check_limit = Duration::from_secs(2);
+    let checker = CheckerPool::new(PoolConfig {
+        // The worker Lambda's own binary is its isolated checker.
+        program: env!("CARGO_BIN_EXE_worker").into(),
+        args: vec![WORKER_ARG.to_owned()],
+        check_limit,
+        max_workers: 4,
+    });
+    let fetcher = Fetcher::new(
+        FetchConfig {
+            policy: Policy {
+                test_allow: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+            },
+            ..FetchConfig::default()
+        },
+        Arc::new(StaticResolver::default()),
+    )
+    .expect("fetcher");
+    AppState {
+        config: Config {
+            check_limit,
+            webhook_retry_base_secs: 1,
+            ..Config::default()
+        },
+        signer: Arc::new(LocalSigner::from_seed_hex(&"5e".repeat(32)).expect("seed")),
+        retired_keys: Vec::new(),
+        checker: Some(Arc::new(checker)),
+        store,
+        queue: Some(queue),
+        payments: umpire_pay::Payments::default(),
+        sol_price: None,
+        fetcher: Some(Arc::new(fetcher)),
+    }
+}
+
+/// A paid sworn verdict as the purchase leaves it: pending, pass 1 judged, pass 2 queued.
+async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, Job) {
+    let spec = parse(
+        format!(
+            r#"{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}}"#,
+            page.addr
+        )
+        .as_bytes(),
+    )
+    .expect("spec JSON");
+    let purchase = umpire_api::purchase::Purchase {
+        tier: Tier::Sworn,
+        spec: parse_spec(&spec, Some(Tier::Sworn)).expect("spec"),
+        deliverable: parse_deliverable(
+            &parse(br#"{"text":"ready to ship"}"#).expect("deliverable JSON"),
+            "deliverable",
+        )
+        .expect("deliverable"),
+        webhook_url: Some(format!("http://{}/hook", hook.addr)),
+        job_ref: Some(Value::from("job-once")),
+    };
+    let pass1 = umpire_api::verdict::judge(state, &purchase)
+        .await
+        .expect("pass 1");
+    let verdict_id = umpire_core::hash::random_id("vrd");
+    let now = umpire_core::time::now_unix();
+    let preview = sworn::preview(&pass1, now);
+    state
+        .store
+        .put_verdict(&VerdictRecord {
+            verdict_id: verdict_id.clone(),
+            tier: "sworn".into(),
+            status: VerdictStatus::Pending,
+            document: None,
+            preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
+            secret_hash: sha256_hex(SECRET.as_bytes()),
+            spec_hash: purchase.spec.hash.clone(),
+            webhook_url: purchase.webhook_url.clone(),
+            created_at: now,
+            expires_at: now + 86_400,
+        })
+        .await
+        .expect("put verdict");
+    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now);
+    (verdict_id, job)
+}
+
+/// Runs `copies` copies of every job at once; true per job when every copy succeeded.
+async fn run_copies(state: &AppState, runner: Runner, jobs: &[Job], copies: usize) -> Vec<bool> {
+    match runner {
+        Runner::Local => {
+            let runs = jobs
+                .iter()
+                .flat_map(|job| std::iter::repeat_n(job, copies))
+                .map(|job| run_job(state, job));
+            let done = futures::future::join_all(runs).await;
+            done.chunks(copies)
+                .map(|c| c.iter().all(Result::is_ok))
+                .collect()
+        }
+        Runner::Lambda => {
+            let records: Vec<serde_json::Value> = jobs
+                .iter()
+                .enumerate()
+                .flat_map(|(i, job)| {
+                    (0..copies).map(move |c| {
+                        serde_json::json!({
+                            "messageId": format!("m{i}-{c}"),
+                            "receiptHandle": format!("r{i}-{c}"),
+                            "body": SqsQueue::encode(job).expect("encode"),
+                            "attributes": {"ApproximateReceiveCount": (c + 1).to_string()},
+                            "messageAttributes": {},
+                            "eventSource": "aws:sqs",
+                        })
+                    })
+                })
+                .collect();
+            let event: SqsEvent =
+                serde_json::from_value(serde_json::json!({ "Records": records })).expect("event");
+            let response = handle_batch(state, event).await;
+            let failed: Vec<&str> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.as_str())
+                .collect();
+            (0..jobs.len())
+                .map(|i| !failed.iter().any(|id| id.starts_with(&format!("m{i}-"))))
+                .collect()
+        }
+    }
+}
+
+/// Receives jobs until the queue stays empty for a while, running every one three
+/// times at once; acknowledges what succeeded. Returns how many jobs it received.
+async fn drain(state: &AppState, runner: Runner) -> usize {
+    let queue = state.queue.clone().expect("queue");
+    let mut received = 0;
+    let mut idle_since = Instant::now();
+    while idle_since.elapsed() < Duration::from_secs(3) {
+        let deliveries = queue.receive(10, 60).await.expect("receive");
+        if deliveries.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        received += deliveries.len();
+        let jobs: Vec<Job> = deliveries.iter().map(|d| d.job.clone()).collect();
+        let done = run_copies(state, runner, &jobs, 3).await;
+        for (d, ok) in deliveries.iter().zip(done) {
+            assert!(ok, "job {} failed", d.job.kind);
+            queue.ack(&d.receipt).await.expect("ack");
+        }
+        idle_since = Instant::now();
+    }
+    received
+}
+
+async fn exactly_once(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, runner: Runner) {
+    let page = Scripted::start(vec![(200, "service up")]);
+    let hook = Scripted::start(vec![(200, "thanks")]);
+    let state = state(store, queue.clone());
+    let (verdict_id, pass2) = bought(&state, &page, &hook).await;
+    assert_eq!(pass2.kind, JOB_PASS2);
+    queue.enqueue(&pass2, 0).await.expect("enqueue pass 2");
+
+    let received = drain(&state, runner).await;
+    assert!(
+        received >= 2,
+        "pass 2 and at least one webhook job were queued"
+    );
+    let record = state
+        .store
+        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .await
+        .expect("get")
+        .expect("verdict");
+    assert_eq!(record.status, VerdictStatus::Final);
+    let document = record.document.clone().expect("final document");
+    let parsed = parse(document.as_bytes()).expect("document JSON");
+    assert_eq!(
+        parsed.get("verdict").and_then(Value::as_str),
+        Some("pass"),
+        "{document}"
+    );
+
+    // A late redelivery of pass 2, after everything is done, changes nothing.
+    assert_eq!(run_copies(&state, runner, &[pass2], 1).await, vec![true]);
+    drain(&state, runner).await;
+    let again = state
+        .store
+        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .await
+        .expect("get")
+        .expect("verdict");
+    assert_eq!(
+        again.document.as_deref(),
+        Some(document.as_str()),
+        "one final document"
+    );
+
+    let deliveries = hook.received();
+    assert_eq!(deliveries.len(), 1, "one webhook, whatever the queue did");
+    let d = &deliveries[0];
+    assert_eq!(d.body, document.as_bytes(), "the stored document was sent");
+    assert_eq!(
+        d.header("x-umpire-signature"),
+        Some(webhook_signature(&sha256_hex(SECRET.as_bytes()), &d.body).as_str())
+    );
+    assert_eq!(
+        sworn::webhook_status(&state, &verdict_id).await,
+        Some("delivered")
+    );
+    assert!(
+        page.received().len() >= 2,
+        "pass 1 and pass 2 fetched the page"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_one_document_one_webhook() {
+    let dir = TempDir::new("worker-sqlite");
+    let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
+    exactly_once(store.clone(), store, Runner::Local).await;
+}
+
+mod aws {
+    use super::*;
+
+    fn endpoint() -> String {
+        std::env::var("UMPIRE_TEST_AWS_ENDPOINT").unwrap_or_else(|_| {
+            panic!(
+                "UMPIRE_TEST_AWS_ENDPOINT is not set: these tests need the local AWS-compatible \
+                 server that `make test` starts (infra/local/with-moto.sh)"
+            )
+        })
+    }
+
+    async fn aws() -> (Arc<DynamoStore>, Arc<SqsQueue>) {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint())
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test",
+                "test",
+                None,
+                None,
+                "umpire-tests",
+            ))
+            .load()
+            .await;
+        let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("w")));
+        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), names);
+        store.create_tables().await.expect("create tables");
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let url = sqs
+            .create_queue()
+            .queue_name(umpire_core::hash::random_id("jobs"))
+            .send()
+            .await
+            .expect("create queue")
+            .queue_url
+            .expect("queue url");
+        (Arc::new(store), Arc::new(SqsQueue::new(sqs, url)))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn dynamodb_and_sqs_one_document_one_webhook() {
+        let (store, queue) = aws().await;
+        exactly_once(store, queue, Runner::Lambda).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_lambda_reports_only_the_failed_messages() {
+        let (store, queue) = aws().await;
+        let state = state(store, queue);
+        let gone = Job {
+            kind: JOB_PASS2.into(),
+            payload: r#"{"verdict_id":"vrd_voided"}"#.into(),
+        };
+        let event: SqsEvent = serde_json::from_value(serde_json::json!({ "Records": [
+            // Pass 2 of a voided purchase: nothing to do, done.
+            {"messageId": "done", "body": SqsQueue::encode(&gone).expect("encode")},
+            // Not a job at all: reported, so it ends in the dead-letter queue.
+            {"messageId": "garbage", "body": "not json"},
+            // A job whose payload is unreadable: reported for another try.
+            {"messageId": "broken", "body": SqsQueue::encode(&Job {
+                kind: JOB_PASS2.into(),
+                payload: "{".into(),
+            }).expect("encode")},
+        ]}))
+        .expect("event");
+        let response = handle_batch(&state, event).await;
+        let failed: Vec<&str> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.as_str())
+            .collect();
+        assert_eq!(failed, vec!["garbage", "broken"]);
+        // The wire shape Lambda reads.
+        assert_eq!(
+            serde_json::to_value(&response).expect("json"),
+            serde_json::json!({"batchItemFailures": [
+                {"itemIdentifier": "garbage"}, {"itemIdentifier": "broken"}
+            ]})
+        );
+    }
+}
