@@ -275,3 +275,67 @@ fn webhooks_retry_with_backoff_then_stop() {
         "the document stays at the status link"
     );
 }
+
+#[test]
+fn a_refused_webhook_is_invalid_webhook_before_payment() {
+    let page = Scripted::start(vec![(200, "service up")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let with_hook = |tier: &str, hook: &str| {
+        let spec = if tier == "sworn" {
+            format!(
+                r#"{{"checks":[{{"type":"url_probe","url":"http://{}/status"}}]}}"#,
+                page.addr
+            )
+        } else {
+            r#"{"checks":[{"type":"regex","pattern":"^ready"}]}"#.to_owned()
+        };
+        format!(r#"{{"spec":{spec},"deliverable":{{"text":"ready"}},"webhook_url":"{hook}"}}"#)
+    };
+    for (hook, problem) in [
+        ("http://10.1.2.3/hook", "blocked_host"),
+        ("https://hooks.example.com:2222/hook", "blocked_port"),
+        ("ftp://hooks.example.com/hook", "invalid_scheme"),
+        (
+            "https://user:pw@hooks.example.com/hook",
+            "credentials_in_url",
+        ),
+    ] {
+        let r = server.post_json("/v1/verdicts/sworn", &with_hook("sworn", hook));
+        assert_eq!(
+            r.status,
+            422,
+            "{hook}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(r.error_code(), "invalid_webhook", "{hook}");
+        assert!(r.header("payment-required").is_none(), "no price asked");
+        let problems = r.json();
+        let first = &problems
+            .get("error")
+            .and_then(|e| e.get("problems"))
+            .and_then(Value::as_array)
+            .expect("problems")[0];
+        assert_eq!(str_of(first, "where"), "webhook_url", "{hook}");
+        assert_eq!(str_of(first, "code"), problem, "{hook}");
+    }
+    // The reference client, payment ready, is refused the same way and pays nothing.
+    let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+    let bought = buy_v2(
+        &devnet,
+        &url,
+        &with_hook("sworn", "http://10.1.2.3/hook"),
+        Some(&key()),
+    );
+    assert_eq!(bought.status, 422, "{}", bought.body);
+    // A webhook on a tier that never calls one is the webhook's problem too.
+    let basic = server.post_json(
+        "/v1/verdicts/basic",
+        &with_hook("basic", "https://hooks.example.com/x"),
+    );
+    assert_eq!(basic.status, 422);
+    assert_eq!(basic.error_code(), "invalid_webhook");
+    assert_eq!(devnet.balance(&payer), payer0, "nothing was charged");
+}

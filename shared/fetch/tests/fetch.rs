@@ -359,3 +359,48 @@ async fn one_host_is_fetched_at_most_once_per_interval() {
         "three fetches from one host take at least two intervals"
     );
 }
+
+#[tokio::test]
+async fn webhook_posts_keep_the_policy_and_never_follow_redirects() {
+    let addr = serve();
+    let f = fetcher(addr);
+    let body = br#"{"verdict":"pass"}"#.to_vec();
+    let headers = [("x-umpire-signature", "sha256=00".to_owned())];
+    // A redirect is a failed delivery, wherever it points (here: to a private address).
+    let e = f
+        .post_json(
+            &format!("http://{addr}/then-blocked/0"),
+            body.clone(),
+            &headers,
+        )
+        .await
+        .expect_err("a 301 is not a delivery");
+    assert_eq!(e, "the receiver answered 301");
+    let e = f
+        .post_json(&format!("http://{addr}/hops/1"), body.clone(), &headers)
+        .await
+        .expect_err("a 302 is not a delivery, even to an allowed host");
+    assert_eq!(e, "the receiver answered 302");
+    // A private receiver is refused before anything is dialed.
+    let e = f
+        .post_json("http://10.1.2.3/hook", body.clone(), &headers)
+        .await
+        .expect_err("private");
+    assert!(e.starts_with("blocked_host"), "{e}");
+    // A name that rebinds to loopback is refused at connect time.
+    let rebinding = Fetcher::new(
+        FetchConfig {
+            politeness: Duration::ZERO,
+            ..FetchConfig::default()
+        },
+        Arc::new(Rebinding {
+            calls: AtomicUsize::new(1),
+        }),
+    )
+    .expect("fetcher");
+    let e = rebinding
+        .post_json("http://hooks.example.com/x", body, &headers)
+        .await
+        .expect_err("rebinding");
+    assert!(e.contains("blocked_host"), "{e}");
+}
