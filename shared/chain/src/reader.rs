@@ -1,0 +1,397 @@
+//! The two proofs behind a feedback row, read from Base (or the devnet) with alloy:
+//!
+//! 1. **Payment**: the transaction succeeded and carries USDC `Transfer` logs from the
+//!    payer to the merchant (the *log's* `from`: x402 transfers are submitted by a
+//!    facilitator, so the transaction's sender is not the payer). Every log is decoded;
+//!    the attested amount is the sum of the payer→merchant transfers in the transaction.
+//!    The block's time comes from its header, the age is measured against the later of
+//!    our clock and the chain's latest block, and the block must have the configured
+//!    number of confirmations.
+//! 2. **Signature**: an EIP-191 `personal_sign` of the exact message by the payer: ecrecover
+//!    for a plain account (high-s refused), ERC-1271 `isValidSignature` via `eth_call` for a
+//!    contract account, with ecrecover as the fallback for EIP-7702-delegated accounts.
+//!
+//! Nothing here writes to the chain.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use alloy::eips::BlockNumberOrTag;
+use alloy::network::TransactionBuilder;
+use alloy::primitives::{Address, B256, Bytes, Signature, U256, eip191_hash_message};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::types::TransactionRequest;
+use alloy::sol;
+use alloy::sol_types::SolCall;
+use tokio::sync::OnceCell;
+
+use crate::claim::{FeedbackClaim, lower_hex};
+
+sol! {
+    interface IErc20 {
+        event Transfer(address indexed from, address indexed to, uint256 value);
+    }
+
+    interface IErc1271 {
+        function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4 magicValue);
+    }
+}
+
+/// ERC-1271's "valid" answer.
+pub const ERC1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
+/// An EIP-7702 delegated account's code: this prefix and the delegate's address.
+const EIP7702_PREFIX: [u8; 3] = [0xef, 0x01, 0x00];
+/// One RPC call may take this long before the chain counts as unreachable.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where and how feedback payments are read.
+#[derive(Debug, Clone)]
+pub struct ChainConfig {
+    pub rpc_url: String,
+    /// The chain the RPC must serve (Base: 8453).
+    pub chain_id: u64,
+    /// The USDC contract whose `Transfer` logs count.
+    pub usdc: Address,
+    /// Blocks on top of the payment's block, itself included (1 = mined).
+    pub confirmations: u64,
+    /// The least attested amount, in USDC base units.
+    pub floor_units: u64,
+    /// How old a payment may be.
+    pub max_age_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProofError {
+    /// The RPC could not be reached or failed: retry later.
+    #[error("chain unavailable: {0}")]
+    Unavailable(String),
+    /// The RPC serves another chain than the one configured.
+    #[error("misconfigured: {0}")]
+    Misconfigured(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    PayerMismatch(String),
+    #[error("{0}")]
+    AmountTooSmall(String),
+    #[error("{0}")]
+    TooOld(String),
+    #[error("{0}")]
+    BadSignature(String),
+}
+
+/// What the payment proof established.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentProof {
+    /// The sum of the payer→merchant USDC transfers in the transaction, base units.
+    pub amount: U256,
+    pub block_number: u64,
+    /// From the block header, unix seconds.
+    pub block_time: u64,
+}
+
+/// How the signature was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    /// ecrecover of a plain account's signature.
+    Eoa,
+    /// The contract wallet's `isValidSignature`.
+    Erc1271,
+    /// An EIP-7702-delegated account whose own key signed.
+    Delegated,
+}
+
+pub struct FeedbackChain {
+    provider: DynProvider,
+    config: ChainConfig,
+    /// Set once the RPC was seen to serve the configured chain.
+    chain_checked: OnceCell<()>,
+}
+
+impl std::fmt::Debug for FeedbackChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedbackChain")
+            .field("chain_id", &self.config.chain_id)
+            .field("usdc", &self.config.usdc)
+            .field("confirmations", &self.config.confirmations)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn rpc<T, E: std::fmt::Display>(
+    what: &str,
+    call: impl IntoFuture<Output = Result<T, E>>,
+) -> Result<T, ProofError> {
+    match tokio::time::timeout(RPC_TIMEOUT, call.into_future()).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ProofError::Unavailable(format!("{what}: {e}"))),
+        Err(_) => Err(ProofError::Unavailable(format!(
+            "{what}: no answer within {RPC_TIMEOUT:?}"
+        ))),
+    }
+}
+
+impl FeedbackChain {
+    /// Builds the reader without touching the network: an unreachable RPC at start
+    /// makes feedback answer `chain_unavailable`, not the service fail to start.
+    pub fn new(config: ChainConfig) -> Result<FeedbackChain, String> {
+        let url: reqwest::Url = config
+            .rpc_url
+            .parse()
+            .map_err(|e| format!("feedback RPC URL {:?}: {e}", config.rpc_url))?;
+        Ok(FeedbackChain {
+            provider: ProviderBuilder::new().connect_http(url).erased(),
+            config,
+            chain_checked: OnceCell::new(),
+        })
+    }
+
+    pub fn config(&self) -> &ChainConfig {
+        &self.config
+    }
+
+    async fn ensure_chain(&self) -> Result<(), ProofError> {
+        self.chain_checked
+            .get_or_try_init(|| async {
+                let served = rpc("eth_chainId", self.provider.get_chain_id()).await?;
+                if served == self.config.chain_id {
+                    Ok(())
+                } else {
+                    Err(ProofError::Misconfigured(format!(
+                        "the feedback RPC serves chain {served}, not {}",
+                        self.config.chain_id
+                    )))
+                }
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Proof 1: the payment. `now` is our clock, unix seconds.
+    pub async fn prove_payment(
+        &self,
+        claim: &FeedbackClaim,
+        now: u64,
+    ) -> Result<PaymentProof, ProofError> {
+        self.ensure_chain().await?;
+        let tx = lower_hex(claim.tx_hash.as_slice());
+        let chain = self.config.chain_id;
+        let receipt = rpc(
+            "eth_getTransactionReceipt",
+            self.provider.get_transaction_receipt(claim.tx_hash),
+        )
+        .await?
+        .ok_or_else(|| {
+            ProofError::NotFound(format!("no mined transaction {tx} on chain {chain}"))
+        })?;
+        if !receipt.status() {
+            return Err(ProofError::NotFound(format!(
+                "transaction {tx} reverted: it moved no funds"
+            )));
+        }
+        let block_number = receipt
+            .block_number
+            .ok_or_else(|| ProofError::NotFound(format!("transaction {tx} is not mined yet")))?;
+
+        let mut amount = U256::ZERO;
+        let mut paid_by_others = Vec::new();
+        let mut paid_to_others = Vec::new();
+        for log in receipt.inner.logs() {
+            if log.address() != self.config.usdc {
+                continue;
+            }
+            // Logs of other events (Approval, AuthorizationUsed) do not decode as Transfer.
+            let Ok(t) = log.log_decode::<IErc20::Transfer>() else {
+                continue;
+            };
+            let t = t.inner.data;
+            match (t.from == claim.payer, t.to == claim.merchant) {
+                (true, true) => amount = amount.saturating_add(t.value),
+                (false, true) => paid_by_others.push(t.from),
+                (true, false) => paid_to_others.push(t.to),
+                (false, false) => {}
+            }
+        }
+        let merchant = lower_hex(claim.merchant.as_slice());
+        let payer = lower_hex(claim.payer.as_slice());
+        if amount.is_zero() {
+            return Err(match (paid_by_others.first(), paid_to_others.first()) {
+                (Some(from), _) => ProofError::PayerMismatch(format!(
+                    "the USDC transfer to {merchant} in {tx} came from {}, not from the payer {payer}",
+                    lower_hex(from.as_slice())
+                )),
+                (None, Some(to)) => ProofError::NotFound(format!(
+                    "the payer's USDC transfer in {tx} went to {}, not to the merchant {merchant}",
+                    lower_hex(to.as_slice())
+                )),
+                (None, None) => ProofError::NotFound(format!(
+                    "transaction {tx} carries no USDC transfer from {payer} to {merchant}"
+                )),
+            });
+        }
+        if amount < U256::from(self.config.floor_units) {
+            return Err(ProofError::AmountTooSmall(format!(
+                "the transfer paid {amount} USDC base units; feedback needs at least {}",
+                self.config.floor_units
+            )));
+        }
+
+        let latest = rpc(
+            "eth_getBlockByNumber(latest)",
+            self.provider.get_block_by_number(BlockNumberOrTag::Latest),
+        )
+        .await?
+        .ok_or_else(|| ProofError::Unavailable("the RPC has no latest block".into()))?;
+        let have = latest
+            .header
+            .number
+            .saturating_sub(block_number)
+            .saturating_add(1);
+        if have < self.config.confirmations {
+            return Err(ProofError::NotFound(format!(
+                "transaction {tx} has {have} of the {} confirmations feedback needs; retry in a few seconds",
+                self.config.confirmations
+            )));
+        }
+        let block = rpc(
+            "eth_getBlockByNumber",
+            self.provider
+                .get_block_by_number(BlockNumberOrTag::Number(block_number)),
+        )
+        .await?
+        .ok_or_else(|| {
+            ProofError::Unavailable(format!("the RPC does not return block {block_number}"))
+        })?;
+        let block_time = block.header.timestamp;
+        let age = now.max(latest.header.timestamp).saturating_sub(block_time);
+        if age > self.config.max_age_secs {
+            return Err(ProofError::TooOld(format!(
+                "the payment is {} days old; feedback is accepted for {} days",
+                age / 86_400,
+                self.config.max_age_secs / 86_400
+            )));
+        }
+        Ok(PaymentProof {
+            amount,
+            block_number,
+            block_time,
+        })
+    }
+
+    /// Proof 2: the payer signed this exact feedback.
+    pub async fn verify_signature(&self, claim: &FeedbackClaim) -> Result<Signer, ProofError> {
+        self.ensure_chain().await?;
+        let hash = eip191_hash_message(claim.message());
+        let code = rpc("eth_getCode", self.provider.get_code_at(claim.payer)).await?;
+        if code.is_empty() {
+            return ecrecover(&claim.signature, &hash, claim.payer).map(|()| Signer::Eoa);
+        }
+        if self
+            .erc1271_accepts(claim.payer, hash, &claim.signature)
+            .await?
+        {
+            return Ok(Signer::Erc1271);
+        }
+        let delegated = code.len() == 23 && code.starts_with(&EIP7702_PREFIX);
+        if delegated && ecrecover(&claim.signature, &hash, claim.payer).is_ok() {
+            return Ok(Signer::Delegated);
+        }
+        Err(ProofError::BadSignature(format!(
+            "the payer {} is a contract wallet and its isValidSignature does not accept this signature of the feedback message",
+            lower_hex(claim.payer.as_slice())
+        )))
+    }
+
+    async fn erc1271_accepts(
+        &self,
+        wallet: Address,
+        hash: B256,
+        signature: &Bytes,
+    ) -> Result<bool, ProofError> {
+        let call = IErc1271::isValidSignatureCall {
+            hash,
+            signature: signature.clone(),
+        };
+        let tx = TransactionRequest::default()
+            .with_to(wallet)
+            .with_input(call.abi_encode());
+        match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
+            Err(_) => Err(ProofError::Unavailable(
+                "eth_call isValidSignature: no answer".into(),
+            )),
+            // A revert (or a wallet without the function) is a refusal.
+            Ok(Err(e)) if e.as_error_resp().is_some() => Ok(false),
+            Ok(Err(e)) => Err(ProofError::Unavailable(format!(
+                "eth_call isValidSignature: {e}"
+            ))),
+            Ok(Ok(out)) => Ok(IErc1271::isValidSignatureCall::abi_decode_returns(&out)
+                .map(|magic| magic.0 == ERC1271_MAGIC)
+                .unwrap_or(false)),
+        }
+    }
+}
+
+/// A plain account's signature: 65 bytes, low s, recovering to `expected`.
+fn ecrecover(signature: &Bytes, hash: &B256, expected: Address) -> Result<(), ProofError> {
+    let bad = |m: String| Err(ProofError::BadSignature(m));
+    if signature.len() != 65 {
+        return bad(format!(
+            "a wallet without code signs with 65 bytes; this signature has {}",
+            signature.len()
+        ));
+    }
+    let sig = match Signature::from_raw(signature) {
+        Ok(s) => s,
+        Err(e) => return bad(format!("the signature does not parse: {e}")),
+    };
+    if sig.normalize_s().is_some() {
+        return bad("the signature has a high s value (the malleable twin of a valid one)".into());
+    }
+    match sig.recover_address_from_prehash(hash) {
+        Ok(signer) if signer == expected => Ok(()),
+        Ok(signer) => bad(format!(
+            "the feedback message was signed by {}, not by the payer {}",
+            lower_hex(signer.as_slice()),
+            lower_hex(expected.as_slice())
+        )),
+        Err(e) => bad(format!("no signer recovers from the signature: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::signers::SignerSync;
+    use alloy::signers::local::PrivateKeySigner;
+
+    #[test]
+    fn ecrecover_accepts_the_signer_and_refuses_others_and_high_s() {
+        let key = PrivateKeySigner::random();
+        let message = "umpire-feedback-v1\ntx:0x00\nmerchant:0x00\noutcome:fulfilled\nwould_repeat:\nlatency_ms:";
+        let sig = key.sign_message_sync(message.as_bytes()).expect("sign");
+        let hash = eip191_hash_message(message);
+        let raw = Bytes::from(sig.as_bytes().to_vec());
+        assert_eq!(ecrecover(&raw, &hash, key.address()), Ok(()));
+        let other = PrivateKeySigner::random().address();
+        assert!(matches!(
+            ecrecover(&raw, &hash, other),
+            Err(ProofError::BadSignature(_))
+        ));
+        // The high-s twin: s' = n - s, parity flipped. It recovers the same signer.
+        let n = U256::from_str_radix(
+            "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141",
+            16,
+        )
+        .expect("n");
+        let twin = Signature::new(sig.r(), n - sig.s(), !sig.v());
+        assert_eq!(
+            twin.recover_address_from_prehash(&hash).ok(),
+            Some(key.address())
+        );
+        let twin = Bytes::from(twin.as_bytes().to_vec());
+        match ecrecover(&twin, &hash, key.address()) {
+            Err(ProofError::BadSignature(m)) => assert!(m.contains("high s"), "{m}"),
+            other => panic!("high-s accepted: {other:?}"),
+        }
+    }
+}
