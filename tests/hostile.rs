@@ -40,6 +40,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         queue: None,
         payments: umpire_pay::Payments::default(),
         sol_price: None,
+        feedback_chain: None,
         fetcher: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -166,6 +166,10 @@ async fn state_for(
     let sol_price =
         umpire_pay::config::sol_price_from_env(&config.rails).map_err(|e| e.to_string())?;
     let fetcher = Arc::new(umpire_fetch::Fetcher::from_env()?);
+    let feedback_chain = umpire_chain::ChainConfig::from_env()?
+        .map(umpire_chain::FeedbackChain::new)
+        .transpose()?
+        .map(Arc::new);
     let state = AppState {
         config,
         signer: Arc::new(signer),
@@ -176,6 +180,7 @@ async fn state_for(
         payments,
         sol_price,
         fetcher: Some(fetcher),
+        feedback_chain,
     };
     Ok((state, store))
 }

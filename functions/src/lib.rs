@@ -76,6 +76,15 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
     } else {
         None
     };
+    // Only feedback reads the chain for payments to merchants.
+    let feedback_chain = if role == Role::Api(Route::Feedback) {
+        umpire_chain::ChainConfig::from_env()?
+            .map(umpire_chain::FeedbackChain::new)
+            .transpose()?
+            .map(Arc::new)
+    } else {
+        None
+    };
     Ok(AppState {
         config,
         signer: Arc::new(signer),
@@ -89,6 +98,7 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
         payments,
         sol_price,
         fetcher,
+        feedback_chain,
     })
 }
 

@@ -15,6 +15,7 @@ fn state() -> AppState {
         queue: None,
         payments: umpire_pay::Payments::default(),
         sol_price: None,
+        feedback_chain: None,
         fetcher: None,
     }
 }

@@ -71,6 +71,7 @@ fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
         queue: Some(queue),
         payments: umpire_pay::Payments::default(),
         sol_price: None,
+        feedback_chain: None,
         fetcher: Some(Arc::new(fetcher)),
     }
 }

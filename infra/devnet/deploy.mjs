@@ -7,18 +7,13 @@
 //
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator.
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, http, toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
+import { compile } from "./compile.mjs";
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, "../..");
-const require = createRequire(import.meta.url);
 export const MNEMONIC = "test test test test test test test test test test test junk";
 
 const { values: args } = parseArgs({
@@ -35,49 +30,10 @@ if (!args.rpc || !args.out) {
   process.exit(2);
 }
 
-// solcjs is slow to start; the artifact is cached by the source's hash.
-function compile() {
-  const source = readFileSync(path.join(here, "TestUSDC.sol"), "utf8");
-  const solc = require("solc");
-  const key = createHash("sha256").update(source).update(solc.version()).digest("hex").slice(0, 16);
-  const cacheDir = path.join(root, ".cache", "devnet");
-  const cached = path.join(cacheDir, `TestUSDC-${key}.json`);
-  if (existsSync(cached)) return JSON.parse(readFileSync(cached, "utf8"));
-  const input = {
-    language: "Solidity",
-    sources: { "TestUSDC.sol": { content: source } },
-    settings: {
-      optimizer: { enabled: true, runs: 200 },
-      evmVersion: "cancun",
-      outputSelection: { "*": { TestUSDC: ["abi", "evm.bytecode.object"] } },
-    },
-  };
-  const findImports = (p) => {
-    try {
-      return { contents: readFileSync(require.resolve(p), "utf8") };
-    } catch {
-      return { error: `not found: ${p}` };
-    }
-  };
-  const out = JSON.parse(solc.compile(JSON.stringify(input), { import: findImports }));
-  const errors = (out.errors ?? []).filter((e) => e.severity === "error");
-  if (errors.length) {
-    throw new Error(errors.map((e) => e.formattedMessage).join("\n"));
-  }
-  const c = out.contracts["TestUSDC.sol"].TestUSDC;
-  const artifact = { abi: c.abi, bytecode: `0x${c.evm.bytecode.object}` };
-  mkdirSync(cacheDir, { recursive: true });
-  // Parallel test runs deploy at once: publish the artifact atomically.
-  const partial = `${cached}.${process.pid}.tmp`;
-  writeFileSync(partial, JSON.stringify(artifact));
-  renameSync(partial, cached);
-  return artifact;
-}
-
 const account = (i) => mnemonicToAccount(MNEMONIC, { addressIndex: i });
 const privateKey = (i) => toHex(account(i).getHdKey().privateKey);
 
-const { abi, bytecode } = compile();
+const { abi, bytecode } = compile("TestUSDC.sol", "TestUSDC");
 const transport = http(args.rpc);
 const pub = createPublicClient({ transport });
 const chainId = await pub.getChainId();

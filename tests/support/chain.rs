@@ -145,28 +145,72 @@ impl Devnet {
             .expect("balance")
     }
 
-    /// Moves `amount` of the token from `from` (an unlocked anvil account) to `to`.
-    pub fn transfer(&self, from: &str, to: &str, amount: u128) {
+    /// anvil's unlocked accounts (its test mnemonic, index 0 to 9).
+    pub fn accounts(&self) -> Vec<String> {
+        self.rpc("eth_accounts", json!([]))
+            .as_array()
+            .expect("accounts")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Sends a transaction from an unlocked account and waits for its receipt.
+    pub fn send(&self, tx: serde_json::Value) -> serde_json::Value {
+        let hash = self.rpc("eth_sendTransaction", json!([tx]));
+        // anvil mines on submission, but the receipt can lag a moment under load.
+        for _ in 0..100 {
+            let receipt = self.rpc("eth_getTransactionReceipt", json!([hash]));
+            if !receipt.is_null() {
+                return receipt;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("no receipt for {hash}");
+    }
+
+    /// Moves `amount` of the token from `from` (an unlocked anvil account) to `to`;
+    /// returns the transaction hash.
+    pub fn transfer(&self, from: &str, to: &str, amount: u128) -> String {
+        let receipt = self.try_transfer(from, to, amount, None);
+        assert_eq!(receipt["status"], "0x1", "transfer failed: {receipt}");
+        receipt["transactionHash"]
+            .as_str()
+            .expect("hash")
+            .to_owned()
+    }
+
+    /// Like `transfer`, with a fixed gas limit so a transfer that reverts is still mined;
+    /// returns the receipt.
+    pub fn try_transfer(
+        &self,
+        from: &str,
+        to: &str,
+        amount: u128,
+        gas: Option<u64>,
+    ) -> serde_json::Value {
         // transfer(address,uint256): selector 0xa9059cbb.
         let data = format!(
             "0xa9059cbb{:0>64}{:064x}",
             to.trim_start_matches("0x").to_lowercase(),
             amount
         );
-        let hash = self.rpc(
-            "eth_sendTransaction",
-            json!([{"from": from, "to": self.get("asset"), "data": data}]),
-        );
-        // anvil mines on submission, but the receipt can lag a moment under load.
-        let mut receipt = Value::Null;
-        for _ in 0..100 {
-            receipt = self.rpc("eth_getTransactionReceipt", json!([hash]));
-            if !receipt.is_null() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut tx = json!({"from": from, "to": self.get("asset"), "data": data});
+        if let Some(gas) = gas {
+            tx["gas"] = json!(format!("{gas:#x}"));
         }
-        assert_eq!(receipt["status"], "0x1", "transfer failed: {receipt}");
+        self.send(tx)
+    }
+
+    /// The environment for `umpire serve` to accept feedback proven on this chain,
+    /// with the test token standing in for USDC.
+    pub fn feedback_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("UMPIRE_FEEDBACK_RPC_URL".into(), self.get("rpc_url")),
+            ("UMPIRE_FEEDBACK_CHAIN_ID".into(), self.get("chain_id")),
+            ("UMPIRE_FEEDBACK_USDC".into(), self.get("asset")),
+            ("UMPIRE_FEEDBACK_CONFIRMATIONS".into(), "1".into()),
+        ]
     }
 
     /// The environment for `umpire serve` to sell on this chain.

@@ -240,6 +240,7 @@ mod tests {
             queue: None,
             payments: umpire_pay::Payments::default(),
             sol_price: None,
+            feedback_chain: None,
             fetcher: None,
         }
     }

@@ -5,6 +5,7 @@
 pub mod buy;
 pub mod config;
 pub mod datadir;
+pub mod feedback;
 pub mod idempotency;
 pub mod limits;
 pub mod local;
@@ -62,6 +63,8 @@ pub struct AppState {
     pub sol_price: Option<Arc<umpire_pay::price::SolPriceFeed>>,
     /// The one way out to the internet; None in functions that never resolve or fetch.
     pub fetcher: Option<Arc<umpire_fetch::Fetcher>>,
+    /// Where feedback payments and signatures are read; None: `receipts_off`.
+    pub feedback_chain: Option<Arc<umpire_chain::FeedbackChain>>,
 }
 
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the
@@ -117,5 +120,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Status => lookup::status(state, &req).await,
         Route::Find => lookup::find(state, &req).await,
         Route::Buy => buy::buy(state, &req).await,
+        Route::Feedback => feedback::submit(state, &req).await,
     }
 }

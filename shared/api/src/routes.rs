@@ -13,6 +13,8 @@ pub enum Route {
     Find,
     /// `POST /v1/verdicts/{tier}`: a paid verdict.
     Buy,
+    /// `POST /v1/feedback`: free, proven by a payment and the payer's signature.
+    Feedback,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -24,6 +26,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("GET", "/v1/verdicts/{id}", Route::Status),
     ("POST", "/v1/verdicts/{tier}", Route::Buy),
     ("GET", "/v1/find", Route::Find),
+    ("POST", "/v1/feedback", Route::Feedback),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).

@@ -60,6 +60,44 @@ pub struct ChainConfig {
     pub max_age_secs: u64,
 }
 
+impl ChainConfig {
+    /// `UMPIRE_FEEDBACK_RPC_URL` switches feedback on (unset: `receipts_off`);
+    /// `UMPIRE_FEEDBACK_CHAIN_ID`, `UMPIRE_FEEDBACK_USDC` and
+    /// `UMPIRE_FEEDBACK_CONFIRMATIONS` default to Base mainnet, its USDC and 5 blocks.
+    pub fn from_env() -> Result<Option<ChainConfig>, String> {
+        use umpire_core::product::{
+            BASE_CHAIN_ID, BASE_USDC, FEEDBACK_CONFIRMATIONS, FEEDBACK_WINDOW_DAYS,
+            MIN_FEEDBACK_USDC_UNITS,
+        };
+        // Empty counts as unset: a template parameter left blank.
+        let Some(rpc_url) = std::env::var("UMPIRE_FEEDBACK_RPC_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        let number = |name: &str, default: u64| -> Result<u64, String> {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{name}={v:?} must be a whole number")),
+            }
+        };
+        let usdc = std::env::var("UMPIRE_FEEDBACK_USDC").unwrap_or_else(|_| BASE_USDC.into());
+        Ok(Some(ChainConfig {
+            rpc_url,
+            chain_id: number("UMPIRE_FEEDBACK_CHAIN_ID", BASE_CHAIN_ID)?,
+            usdc: crate::claim::parse_address(&usdc)
+                .map_err(|e| format!("UMPIRE_FEEDBACK_USDC: {e}"))?,
+            confirmations: number("UMPIRE_FEEDBACK_CONFIRMATIONS", FEEDBACK_CONFIRMATIONS)?.max(1),
+            floor_units: MIN_FEEDBACK_USDC_UNITS,
+            max_age_secs: FEEDBACK_WINDOW_DAYS * 86_400,
+        }))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError {
     /// The RPC could not be reached or failed: retry later.

@@ -38,6 +38,12 @@ pub const SWORN_PASS2_DELAY_SECS: u64 = 60;
 pub const WEBHOOK_MAX_RETRIES: u32 = 5;
 /// Feedback floor: 0.01 USDC.
 pub const MIN_FEEDBACK_USDC_UNITS: u64 = 10_000;
+/// USDC on Base mainnet: the token whose transfers prove feedback payments (and the
+/// default asset of the EVM rail).
+pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+pub const BASE_CHAIN_ID: u64 = 8453;
+/// Blocks a feedback payment needs, its own included (Base makes one every 2 s).
+pub const FEEDBACK_CONFIRMATIONS: u64 = 5;
 pub const FEEDBACK_WINDOW_DAYS: u64 = 90;
 /// Idempotency keys: at least 16 characters (the contract), at most this many.
 pub const IDEMPOTENCY_KEY_MIN: usize = 16;

@@ -35,7 +35,7 @@ use crate::settle::{FacilitatorClient, Payments, SelfSettler};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
-pub const BASE_USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+pub use umpire_core::product::BASE_USDC;
 pub const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 pub const SOLANA_MAINNET: &str = "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp";
 pub const SOLANA_DEVNET: &str = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";

@@ -1,0 +1,380 @@
+//! `POST /v1/feedback` on `umpire serve` against anvil, with the devnet token standing in
+//! for USDC: real transfers, signatures made by the contract's Node recipe (viem) and by
+//! alloy, a contract-wallet payer checked through ERC-1271, and every refusal.
+
+use alloy::signers::SignerSync;
+use alloy::signers::local::PrivateKeySigner;
+use serde_json::json;
+use umpire_blackbox::chain::{Devnet, node_json};
+use umpire_blackbox::{Reply, Server};
+use umpire_core::json::Value;
+
+const ONE_USDC: u128 = 1_000_000;
+
+fn server(devnet: &Devnet, extra: &[(&str, &str)]) -> Server {
+    let env = devnet.feedback_env();
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    all.extend_from_slice(extra);
+    Server::start_with(&all)
+}
+
+/// The feedback fields, signed by `key` with the contract's Node recipe (viem).
+fn signed_with_viem(key: &str, payer: &str, tx: &str, merchant: &str, outcome: &str) -> String {
+    let s = node_json(
+        "tests/js/sign_feedback.mjs",
+        &[
+            "--private-key",
+            key,
+            "--tx",
+            tx,
+            "--merchant",
+            merchant,
+            "--outcome",
+            outcome,
+        ],
+    );
+    json!({
+        "merchant": merchant, "payer": payer, "tx_hash": tx, "outcome": outcome,
+        "signature": s["signature"],
+    })
+    .to_string()
+}
+
+/// The same with alloy, with both optional fields.
+fn signed_with_alloy(
+    key: &PrivateKeySigner,
+    payer: &str,
+    tx: &str,
+    merchant: &str,
+    would_repeat: bool,
+    latency_ms: u64,
+) -> String {
+    let message = format!(
+        "umpire-feedback-v1\ntx:{}\nmerchant:{}\noutcome:partial\nwould_repeat:{would_repeat}\nlatency_ms:{latency_ms}",
+        tx.to_lowercase(),
+        merchant.to_lowercase()
+    );
+    let signature = key.sign_message_sync(message.as_bytes()).expect("sign");
+    json!({
+        "merchant": merchant, "payer": payer, "tx_hash": tx, "outcome": "partial",
+        "would_repeat": would_repeat, "latency_ms": latency_ms,
+        "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+    })
+    .to_string()
+}
+
+fn expect(r: &Reply, status: u16, code: &str) {
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (status, code),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+}
+
+fn key_of(devnet: &Devnet, field: &str) -> PrivateKeySigner {
+    devnet.get(field).parse().expect("private key")
+}
+
+#[test]
+fn paid_and_signed_feedback_is_accepted_once() {
+    let devnet = Devnet::start();
+    let accounts = devnet.accounts();
+    let payer = devnet.get("payer");
+    let merchant = accounts[5].clone();
+    let s = server(&devnet, &[]);
+
+    // Signed with viem, as the recipe says.
+    let tx1 = devnet.transfer(&payer, &merchant, ONE_USDC);
+    let body = signed_with_viem(
+        &devnet.get("payer_private_key"),
+        &payer,
+        &tx1,
+        &merchant,
+        "fulfilled",
+    );
+    let r = s.post_json("/v1/feedback", &body);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let row = r.json();
+    let fb = row.get("feedback").expect("feedback");
+    assert_eq!(
+        fb.get("tx_hash").and_then(Value::as_str),
+        Some(tx1.as_str())
+    );
+    assert_eq!(
+        fb.get("merchant").and_then(Value::as_str),
+        Some(merchant.to_lowercase().as_str())
+    );
+    assert_eq!(fb.get("amount_usdc").and_then(Value::as_str), Some("1"));
+    assert_eq!(fb.get("would_repeat"), Some(&Value::Null));
+    assert_eq!(
+        row.get("signature_checked_by").and_then(Value::as_str),
+        Some("ecrecover")
+    );
+
+    // One feedback per transaction.
+    expect(
+        &s.post_json("/v1/feedback", &body),
+        409,
+        "duplicate_feedback",
+    );
+
+    // Signed with alloy, both options given; two transfers in one transaction would
+    // add up, here one of 0.25.
+    let tx2 = devnet.transfer(&payer, &merchant, 250_000);
+    let body = signed_with_alloy(
+        &key_of(&devnet, "payer_private_key"),
+        &payer,
+        &tx2,
+        &merchant,
+        true,
+        1200,
+    );
+    let r = s.post_json("/v1/feedback", &body);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let fb = r.json().get("feedback").cloned().expect("feedback");
+    assert_eq!(fb.get("amount_usdc").and_then(Value::as_str), Some("0.25"));
+    assert_eq!(fb.get("would_repeat"), Some(&Value::Bool(true)));
+    assert_eq!(fb.get("latency_ms").and_then(Value::as_u64), Some(1200));
+    assert_eq!(fb.get("outcome").and_then(Value::as_str), Some("partial"));
+
+    // An EIP-7702 account (code = 0xef0100 ++ delegate) whose delegate has no
+    // isValidSignature: its own key's signature still counts.
+    let tx3 = devnet.transfer(&payer, &merchant, ONE_USDC);
+    let delegation = format!("0xef0100{}", devnet.get("asset").trim_start_matches("0x"));
+    devnet.rpc("anvil_setCode", json!([payer, delegation]));
+    let r = s.post_json(
+        "/v1/feedback",
+        &signed_with_viem(
+            &devnet.get("payer_private_key"),
+            &payer,
+            &tx3,
+            &merchant,
+            "fulfilled",
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json().get("signature_checked_by").and_then(Value::as_str),
+        Some("ecrecover (eip-7702 account)")
+    );
+}
+
+#[test]
+fn every_refusal_has_its_code() {
+    let devnet = Devnet::start();
+    let accounts = devnet.accounts();
+    let payer = devnet.get("payer");
+    let payer_key = devnet.get("payer_private_key");
+    let merchant = accounts[5].clone();
+    let other_merchant = accounts[6].clone();
+    let other_payer = accounts[7].clone();
+    let s = server(&devnet, &[]);
+    let post = |body: &str| s.post_json("/v1/feedback", body);
+
+    let paid = devnet.transfer(&payer, &merchant, ONE_USDC);
+    // Wrong signer: a key that is not the payer's.
+    let stranger = PrivateKeySigner::random();
+    expect(
+        &post(&signed_with_alloy(
+            &stranger, &payer, &paid, &merchant, true, 5,
+        )),
+        401,
+        "bad_signature",
+    );
+    // A signature over another outcome than the one submitted.
+    let mut v: serde_json::Value = serde_json::from_str(&signed_with_viem(
+        &payer_key, &payer, &paid, &merchant, "failed",
+    ))
+    .expect("json");
+    v["outcome"] = json!("fulfilled");
+    expect(&post(&v.to_string()), 401, "bad_signature");
+    // A malformed body names every problem.
+    let r = post(
+        r#"{"merchant":"0x12","payer":"x","tx_hash":"0x1","outcome":"great","signature":"0x","note":"hi"}"#,
+    );
+    expect(&r, 422, "invalid_request");
+    // Self feedback.
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &paid,
+            &payer,
+            "fulfilled",
+        )),
+        422,
+        "self_feedback",
+    );
+
+    // A transaction without a qualifying transfer: plain ETH.
+    let eth = devnet.send(json!({"from": payer, "to": merchant, "value": "0x1"}));
+    let eth = eth["transactionHash"].as_str().expect("hash").to_owned();
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &eth,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "payment_not_found",
+    );
+    // A hash that is not on this chain at all.
+    let nowhere = format!("0x{}", "ab".repeat(32));
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &nowhere,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "payment_not_found",
+    );
+    // The payer paid another merchant.
+    let elsewhere = devnet.transfer(&payer, &other_merchant, ONE_USDC);
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &elsewhere,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "payment_not_found",
+    );
+    // Below the 0.01 floor.
+    let dust = devnet.transfer(&payer, &merchant, 9_999);
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &dust,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "amount_too_small",
+    );
+    // Someone else paid the merchant; the claimed payer signs.
+    devnet.transfer(&payer, &other_payer, 2 * ONE_USDC);
+    let theirs = devnet.transfer(&other_payer, &merchant, ONE_USDC);
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &theirs,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "payer_mismatch",
+    );
+    // A reverted transfer (more than the payer holds), mined with a fixed gas limit.
+    let reverted = devnet.try_transfer(&payer, &merchant, 10_000 * ONE_USDC, Some(100_000));
+    assert_eq!(reverted["status"], "0x0", "{reverted}");
+    let reverted = reverted["transactionHash"].as_str().expect("hash");
+    let r = post(&signed_with_viem(
+        &payer_key, &payer, reverted, &merchant, "failed",
+    ));
+    expect(&r, 422, "payment_not_found");
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("reverted"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+
+    // Too old: 91 days later on the chain's clock.
+    devnet.rpc("evm_increaseTime", json!([91 * 86_400]));
+    devnet.rpc("evm_mine", json!([]));
+    expect(
+        &post(&signed_with_viem(
+            &payer_key,
+            &payer,
+            &paid,
+            &merchant,
+            "fulfilled",
+        )),
+        422,
+        "receipt_too_old",
+    );
+
+    // Chain reading off, and an RPC that does not answer.
+    let off = Server::start_with(&[]);
+    expect(
+        &off.post_json(
+            "/v1/feedback",
+            &signed_with_viem(&payer_key, &payer, &paid, &merchant, "fulfilled"),
+        ),
+        503,
+        "receipts_off",
+    );
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let dead_rpc = format!("http://127.0.0.1:{dead_port}");
+    let down = server(&devnet, &[("UMPIRE_FEEDBACK_RPC_URL", &dead_rpc)]);
+    expect(
+        &down.post_json(
+            "/v1/feedback",
+            &signed_with_viem(&payer_key, &payer, &paid, &merchant, "fulfilled"),
+        ),
+        502,
+        "chain_unavailable",
+    );
+}
+
+#[test]
+fn a_contract_wallet_payer_signs_through_its_owner() {
+    let devnet = Devnet::start();
+    let merchant = devnet.accounts()[5].clone();
+    let paid = node_json(
+        "tests/js/wallet.mjs",
+        &[
+            "--devnet",
+            &devnet.devnet_json(),
+            "--merchant",
+            &merchant,
+            "--amount",
+            "500000",
+        ],
+    );
+    let wallet = paid["wallet"].as_str().expect("wallet").to_owned();
+    let tx = paid["tx"].as_str().expect("tx").to_owned();
+    let owner_key = paid["owner_private_key"].as_str().expect("owner key");
+    let s = server(&devnet, &[]);
+
+    // Someone other than the owner signs for the wallet: refused by isValidSignature.
+    let stranger = PrivateKeySigner::random();
+    expect(
+        &s.post_json(
+            "/v1/feedback",
+            &signed_with_alloy(&stranger, &wallet, &tx, &merchant, false, 10),
+        ),
+        401,
+        "bad_signature",
+    );
+    // The owner signs (viem, the recipe): accepted through ERC-1271.
+    let r = s.post_json(
+        "/v1/feedback",
+        &signed_with_viem(owner_key, &wallet, &tx, &merchant, "fulfilled"),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    assert_eq!(
+        v.get("signature_checked_by").and_then(Value::as_str),
+        Some("erc1271")
+    );
+    assert_eq!(
+        v.get("feedback")
+            .and_then(|f| f.get("payer"))
+            .and_then(Value::as_str),
+        Some(wallet.to_lowercase().as_str())
+    );
+}
