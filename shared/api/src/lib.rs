@@ -3,6 +3,7 @@
 //! routes in one process), so both answer byte for byte alike.
 
 pub mod buy;
+pub mod checkout;
 pub mod config;
 pub mod datadir;
 pub mod feedback;
