@@ -300,29 +300,46 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    /// Feedback rows on one index (merchant or payer) since a block time, in block order.
+    /// Feedback rows on one index (merchant or payer) since a block time, newest
+    /// first, at most `limit`: the query walks the index backwards and stops there.
     async fn feedback_on(
         &self,
         index: &str,
         attr: &str,
         who: &str,
         since: Unix,
+        limit: usize,
     ) -> Result<Vec<FeedbackRow>> {
-        let items = self
-            .query_all(
-                &self.names.feedback,
-                index,
-                "#who = :who AND block_time >= :since",
-                vec![(":who", s(who)), (":since", n(since))],
-                vec![("#who", attr)],
-            )
-            .await?;
-        let mut rows = items
-            .iter()
-            .map(feedback_from_item)
-            .collect::<Result<Vec<_>>>()?;
-        rows.sort_by(|a, b| (a.block_time, &a.tx_hash).cmp(&(b.block_time, &b.tx_hash)));
-        Ok(rows)
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name(index)
+                .key_condition_expression("#who = :who AND block_time >= :since")
+                .expression_attribute_names("#who", attr)
+                .expression_attribute_values(":who", s(who))
+                .expression_attribute_values(":since", n(since))
+                .scan_index_forward(false)
+                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(feedback_from_item(&item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        // Same block time: the index order among them is unspecified; make it stable.
+        out.sort_by(|a, b| (b.block_time, &b.tx_hash).cmp(&(a.block_time, &a.tx_hash)));
+        out.truncate(limit);
+        Ok(out)
     }
 
     async fn query_all(
@@ -679,12 +696,23 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("by_merchant", "merchant", merchant, since)
+    async fn feedback_for_merchant(
+        &self,
+        merchant: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("by_merchant", "merchant", merchant, since, limit)
             .await
     }
 
-    async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("by_payer", "payer", payer, since).await
+    async fn feedback_by_payer(
+        &self,
+        payer: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("by_payer", "payer", payer, since, limit)
+            .await
     }
 }

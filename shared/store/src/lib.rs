@@ -201,8 +201,21 @@ pub trait Store: Send + Sync {
 
     /// Adds a feedback row; `AlreadyExists` if the transaction already has one.
     async fn put_feedback(&self, row: &FeedbackRow) -> Result<()>;
-    async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>>;
-    async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>>;
+    /// A merchant's rows with `block_time >= since`, newest first, at most `limit`
+    /// (reports read a bounded slice, never the table).
+    async fn feedback_for_merchant(
+        &self,
+        merchant: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>>;
+    /// A payer's rows across merchants, likewise.
+    async fn feedback_by_payer(
+        &self,
+        payer: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>>;
 }
 
 #[async_trait]

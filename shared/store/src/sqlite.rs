@@ -126,13 +126,15 @@ impl SqliteStore {
         column: &'static str,
         who: &str,
         since: Unix,
+        limit: usize,
     ) -> Result<Vec<FeedbackRow>> {
         let who = who.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |c| {
             let mut st = c.prepare(&format!(
-                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time, tx_hash"
+                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time DESC, tx_hash DESC LIMIT ?3"
             ))?;
-            st.query_map(params![who, since], feedback_from_row)?.collect()
+            st.query_map(params![who, since, limit], feedback_from_row)?.collect()
         })
         .await
     }
@@ -464,12 +466,22 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn feedback_for_merchant(&self, merchant: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("merchant", merchant, since).await
+    async fn feedback_for_merchant(
+        &self,
+        merchant: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("merchant", merchant, since, limit).await
     }
 
-    async fn feedback_by_payer(&self, payer: &str, since: Unix) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("payer", payer, since).await
+    async fn feedback_by_payer(
+        &self,
+        payer: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("payer", payer, since, limit).await
     }
 }
 

@@ -389,23 +389,36 @@ async fn feedback_is_one_per_transaction_and_queryable(store: &dyn Store) {
         store.put_feedback(&feedback("0xt1", m, p, NOW)).await,
         Err(StoreError::AlreadyExists)
     ));
-    let rows = store.feedback_for_merchant(m, NOW - 150).await.expect("q");
+    // Newest first, within the window, at most `limit`.
+    let rows = store
+        .feedback_for_merchant(m, NOW - 150, 100)
+        .await
+        .expect("q");
     assert_eq!(
         rows.iter().map(|r| r.tx_hash.as_str()).collect::<Vec<_>>(),
-        vec!["0xt1", "0xt2"]
+        vec!["0xt2", "0xt1"]
     );
-    assert_eq!(rows[0], feedback("0xt1", m, p, NOW - 100));
-    let all = store.feedback_for_merchant(m, 0).await.expect("q");
+    assert_eq!(rows[1], feedback("0xt1", m, p, NOW - 100));
+    let all = store.feedback_for_merchant(m, 0, 100).await.expect("q");
     assert_eq!(all.len(), 3);
-    assert_eq!(all[0], minimal);
-    let by_payer = store.feedback_by_payer(p, 0).await.expect("q");
+    assert_eq!(all[2], minimal);
+    let newest = store.feedback_for_merchant(m, 0, 1).await.expect("q");
+    assert_eq!(
+        newest
+            .iter()
+            .map(|r| r.tx_hash.as_str())
+            .collect::<Vec<_>>(),
+        vec!["0xt2"]
+    );
+    let by_payer = store.feedback_by_payer(p, 0, 100).await.expect("q");
     assert_eq!(
         by_payer
             .iter()
             .map(|r| r.tx_hash.as_str())
             .collect::<Vec<_>>(),
-        vec!["0xt1", "0xt2", "0xt3"]
+        vec!["0xt3", "0xt2", "0xt1"]
     );
+    assert_eq!(store.feedback_by_payer(p, 0, 2).await.expect("q").len(), 2);
 }
 
 macro_rules! conformance {
