@@ -5,8 +5,8 @@
 use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
 use serde_json::json;
-use umpire_blackbox::chain::{Devnet, node_json};
-use umpire_blackbox::{Reply, Server};
+use umpire_blackbox::chain::{Devnet, Settlement, buy_get_v2, node_json};
+use umpire_blackbox::{Reply, Server, TempDir, python_recipe_signature_only};
 use umpire_core::json::Value;
 
 const ONE_USDC: u128 = 1_000_000;
@@ -377,4 +377,128 @@ fn a_contract_wallet_payer_signs_through_its_owner() {
             .and_then(Value::as_str),
         Some(wallet.to_lowercase().as_str())
     );
+}
+
+#[test]
+fn the_report_is_bought_with_x402_and_verifies_offline() {
+    let devnet = Devnet::start();
+    let accounts = devnet.accounts();
+    let payer = devnet.get("payer");
+    let merchant = accounts[5].clone();
+    let quiet_merchant = accounts[6].clone();
+    let env = devnet.feedback_env();
+    let extra: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let s = devnet.serve(Settlement::SelfSettle, &extra);
+
+    // Two feedbacks from the payer: 1 USDC fulfilled (viem), 0.25 partial (alloy).
+    let tx1 = devnet.transfer(&payer, &merchant, ONE_USDC);
+    let r = s.post_json(
+        "/v1/feedback",
+        &signed_with_viem(
+            &devnet.get("payer_private_key"),
+            &payer,
+            &tx1,
+            &merchant,
+            "fulfilled",
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let tx2 = devnet.transfer(&payer, &merchant, 250_000);
+    let r = s.post_json(
+        "/v1/feedback",
+        &signed_with_alloy(
+            &key_of(&devnet, "payer_private_key"),
+            &payer,
+            &tx2,
+            &merchant,
+            true,
+            800,
+        ),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+
+    // Unpaid: 402 at $0.01. A bad merchant is refused before any price is asked.
+    let path = format!("/v1/reputation?merchant={merchant}");
+    let unpaid = s.get(&path);
+    assert_eq!(unpaid.status, 402);
+    let required = unpaid.json();
+    let amount = required
+        .get("requirements")
+        .and_then(|r| r.get("accepts"))
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(|a| a.get("amount"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    assert_eq!(amount.as_deref(), Some("10000"), "{required:?}");
+    expect(
+        &s.get("/v1/reputation?merchant=0x1234"),
+        422,
+        "invalid_request",
+    );
+    expect(&s.get("/v1/reputation"), 422, "invalid_request");
+
+    // Bought with the reference client: the report, the receipt, $0.01 moved.
+    let before = devnet.balance(&payer);
+    let bought = buy_get_v2(&devnet, &format!("http://{}{path}", s.addr));
+    assert_eq!(bought.status, 200, "{}", bought.body);
+    assert_eq!(devnet.balance(&payer), before - 10_000);
+    assert!(bought.header("payment-response").is_some());
+    let answer = bought.json();
+    let report = answer.get("report").cloned().expect("report");
+    let text = |k: &str| report.get(k).and_then(Value::as_str).map(str::to_owned);
+    assert_eq!(text("document").as_deref(), Some("umpire.reputation.v1"));
+    assert_eq!(text("merchant"), Some(merchant.to_lowercase()));
+    assert_eq!(
+        report.get("feedback_count").and_then(Value::as_u64),
+        Some(2)
+    );
+    assert_eq!(report.get("unique_payers").and_then(Value::as_u64), Some(1));
+    assert_eq!(text("usdc_volume_attested").as_deref(), Some("1.25"));
+    assert_eq!(text("min_feedback_usdc").as_deref(), Some("0.01"));
+    assert_eq!(
+        report.get("chain_id").and_then(Value::as_u64),
+        devnet.get("chain_id").parse().ok()
+    );
+    assert_eq!(
+        answer
+            .get("receipt")
+            .and_then(|r| r.get("payer"))
+            .and_then(Value::as_str)
+            .map(str::to_lowercase),
+        Some(payer.to_lowercase())
+    );
+    let tmp = TempDir::new("report");
+    let keys = tmp.write("keys.json", &s.get("/.well-known/umpire-key.json").body);
+    let doc = tmp.write("report.json", &report.to_canonical_vec());
+    let (ok, said) = python_recipe_signature_only(&doc, &keys);
+    assert!(ok, "{said}");
+
+    // A merchant nobody reviewed: a valid signed report of zeros.
+    let empty = buy_get_v2(
+        &devnet,
+        &format!("http://{}/v1/reputation?merchant={quiet_merchant}", s.addr),
+    );
+    assert_eq!(empty.status, 200, "{}", empty.body);
+    let report = empty.json().get("report").cloned().expect("report");
+    assert_eq!(
+        report.get("feedback_count").and_then(Value::as_u64),
+        Some(0)
+    );
+    let doc = tmp.write("empty.json", &report.to_canonical_vec());
+    let (ok, said) = python_recipe_signature_only(&doc, &keys);
+    assert!(ok, "{said}");
+}
+
+#[test]
+fn feedback_is_rate_limited_per_ip() {
+    let s = Server::start_with(&[
+        ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_FEEDBACK", "1"),
+    ]);
+    let body = r#"{"merchant":"0x1111111111111111111111111111111111111111"}"#;
+    expect(&s.post_json("/v1/feedback", body), 422, "invalid_request");
+    let limited = s.post_json("/v1/feedback", body);
+    expect(&limited, 429, "rate_limited");
+    assert!(limited.header("retry-after").is_some());
 }

@@ -63,7 +63,7 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
     } else {
         None
     };
-    let (payments, sol_price) = if role == Role::Api(Route::Buy) {
+    let (payments, sol_price) = if matches!(role, Role::Api(Route::Buy | Route::Reputation)) {
         (
             umpire_pay::config::payments_from_env(&config.rails).await?,
             umpire_pay::config::sol_price_from_env(&config.rails)?,
@@ -76,8 +76,8 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
     } else {
         None
     };
-    // Only feedback reads the chain for payments to merchants.
-    let feedback_chain = if role == Role::Api(Route::Feedback) {
+    // Feedback reads the chain for payments to merchants; reports name that chain.
+    let feedback_chain = if matches!(role, Role::Api(Route::Feedback | Route::Reputation)) {
         umpire_chain::ChainConfig::from_env()?
             .map(umpire_chain::FeedbackChain::new)
             .transpose()?

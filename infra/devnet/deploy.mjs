@@ -6,7 +6,8 @@
 //     [--name "USD Coin"] [--version 2] [--mint 100000000]
 //
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
-// 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator.
+// 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator,
+// 5 is a demo merchant for feedback.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -72,6 +73,7 @@ const devnet = {
   settler_private_key: privateKey(3),
   facilitator: account(4).address,
   facilitator_private_key: privateKey(4),
+  merchant: account(5).address,
   note: "Local test chain only: these keys are anvil's public test mnemonic. Never send real funds to them.",
 };
 mkdirSync(path.dirname(path.resolve(args.out)), { recursive: true });

@@ -1,7 +1,8 @@
 // `make devnet`: a local chain and a server selling on it, so anyone can buy a
 // verdict offline. Starts anvil, deploys the test EIP-3009 token (deploy.mjs), writes
 // devnet.json into the data directory and runs `umpire serve` configured for it
-// (self-settlement with the devnet's settler key). Ctrl-C stops both.
+// (self-settlement with the devnet's settler key; feedback read from this chain with the
+// test token as USDC). Ctrl-C stops both.
 //
 //   node infra/devnet/devnet.mjs [--umpire <binary>] [--data-dir DIR] [--rpc-port 8545] [--addr 127.0.0.1:8080]
 import { spawn, spawnSync } from "node:child_process";
@@ -74,6 +75,11 @@ const env = {
   UMPIRE_EVM_RPC_URL: devnet.rpc_url,
   UMPIRE_SETTLER_PRIVATE_KEY: devnet.settler_private_key,
   UMPIRE_ISSUER: process.env.UMPIRE_ISSUER ?? `http://${args.addr}`,
+  // Feedback reads this chain, with the test token standing in for USDC.
+  UMPIRE_FEEDBACK_RPC_URL: devnet.rpc_url,
+  UMPIRE_FEEDBACK_CHAIN_ID: String(devnet.chain_id),
+  UMPIRE_FEEDBACK_USDC: devnet.asset,
+  UMPIRE_FEEDBACK_CONFIRMATIONS: "1",
 };
 const server = spawn(args.umpire, ["serve", "--addr", args.addr, "--data-dir", args["data-dir"]], {
   env,
@@ -94,4 +100,8 @@ Buy a basic verdict with the reference x402 client:
   node tests/js/buy.mjs --devnet ${out} --url http://${args.addr}/v1/verdicts/basic \\
     --key "$(node -e 'console.log(crypto.randomUUID())')" \\
     --body '{"spec":{"checks":[{"type":"regex","pattern":"^# Report"}]},"deliverable":{"text":"# Report"}}'
+
+Pay a merchant, leave feedback, and buy its reputation report ($0.01):
+  node infra/devnet/feedback.mjs --devnet ${out} --url http://${args.addr} --merchant ${devnet.merchant}
+  node tests/js/buy.mjs --devnet ${out} --method GET --url "http://${args.addr}/v1/reputation?merchant=${devnet.merchant}"
 `);

@@ -4,6 +4,7 @@
 //
 //   node tests/js/buy.mjs --devnet devnet.json --url http://127.0.0.1:8080/v1/verdicts/basic \
 //     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only]
+//   node tests/js/buy.mjs --devnet devnet.json --method GET --url 'http://127.0.0.1:8080/v1/reputation?merchant=0x..'
 //
 // --sign-only asks for the 402, signs a payment for it and prints {"header": <PAYMENT-SIGNATURE>}
 // without sending it (for tests that replay or race one payment).
@@ -19,6 +20,7 @@ const { values: args } = parseArgs({
     devnet: { type: "string" },
     url: { type: "string" },
     body: { type: "string" },
+    method: { type: "string", default: "POST" },
     key: { type: "string" },
     "private-key": { type: "string" },
     "sign-only": { type: "boolean", default: false },
@@ -36,9 +38,9 @@ const client = x402Client.fromConfig({
   },
 });
 
-const headers = { "content-type": "application/json" };
+const headers = args.method === "GET" ? {} : { "content-type": "application/json" };
 if (args.key) headers["idempotency-key"] = args.key;
-const init = { method: "POST", headers, body: args.body };
+const init = args.method === "GET" ? { method: "GET", headers } : { method: args.method, headers, body: args.body };
 
 if (args["sign-only"]) {
   const http = new x402HTTPClient(client);

@@ -335,6 +335,20 @@ pub fn buy_v2(devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Boug
     buy_with("tests/js/buy.mjs", devnet, url, body, key)
 }
 
+/// Buys a GET resource (the reputation report) with the reference v2 client.
+pub fn buy_get_v2(devnet: &Devnet, url: &str) -> Bought {
+    let dn = devnet.devnet_json();
+    let v = node_json(
+        "tests/js/buy.mjs",
+        &["--devnet", dn.as_str(), "--method", "GET", "--url", url],
+    );
+    Bought {
+        status: v["status"].as_u64().unwrap_or(0) as u16,
+        headers: v["headers"].clone(),
+        body: v["body"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
 /// Buys with the reference v1 client (`x402-fetch`).
 pub fn buy_v1(devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Bought {
     buy_with("tests/js/buy_v1.mjs", devnet, url, body, key)

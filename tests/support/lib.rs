@@ -14,9 +14,18 @@ pub mod chain;
 /// Verifies a signed document with the contract's Python recipe, verbatim
 /// (`tests/py/verify_recipe.py`): (verified, everything it printed).
 pub fn python_recipe(doc: &Path, keys: &Path, deliverable: &Path) -> (bool, String) {
+    recipe_with(&[doc, keys, deliverable])
+}
+
+/// The recipe on a document that judged no deliverable (a reputation report).
+pub fn python_recipe_signature_only(doc: &Path, keys: &Path) -> (bool, String) {
+    recipe_with(&[doc, keys])
+}
+
+fn recipe_with(args: &[&Path]) -> (bool, String) {
     let out = Command::new(python())
         .arg(repo_root().join("tests/py/verify_recipe.py"))
-        .args([doc, keys, deliverable])
+        .args(args)
         .output()
         .expect("python3 with the cryptography package (make test installs it)");
     (

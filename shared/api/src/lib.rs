@@ -13,6 +13,7 @@ pub mod local;
 pub mod lookup;
 pub mod payment;
 pub mod purchase;
+pub mod reputation;
 pub mod respond;
 pub mod routes;
 pub mod sworn;
@@ -122,5 +123,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Find => lookup::find(state, &req).await,
         Route::Buy => buy::buy(state, &req).await,
         Route::Feedback => feedback::submit(state, &req).await,
+        Route::Reputation => reputation::reputation(state, &req).await,
     }
 }

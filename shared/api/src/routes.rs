@@ -15,6 +15,8 @@ pub enum Route {
     Buy,
     /// `POST /v1/feedback`: free, proven by a payment and the payer's signature.
     Feedback,
+    /// `GET /v1/reputation?merchant=`: the paid, signed reputation report.
+    Reputation,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -27,6 +29,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("POST", "/v1/verdicts/{tier}", Route::Buy),
     ("GET", "/v1/find", Route::Find),
     ("POST", "/v1/feedback", Route::Feedback),
+    ("GET", "/v1/reputation", Route::Reputation),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).

@@ -93,6 +93,15 @@ impl Value {
         }
     }
 
+    /// The value as a float: floats as they are, integers converted (maybe rounded).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Number(Number::Float(f)) => Some(*f),
+            Value::Number(Number::Int(t)) => t.parse().ok(),
+            _ => None,
+        }
+    }
+
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.as_object().and_then(|m| m.get(key))
     }
