@@ -391,7 +391,19 @@ pub async fn begin<'a>(
     let now = umpire_core::time::now_unix();
     let verified = match state.payments.verify(&ctx, now).await {
         Ok(v) => v,
-        Err(f) => return Err(sale.refused(header.version, &network, wallet, &f, false)),
+        Err(f) => {
+            // A concurrent twin with the same key may have settled this very payment
+            // while we verified it (the chain now says its nonce is used): the client
+            // is owed that purchase's answer, not a refusal.
+            if let Some(scoped) = &scoped {
+                match idempotency::check(state, scoped, &request_hash).await {
+                    Ok(Decision::Replay(r)) => return Err(r),
+                    Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
+                    _ => {}
+                }
+            }
+            return Err(sale.refused(header.version, &network, wallet, &f, false));
+        }
     };
 
     // Claim the key, then the payment itself: one authorization pays for one
