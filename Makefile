@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
-PY_DEPS := $(VENV)/.installed-v2
+PY_DEPS := $(VENV)/.installed-v3
 # anvil, solcjs + OpenZeppelin, viem and the reference x402 clients/facilitator,
 # pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
@@ -32,11 +32,11 @@ build:
 	cargo build --workspace --bins
 
 # Python with the packages the tests use, in an ignored folder: `cryptography` for the
-# contract's recipe, cfn-lint for template.yaml, moto's server as the local
-# DynamoDB/SQS/KMS the storage tests run against.
+# contract's recipe, cfn-lint and aws-sam-cli for template.yaml (both validate offline),
+# moto's server as the local DynamoDB/SQS/KMS the storage tests run against.
 $(PY_DEPS):
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli
 	touch $@
 
 $(NODE_DEPS): package.json package-lock.json
@@ -53,6 +53,7 @@ test: $(PY_DEPS) $(NODE_DEPS) build
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
 	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log
 	$(VENV)/bin/cfn-lint template.yaml
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
 	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
 

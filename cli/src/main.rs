@@ -77,6 +77,16 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Make a new signing key for an AWS deployment: a fresh Ed25519 seed, encrypted
+    /// under the KMS key (kms:Encrypt with the encryption context purpose=umpire-signing-seed)
+    /// and printed as the two stack parameters to deploy together. The seed itself is
+    /// never printed or written. AWS credentials and region come from the usual
+    /// environment (AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL, ...).
+    Keygen {
+        /// The KMS key: id, ARN or alias (the stack's SigningKeyId output).
+        #[arg(long)]
+        kms_key_id: String,
+    },
     /// Run as an isolated check worker (JSON lines on stdin/stdout); the server
     /// starts these itself.
     #[command(name = "check-worker", hide = true)]
@@ -123,6 +133,7 @@ fn main() -> ExitCode {
                 deliverable,
                 data_dir,
             } => verify(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await,
+            Command::Keygen { kms_key_id } => keygen(&kms_key_id).await,
             Command::CheckWorker => ExitCode::SUCCESS,
         }
     })
@@ -149,7 +160,7 @@ async fn state_for(
         SqliteStore::in_memory().map_err(|e| e.to_string())?
     };
     let store = Arc::new(store);
-    let checker = if with_checker {
+    let checker: Option<Arc<dyn umpire_checker::Judge>> = if with_checker {
         let pool_config = PoolConfig::current_exe(config.check_limit)
             .map_err(|e| format!("cannot find the umpire binary: {e}"))?;
         let pool = CheckerPool::new(pool_config);
@@ -407,5 +418,27 @@ async fn verify(
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+async fn keygen(kms_key_id: &str) -> ExitCode {
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let kms = aws_sdk_kms::Client::new(&aws);
+    let seed = umpire_core::signer::LocalSigner::generate().seed();
+    match umpire_keys::seal(&kms, kms_key_id, seed).await {
+        Ok(sealed) => {
+            let public = base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                sealed.public_key.bytes,
+            );
+            println!("SigningSeedCiphertext={}", sealed.ciphertext_base64);
+            println!("SigningPublicKey={public}");
+            eprintln!(
+                "umpire: new key {} sealed under {kms_key_id}. Deploy both values together, e.g.\n  sam deploy --parameter-overrides SigningSeedCiphertext=... SigningPublicKey=...\nTo rotate, add the old SigningPublicKey to RetiredPublicKeys so documents it signed still verify.",
+                sealed.public_key.key_id
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(1, &e.to_string()),
     }
 }

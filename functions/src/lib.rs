@@ -3,6 +3,7 @@
 //! handler this function serves, convert back; or, for the worker, hand each SQS
 //! message to the shared job runner. Everything else lives in `shared/`.
 
+pub mod checker;
 pub mod worker;
 
 pub use aws_lambda_events;
@@ -15,9 +16,9 @@ use bytes::Bytes;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt, service_fn};
 use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
-use umpire_checker::{CheckerPool, PoolConfig};
+use umpire_checker::{CheckerPool, Judge, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
-use umpire_core::signer::LocalSigner;
+use umpire_core::signer::{LocalSigner, PublicKey, PublicKeyOnly, Signer};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
@@ -37,31 +38,111 @@ impl Role {
         matches!(self, Role::Api(Route::Buy) | Role::Worker)
     }
 
+    /// Routes that sign documents; the rest only name or publish the key.
+    pub fn signs(self) -> bool {
+        matches!(
+            self,
+            Role::Api(Route::Buy | Route::Reputation) | Role::Worker
+        )
+    }
+
     /// Validation resolves names; purchases and pass 2 fetch; the worker posts webhooks.
     fn reaches_out(self) -> bool {
         matches!(self, Role::Api(Route::Buy | Route::Validate) | Role::Worker)
     }
 }
 
+/// The sealed seed (`umpire keygen --kms-key-id` prints it), base64.
+pub const SEED_CIPHERTEXT_ENV: &str = "UMPIRE_SIGNING_SEED_CIPHERTEXT";
+/// The active public key, base64: what non-signing functions publish and name, and
+/// what a decrypted seed must match.
+pub const PUBLIC_KEY_ENV: &str = "UMPIRE_SIGNING_PUBLIC_KEY";
+/// Earlier public keys still published (comma-separated base64), for key rotation.
+pub const RETIRED_KEYS_ENV: &str = "UMPIRE_RETIRED_PUBLIC_KEYS";
+/// A plain seed in hex: local runs only (`cargo lambda watch`, tests), never in AWS.
+pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
+
+/// The signing key this function may hold: functions that sign open the sealed seed
+/// with KMS once, here, at cold start; the others hold only the public key, so they
+/// need (and get) no kms:Decrypt.
+pub async fn signer_from_env(
+    role: Role,
+    aws: &aws_config::SdkConfig,
+) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
+    signer_from_vars(role, aws, &|name| std::env::var(name).ok()).await
+}
+
+/// [`signer_from_env`] with the variables looked up by `var`.
+pub async fn signer_from_vars(
+    role: Role,
+    aws: &aws_config::SdkConfig,
+    var: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
+    let env_nonempty = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let retired = PublicKey::list_from_base64(&env_nonempty(RETIRED_KEYS_ENV).unwrap_or_default())
+        .map_err(|bad| format!("{RETIRED_KEYS_ENV}: {bad:?} is not a base64 Ed25519 public key"))?;
+    let published = match env_nonempty(PUBLIC_KEY_ENV) {
+        Some(text) => Some(PublicKey::from_base64(&text).ok_or_else(|| {
+            format!(
+                "{PUBLIC_KEY_ENV} must be a base64 Ed25519 public key (umpire keygen prints it)"
+            )
+        })?),
+        None => None,
+    };
+    let local = match env_nonempty(SEED_HEX_ENV) {
+        Some(hex) => Some(
+            LocalSigner::from_seed_hex(&hex)
+                .ok_or_else(|| format!("{SEED_HEX_ENV} must be 64 hex characters"))?,
+        ),
+        None => None,
+    };
+    if !role.signs() {
+        let public = published
+            .or_else(|| local.as_ref().map(|s| PublicKey::of(s)))
+            .ok_or_else(|| format!("{PUBLIC_KEY_ENV} is not set"))?;
+        return Ok((Arc::new(PublicKeyOnly(public)), retired));
+    }
+    let signer = match (env_nonempty(SEED_CIPHERTEXT_ENV), local) {
+        (Some(sealed), _) => umpire_keys::open(&aws_sdk_kms::Client::new(aws), &sealed).await?,
+        (None, Some(local)) => {
+            tracing::warn!("signing with a plain seed from {SEED_HEX_ENV}: for local runs only");
+            local
+        }
+        (None, None) => {
+            return Err(format!(
+                "{SEED_CIPHERTEXT_ENV} is not set: run `umpire keygen --kms-key-id <the stack's SigningKeyId output>` and deploy its ciphertext and public key"
+            )
+            .into());
+        }
+    };
+    if let Some(expected) = &published {
+        umpire_keys::check_matches(&signer, expected)?;
+    }
+    Ok((Arc::new(signer), retired))
+}
+
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
-    // Until the KMS envelope lands, the seed comes from the function's environment.
-    let seed_hex = std::env::var("UMPIRE_SIGNING_SEED_HEX")
-        .map_err(|_| "UMPIRE_SIGNING_SEED_HEX is not set")?;
-    let signer = LocalSigner::from_seed_hex(&seed_hex)
-        .ok_or("UMPIRE_SIGNING_SEED_HEX must be 64 hex characters")?;
     // One AWS configuration (region, credentials, endpoint) for every client.
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let checker = if role.judges() {
-        // The worker is this same binary (see `run`), a child process killed at the
-        // check limit.
+    let (signer, retired_keys) = signer_from_env(role, &aws).await?;
+    let checker: Option<Arc<dyn Judge>> = if !role.judges() {
+        None
+    } else if let Ok(function) = std::env::var(checker::CHECKER_FUNCTION_ENV) {
+        // In AWS: the checker function, whose timeout is the check limit.
+        Some(Arc::new(checker::LambdaChecker::new(
+            aws_sdk_lambda::Client::new(&aws),
+            function,
+            config.check_limit,
+        )))
+    } else {
+        // Without one (cargo lambda watch, tests): this same binary re-run as a child
+        // process killed at the check limit.
         let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
         pool.prewarm(1).await?;
         Some(Arc::new(pool))
-    } else {
-        None
     };
     let (payments, sol_price) = if matches!(role, Role::Api(Route::Buy | Route::Reputation)) {
         (
@@ -87,8 +168,8 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
     };
     Ok(AppState {
         config,
-        signer: Arc::new(signer),
-        retired_keys: Vec::new(),
+        signer,
+        retired_keys,
         checker,
         store: Arc::new(DynamoStore::from_config(&aws, TableNames::from_env())),
         queue: match std::env::var("UMPIRE_JOBS_QUEUE_URL") {

@@ -157,3 +157,100 @@ fn the_purchase_may_queue_pass_two_and_void_it() {
     assert!(may(buy, "sqs:SendMessage", "JobsQueue"));
     assert!(may(buy, "dynamodb:DeleteItem", "VerdictsTable"));
 }
+
+fn by_binary<'a>(res: &'a Value, binary: &str) -> &'a Value {
+    functions(res)
+        .into_iter()
+        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some(binary))
+        .map(|(_, f)| f)
+        .unwrap_or_else(|| panic!("a function for the {binary} binary"))
+}
+
+fn env_var<'a>(function: &'a Value, name: &str) -> Option<&'a Value> {
+    function
+        .get("Properties")?
+        .get("Environment")?
+        .get("Variables")?
+        .get(name)
+}
+
+#[test]
+fn the_checker_is_isolated_and_its_timeout_is_the_check_limit() {
+    let res = template_resources();
+    let checker = by_binary(&res, "checker");
+    let props = checker.get("Properties").expect("properties");
+    assert!(
+        props.get("Policies").is_none() && props.get("Role").is_none(),
+        "the checker gets no permissions beyond its own logs"
+    );
+    assert!(
+        props.get("Environment").is_none(),
+        "the checker gets no variables of its own: only the globals (names, the public key), never a secret"
+    );
+    assert!(
+        props.get("ReservedConcurrentExecutions").is_some(),
+        "the checker has its own reserved pool"
+    );
+    let timeout = number(props.get("Timeout"));
+    assert!(timeout <= 5, "a short hard timeout, not {timeout}s");
+    let globals = umpire_blackbox::template_section("Globals");
+    let limit_ms = number(
+        globals
+            .get("Function")
+            .and_then(|f| f.get("Environment"))
+            .and_then(|e| e.get("Variables"))
+            .and_then(|v| v.get("UMPIRE_CHECK_LIMIT_MS")),
+    );
+    assert_eq!(
+        limit_ms,
+        timeout * 1000,
+        "verdicts name the checker's real limit"
+    );
+
+    // Only the functions that judge may invoke it, and they are told its name.
+    for (name, f) in functions(&res) {
+        let invokes = may(f, "lambda:InvokeFunction", "CheckerFunction");
+        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
+        let judges = matches!(binary, "verdicts" | "worker");
+        assert_eq!(
+            invokes, judges,
+            "{binary}: lambda:InvokeFunction on the checker"
+        );
+        assert_eq!(
+            env_var(f, "UMPIRE_CHECKER_FUNCTION").is_some(),
+            judges,
+            "{binary}: UMPIRE_CHECKER_FUNCTION"
+        );
+    }
+}
+
+#[test]
+fn only_signing_functions_may_open_the_sealed_seed() {
+    let res = template_resources();
+    for (name, f) in functions(&res) {
+        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
+        let signs = matches!(binary, "verdicts" | "worker" | "reputation");
+        assert_eq!(
+            may(f, "kms:Decrypt", "SigningKey"),
+            signs,
+            "{binary}: kms:Decrypt on the signing key"
+        );
+        assert_eq!(
+            env_var(f, "UMPIRE_SIGNING_SEED_CIPHERTEXT").is_some(),
+            signs,
+            "{binary}: the sealed seed in its environment"
+        );
+    }
+    let policy = String::from_utf8_lossy(
+        &by_binary(&res, "verdicts")
+            .get("Properties")
+            .and_then(|p| p.get("Policies"))
+            .expect("policies")
+            .to_canonical_vec(),
+    )
+    .into_owned();
+    assert!(
+        policy.contains("kms:EncryptionContext:purpose") && policy.contains("umpire-signing-seed"),
+        "Decrypt only with the seed's encryption context"
+    );
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use umpire_core::json::{Value, parse};
 
 pub mod chain;
+pub mod lambda;
 
 /// Verifies a signed document with the contract's Python recipe, verbatim
 /// (`tests/py/verify_recipe.py`): (verified, everything it printed).
@@ -75,15 +76,21 @@ from cfnlint.decode import decode
 tpl, errors = decode(sys.argv[1])
 if errors:
     sys.exit("template does not load: %s" % errors)
-print(json.dumps(tpl["Resources"]))
+print(json.dumps(tpl[sys.argv[2]]))
 "#;
 
 /// `template.yaml`'s resources, read with cfn-lint's own loader (it knows the
 /// CloudFormation tags such as `!GetAtt`), as JSON.
 pub fn template_resources() -> Value {
+    template_section("Resources")
+}
+
+/// One top-level section of `template.yaml` (Resources, Globals, Parameters...).
+pub fn template_section(section: &str) -> Value {
     let out = Command::new(python())
         .args(["-c", LOAD_TEMPLATE])
         .arg(repo_root().join("template.yaml"))
+        .arg(section)
         .output()
         .expect("python with cfn-lint (make test installs it)");
     assert!(

@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use umpire_checker::CheckerPool;
+use umpire_checker::Judge;
 use umpire_core::signer::{PublicKey, Signer};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{JobQueue, Store};
@@ -55,7 +55,7 @@ pub struct AppState {
     /// Keys that signed earlier documents and are still published for verification.
     pub retired_keys: Vec<PublicKey>,
     /// The isolated checker; None in functions that never judge.
-    pub checker: Option<Arc<CheckerPool>>,
+    pub checker: Option<Arc<dyn Judge>>,
     pub store: Arc<dyn Store>,
     /// Delayed jobs (sworn pass 2, webhook retries); None where nothing is scheduled.
     pub queue: Option<Arc<dyn JobQueue>>,

@@ -51,6 +51,8 @@ pub enum CheckerError {
     Unavailable,
     #[error("the check worker refused the request: {0}")]
     Protocol(String),
+    #[error("the checker function could not be invoked: {0}")]
+    Invoke(String),
 }
 
 struct Worker {
@@ -197,22 +199,12 @@ impl CheckerPool {
     async fn next_answer(&self, worker: &mut Worker, index: usize) -> Result<Step, CheckerError> {
         let limit = self.config.check_limit;
         match tokio::time::timeout(limit, worker.lines.next_line()).await {
-            Err(_elapsed) => Ok(Step::Lost(Outcome {
-                passed: false,
-                reason: format!(
-                    "stopped at the {} ms time limit of the isolated checker; the check fails",
-                    limit.as_millis()
-                ),
-            })),
+            Err(_elapsed) => Ok(Step::Lost(crate::timed_out(limit))),
             Ok(Ok(Some(line))) => match parse_answer(&line) {
                 Some((i, o)) if i == index => Ok(Step::Answered(o)),
                 _ => Err(CheckerError::Protocol(line.chars().take(300).collect())),
             },
-            Ok(Ok(None) | Err(_)) => Ok(Step::Lost(Outcome {
-                passed: false,
-                reason: "the isolated checker crashed while running this check; the check fails"
-                    .into(),
-            })),
+            Ok(Ok(None) | Err(_)) => Ok(Step::Lost(crate::crashed())),
         }
     }
 }

@@ -20,6 +20,12 @@ pub struct JudgeRequest {
 
 impl JudgeRequest {
     pub(crate) fn line(&self, start: usize) -> Vec<u8> {
+        self.line_for(start, self.check_count())
+    }
+
+    /// The request for checks `start..end` only, as one line (the checker Lambda's
+    /// payload, and a single check's retry after a batch died).
+    pub fn line_for(&self, start: usize, end: usize) -> Vec<u8> {
         let fetched: Vec<Value> = self
             .fetched
             .iter()
@@ -35,7 +41,8 @@ impl JudgeRequest {
             .with("spec", self.spec.clone())
             .with("deliverable", self.deliverable.hash_input())
             .with("fetched", Value::Array(fetched))
-            .with("start", start);
+            .with("start", start)
+            .with("end", end);
         let mut line = v.to_canonical_vec();
         line.push(b'\n');
         line
@@ -50,7 +57,7 @@ impl JudgeRequest {
 }
 
 /// What a worker answers for one check.
-pub(crate) fn parse_answer(line: &str) -> Option<(usize, Outcome)> {
+pub fn parse_answer(line: &str) -> Option<(usize, Outcome)> {
     let v = parse(line.as_bytes()).ok()?;
     let index = usize::try_from(v.get("index")?.as_u64()?).ok()?;
     Some((
@@ -68,6 +75,7 @@ struct Decoded {
     deliverable: Deliverable,
     fetched: Vec<Option<FetchedBody>>,
     start: usize,
+    end: usize,
 }
 
 fn decode_request(line: &str) -> Result<Decoded, String> {
@@ -99,11 +107,17 @@ fn decode_request(line: &str) -> Result<Decoded, String> {
         .and_then(Value::as_u64)
         .and_then(|s| usize::try_from(s).ok())
         .unwrap_or(0);
+    let end = v
+        .get("end")
+        .and_then(Value::as_u64)
+        .and_then(|s| usize::try_from(s).ok())
+        .unwrap_or(usize::MAX);
     Ok(Decoded {
         checks: spec.checks,
         deliverable,
         fetched,
         start,
+        end,
     })
 }
 
@@ -121,8 +135,14 @@ pub fn worker_loop(input: impl BufRead, mut output: impl Write) -> std::io::Resu
                 deliverable,
                 fetched,
                 start,
+                end,
             }) => {
-                for (i, check) in checks.iter().enumerate().skip(start) {
+                for (i, check) in checks
+                    .iter()
+                    .enumerate()
+                    .skip(start)
+                    .take(end.saturating_sub(start))
+                {
                     let fetched_i = fetched.get(i).and_then(Option::as_ref);
                     let o = evaluate(check, &deliverable, fetched_i);
                     let answer = Value::object()
@@ -145,6 +165,15 @@ pub fn worker_loop(input: impl BufRead, mut output: impl Write) -> std::io::Resu
         }
     }
     Ok(())
+}
+
+/// Judges one request line in this process and returns the answer lines: the body of
+/// the checker Lambda, whose own timeout is the hard limit around it.
+pub fn judge_line(request: &str) -> String {
+    let mut out = Vec::new();
+    // Writing to a Vec cannot fail.
+    let _ = worker_loop(request.as_bytes(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Entry point for a binary acting as a worker: serve stdin/stdout until stdin closes.

@@ -62,6 +62,27 @@ impl Signer for LocalSigner {
     }
 }
 
+/// The public half only, for functions that publish or name the key but never sign
+/// (health, the key document): they are not allowed to decrypt the seed.
+pub struct PublicKeyOnly(pub PublicKey);
+
+impl Signer for PublicKeyOnly {
+    fn key_id(&self) -> &str {
+        &self.0.key_id
+    }
+
+    fn public_key(&self) -> [u8; 32] {
+        self.0.bytes
+    }
+
+    fn sign(&self, _message: &[u8]) -> [u8; 64] {
+        // Only routes that never sign are built with this signer (see functions'
+        // Role::signs); reaching here is a wiring bug, and a panic becomes a 500 rather
+        // than a document with a bogus signature.
+        panic!("this function holds only the public key and cannot sign")
+    }
+}
+
 /// One published key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicKey {
@@ -70,6 +91,26 @@ pub struct PublicKey {
 }
 
 impl PublicKey {
+    /// From 32 bytes in standard base64 (as the key document and `umpire keygen` show it).
+    pub fn from_base64(text: &str) -> Option<PublicKey> {
+        let bytes: [u8; 32] = B64.decode(text.trim()).ok()?.try_into().ok()?;
+        VerifyingKey::from_bytes(&bytes).ok()?;
+        Some(PublicKey {
+            key_id: key_id_for(&bytes),
+            bytes,
+        })
+    }
+
+    /// A comma-separated list of base64 keys (retired keys a deployment still
+    /// publishes); None names the first entry that is not a key.
+    pub fn list_from_base64(text: &str) -> Result<Vec<PublicKey>, String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| PublicKey::from_base64(s).ok_or_else(|| s.to_owned()))
+            .collect()
+    }
+
     pub fn of(signer: &dyn Signer) -> PublicKey {
         PublicKey {
             key_id: signer.key_id().to_owned(),

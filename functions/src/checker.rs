@@ -1,0 +1,150 @@
+//! The isolated checker in AWS: its own Lambda function, invoked synchronously.
+//!
+//! The checker function holds no permissions and no secrets, and its `Timeout` is the
+//! hard limit: when a check overruns, Lambda kills the sandbox. One invocation judges
+//! the whole pass (the normal case costs one round trip). If that invocation dies, we
+//! cannot tell which check killed it, so every check of the pass is judged again alone,
+//! each in its own invocation: the one that dies again fails at the limit, the others
+//! get their true outcome.
+//!
+//! Wire format: the event is `{"request": "<a worker protocol request line>"}` and the
+//! answer `{"answers": "<the worker's answer lines>"}`. The lines travel as strings so
+//! that numbers in specs and deliverables survive exactly (stable JSON on both sides).
+
+use std::time::Duration;
+
+use aws_sdk_lambda::primitives::Blob;
+use umpire_checker::{CheckerError, Judge, JudgeRequest, crashed, parse_answer, timed_out};
+use umpire_core::eval::Outcome;
+
+/// `UMPIRE_CHECKER_FUNCTION`: the checker function's name or ARN. When set, judging
+/// functions invoke it instead of starting local worker processes.
+pub const CHECKER_FUNCTION_ENV: &str = "UMPIRE_CHECKER_FUNCTION";
+
+/// Invokes the checker function.
+pub struct LambdaChecker {
+    client: aws_sdk_lambda::Client,
+    function: String,
+    /// The function's timeout, named in the reason of a check it killed.
+    limit: Duration,
+}
+
+/// How one invocation ended.
+enum Invocation {
+    Answered(Vec<Outcome>),
+    /// Killed at its timeout.
+    TimedOut,
+    /// Died otherwise (out of memory, a panic): nothing to read.
+    Died(String),
+}
+
+impl LambdaChecker {
+    pub fn new(client: aws_sdk_lambda::Client, function: String, limit: Duration) -> Self {
+        LambdaChecker {
+            client,
+            function,
+            limit,
+        }
+    }
+
+    async fn invoke(
+        &self,
+        req: &JudgeRequest,
+        start: usize,
+        end: usize,
+    ) -> Result<Invocation, CheckerError> {
+        let line = String::from_utf8_lossy(&req.line_for(start, end)).into_owned();
+        let event = serde_json::json!({ "request": line });
+        let out = self
+            .client
+            .invoke()
+            .function_name(&self.function)
+            .payload(Blob::new(event.to_string()))
+            .send()
+            .await
+            .map_err(|e| {
+                CheckerError::Invoke(aws_sdk_lambda::error::DisplayErrorContext(e).to_string())
+            })?;
+        let payload = out.payload().map(|b| b.as_ref()).unwrap_or_default();
+        if out.function_error().is_some() {
+            let message = serde_json::from_slice::<serde_json::Value>(payload)
+                .ok()
+                .and_then(|v| v.get("errorMessage")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            // Lambda's own words for a sandbox killed at its timeout.
+            return Ok(if message.contains("timed out") {
+                Invocation::TimedOut
+            } else {
+                Invocation::Died(message)
+            });
+        }
+        let reply = serde_json::from_slice::<serde_json::Value>(payload).unwrap_or_default();
+        let Some(answers) = reply.get("answers").and_then(serde_json::Value::as_str) else {
+            // The function refused the request itself (a bug on our side, not the check's).
+            return Err(CheckerError::Protocol(
+                String::from_utf8_lossy(payload).chars().take(300).collect(),
+            ));
+        };
+        let mut outcomes = Vec::with_capacity(end - start);
+        for (expected, line) in (start..end).zip(answers.lines()) {
+            match parse_answer(line) {
+                Some((i, o)) if i == expected => outcomes.push(o),
+                _ => return Err(CheckerError::Protocol(line.chars().take(300).collect())),
+            }
+        }
+        if outcomes.len() != end - start {
+            return Err(CheckerError::Protocol(format!(
+                "{} answers for {} checks",
+                outcomes.len(),
+                end - start
+            )));
+        }
+        Ok(Invocation::Answered(outcomes))
+    }
+}
+
+#[async_trait::async_trait]
+impl Judge for LambdaChecker {
+    async fn judge(&self, req: &JudgeRequest) -> Result<Vec<Outcome>, CheckerError> {
+        let n = req.check_count();
+        match self.invoke(req, 0, n).await? {
+            Invocation::Answered(outcomes) => return Ok(outcomes),
+            Invocation::TimedOut => {
+                tracing::warn!(
+                    "the checker function timed out on a pass; judging its checks one by one"
+                );
+            }
+            Invocation::Died(why) => {
+                tracing::warn!(
+                    why,
+                    "the checker function died on a pass; judging its checks one by one"
+                );
+            }
+        }
+        let mut outcomes = Vec::with_capacity(n);
+        for i in 0..n {
+            outcomes.push(match self.invoke(req, i, i + 1).await? {
+                Invocation::Answered(mut one) => one.remove(0),
+                Invocation::TimedOut => timed_out(self.limit),
+                Invocation::Died(_) => crashed(),
+            });
+        }
+        Ok(outcomes)
+    }
+}
+
+/// The checker function's handler: judge the request line in this process. The
+/// sandbox's timeout is the limit around it; nothing here reaches the network or AWS.
+/// A request it cannot read is answered `{"error": ...}` (a function error is kept
+/// for a sandbox that died, which the caller blames on the check).
+pub fn handle_event(event: &serde_json::Value) -> serde_json::Value {
+    let Some(request) = event.get("request").and_then(serde_json::Value::as_str) else {
+        return serde_json::json!({ "error": "the event has no \"request\" string" });
+    };
+    let answers = umpire_checker::judge_line(request);
+    if answers.starts_with("{\"error\"") {
+        return serde_json::from_str(&answers)
+            .unwrap_or_else(|_| serde_json::json!({ "error": answers }));
+    }
+    serde_json::json!({ "answers": answers })
+}

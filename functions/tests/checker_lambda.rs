@@ -1,0 +1,155 @@
+//! The checker function in a Lambda sandbox (the local emulator: AWS's Invoke and
+//! Runtime APIs, and a timeout that kills the sandbox): a pass is judged in one
+//! invocation; a hostile pattern that gets past the guard is killed at the function's
+//! timeout and fails alone, while the other checks of its pass keep their true outcome.
+
+use std::time::{Duration, Instant};
+
+use umpire_blackbox::lambda::LambdaEmulator;
+use umpire_checker::{Judge, JudgeRequest};
+use umpire_core::json::parse_str;
+use umpire_core::spec::Deliverable;
+use umpire_functions::checker::LambdaChecker;
+
+/// Passes the guard; quadratic on a long run of `a` (see tests/hostile.rs).
+const HOSTILE: &str = "a(?=a*$)b";
+
+async fn client(endpoint: &str) -> aws_sdk_lambda::Client {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_lambda::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .endpoint_url(endpoint)
+        .load()
+        .await;
+    aws_sdk_lambda::Client::new(&config)
+}
+
+fn request(checks: &str, text: &str) -> JudgeRequest {
+    let spec = parse_str(&format!(r#"{{"checks":{checks}}}"#)).expect("spec json");
+    let n = spec
+        .get("checks")
+        .and_then(umpire_core::Value::as_array)
+        .map_or(0, Vec::len);
+    JudgeRequest {
+        spec,
+        deliverable: Deliverable {
+            text: Some(text.to_owned()),
+            json: None,
+        },
+        fetched: vec![None; n],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_is_judged_in_the_checker_function_and_a_hostile_check_dies_alone() {
+    assert!(umpire_core::guard::check_pattern(HOSTILE).is_ok());
+    let limit = Duration::from_millis(1500);
+    let lambda = LambdaEmulator::start(
+        "checker",
+        env!("CARGO_BIN_EXE_checker").as_ref(),
+        limit,
+        &[],
+    );
+    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
+
+    // An ordinary pass: one invocation, exact outcomes, exact numbers.
+    let ordinary = request(
+        r#"[{"type":"regex","pattern":"^hello"},{"type":"length","unit":"chars","min":1,"max":3},{"type":"regex","pattern":"world$"}]"#,
+        "hello world",
+    );
+    let outcomes = checker.judge(&ordinary).await.expect("judged");
+    assert_eq!(outcomes.len(), 3);
+    assert!(outcomes[0].passed, "{}", outcomes[0].reason);
+    assert!(!outcomes[1].passed, "11 chars is more than 3");
+    assert!(outcomes[2].passed, "{}", outcomes[2].reason);
+    assert_eq!(lambda.kills(), 0);
+
+    // A hostile check between two ordinary ones over 200 KB.
+    let text = "a".repeat(200_000);
+    let hostile = request(
+        &format!(
+            r#"[{{"type":"length","min":1}},{{"type":"regex","pattern":"{HOSTILE}"}},{{"type":"regex","pattern":"^a+$"}}]"#
+        ),
+        &text,
+    );
+    let started = Instant::now();
+    let outcomes = checker.judge(&hostile).await.expect("judged");
+    let took = started.elapsed();
+    assert!(outcomes[0].passed, "{}", outcomes[0].reason);
+    assert!(!outcomes[1].passed);
+    assert!(
+        outcomes[1].reason.contains("time limit"),
+        "{}",
+        outcomes[1].reason
+    );
+    assert!(outcomes[2].passed, "{}", outcomes[2].reason);
+    // Killed twice: the whole pass, then the hostile check alone.
+    assert_eq!(lambda.kills(), 2, "the sandbox is killed at the timeout");
+    assert!(
+        took < limit * 2 + Duration::from_secs(10),
+        "the pass ended near its limits, not when the pattern finished ({took:?})"
+    );
+
+    // The fresh sandbox judges the next pass normally.
+    let outcomes = checker.judge(&ordinary).await.expect("judged after a kill");
+    assert!(outcomes[0].passed);
+}
+
+#[tokio::test]
+async fn an_unreachable_checker_is_an_error_not_a_verdict() {
+    let checker = LambdaChecker::new(
+        client("http://127.0.0.1:9").await,
+        "checker".into(),
+        Duration::from_secs(1),
+    );
+    let err = checker
+        .judge(&request(r#"[{"type":"length","min":1}]"#, "x"))
+        .await
+        .expect_err("no checker, no outcomes");
+    assert!(err.to_string().contains("could not be invoked"), "{err}");
+}
+
+#[tokio::test]
+async fn a_request_the_function_cannot_read_is_an_error_not_a_failed_check() {
+    let limit = Duration::from_secs(2);
+    let lambda = LambdaEmulator::start(
+        "checker",
+        env!("CARGO_BIN_EXE_checker").as_ref(),
+        limit,
+        &[],
+    );
+    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
+    let err = checker
+        .judge(&request(r#"[{"type":"no_such_check"}]"#, "x"))
+        .await
+        .expect_err("a refused request");
+    assert!(err.to_string().contains("unknown_check_type"), "{err}");
+}
+
+#[test]
+fn the_handler_answers_in_the_worker_protocol_and_refuses_garbage() {
+    let req = request(
+        r#"[{"type":"length","min":1},{"type":"length","min":5}]"#,
+        "abc",
+    );
+    let line = String::from_utf8(req.line_for(1, 2)).expect("utf-8");
+    let answer = umpire_functions::checker::handle_event(&serde_json::json!({ "request": line }));
+    let answers = answer["answers"].as_str().expect("answers");
+    assert_eq!(
+        answers.lines().count(),
+        1,
+        "only the asked range: {answers}"
+    );
+    let (i, o) = umpire_checker::parse_answer(answers.trim()).expect("an answer line");
+    assert_eq!(i, 1);
+    assert!(!o.passed);
+    for garbage in [
+        serde_json::json!({}),
+        serde_json::json!({ "request": "{]" }),
+    ] {
+        let refused = umpire_functions::checker::handle_event(&garbage);
+        assert!(refused["error"].is_string(), "{refused}");
+    }
+}

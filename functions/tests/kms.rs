@@ -1,0 +1,186 @@
+//! The signing key as a KMS envelope, against the local AWS-compatible server's KMS:
+//! `umpire keygen --kms-key-id` seals a fresh seed; a signing function opens it once at
+//! cold start and signs; a non-signing function holds only the public key; rotation
+//! publishes retired keys; every way the envelope can be wrong stops the cold start
+//! with a message saying what to fix.
+//!
+//! `make test` starts the server and sets `UMPIRE_TEST_AWS_ENDPOINT`.
+
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use umpire_api::Route;
+use umpire_blackbox::run_umpire;
+use umpire_core::signer::{PublicKey, Signer};
+use umpire_functions::{
+    PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, Role, SEED_CIPHERTEXT_ENV, signer_from_vars,
+};
+
+fn endpoint() -> String {
+    std::env::var("UMPIRE_TEST_AWS_ENDPOINT")
+        .expect("UMPIRE_TEST_AWS_ENDPOINT: run under infra/local/with-moto.sh (make test does)")
+}
+
+async fn aws() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_kms::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .endpoint_url(endpoint())
+        .load()
+        .await
+}
+
+async fn kms_key(aws: &aws_config::SdkConfig) -> String {
+    aws_sdk_kms::Client::new(aws)
+        .create_key()
+        .description("umpire test signing envelope")
+        .send()
+        .await
+        .expect("create a KMS key")
+        .key_metadata()
+        .expect("metadata")
+        .key_id()
+        .to_owned()
+}
+
+/// Runs `umpire keygen` against the local KMS: (ciphertext, public key) as printed.
+fn keygen(key_id: &str) -> (String, String) {
+    let endpoint = endpoint();
+    let (code, stdout, stderr) = run_umpire(
+        &["keygen", "--kms-key-id", key_id],
+        &[
+            ("AWS_ENDPOINT_URL", &endpoint),
+            ("AWS_ACCESS_KEY_ID", "test"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let value = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("keygen printed no {name}: {stdout}"))
+            .to_owned()
+    };
+    assert!(
+        stderr.contains("RetiredPublicKeys"),
+        "keygen explains rotation: {stderr}"
+    );
+    (value("SigningSeedCiphertext"), value("SigningPublicKey"))
+}
+
+fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+async fn open(
+    role: Role,
+    aws: &aws_config::SdkConfig,
+    vars: &HashMap<String, String>,
+) -> Result<(std::sync::Arc<dyn Signer>, Vec<PublicKey>), String> {
+    signer_from_vars(role, aws, &|name| vars.get(name).cloned())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it() {
+    let aws = aws().await;
+    let key_id = kms_key(&aws).await;
+    let (ciphertext, public) = keygen(&key_id);
+    let public_key = PublicKey::from_base64(&public).expect("a public key");
+    // The printed ciphertext is not the seed in disguise: 32 bytes of seed, KMS framing around.
+    assert!(B64.decode(&ciphertext).expect("base64").len() > 32);
+
+    let (old_ciphertext, old_public) = keygen(&key_id);
+    let env = vars(&[
+        (SEED_CIPHERTEXT_ENV, &ciphertext),
+        (PUBLIC_KEY_ENV, &public),
+        (RETIRED_KEYS_ENV, &old_public),
+    ]);
+
+    // A signing function: the seed opens to the published key and signs.
+    let (signer, retired) = open(Role::Api(Route::Buy), &aws, &env)
+        .await
+        .expect("opened");
+    assert_eq!(signer.public_key(), public_key.bytes);
+    assert_eq!(signer.key_id(), public_key.key_id);
+    let sig = signer.sign(b"a verdict");
+    assert!(public_key.verify(b"a verdict", &sig));
+    assert_eq!(retired.len(), 1, "rotation keeps the old key published");
+    assert_eq!(
+        retired[0],
+        PublicKey::from_base64(&old_public).expect("old key")
+    );
+    assert_ne!(
+        retired[0].key_id,
+        signer.key_id(),
+        "each key has its own id"
+    );
+
+    // A function that never signs holds the public key only (no kms:Decrypt needed).
+    let public_only = vars(&[(PUBLIC_KEY_ENV, &public)]);
+    let (named, _) = open(Role::Api(Route::Health), &aws, &public_only)
+        .await
+        .expect("public key only");
+    assert_eq!(named.key_id(), public_key.key_id);
+    assert!(
+        open(Role::Api(Route::Buy), &aws, &public_only)
+            .await
+            .err()
+            .expect("a signing function without the sealed seed")
+            .contains("umpire keygen"),
+        "says how to make one"
+    );
+
+    // Ciphertext and public key from different keygen runs: refused at cold start.
+    let crossed = vars(&[
+        (SEED_CIPHERTEXT_ENV, &old_ciphertext),
+        (PUBLIC_KEY_ENV, &public),
+    ]);
+    let err = open(Role::Worker, &aws, &crossed)
+        .await
+        .err()
+        .expect("mismatch");
+    assert!(
+        err.contains("deploy the ciphertext and public key"),
+        "{err}"
+    );
+
+    // Not base64; another purpose's ciphertext (no encryption context); a bad retired key.
+    let garbage = vars(&[(SEED_CIPHERTEXT_ENV, "not base64!")]);
+    let err = open(Role::Worker, &aws, &garbage)
+        .await
+        .err()
+        .expect("garbage");
+    assert!(err.contains("not base64"), "{err}");
+    let other_purpose = aws_sdk_kms::Client::new(&aws)
+        .encrypt()
+        .key_id(&key_id)
+        .plaintext(aws_sdk_kms::primitives::Blob::new(vec![7u8; 32]))
+        .send()
+        .await
+        .expect("encrypt without context");
+    let other = vars(&[(
+        SEED_CIPHERTEXT_ENV,
+        &B64.encode(other_purpose.ciphertext_blob().expect("blob").as_ref()),
+    )]);
+    let err = open(Role::Worker, &aws, &other)
+        .await
+        .err()
+        .expect("wrong context");
+    assert!(err.contains("KMS refused to decrypt"), "{err}");
+    let bad_retired = vars(&[(PUBLIC_KEY_ENV, &public), (RETIRED_KEYS_ENV, "abc")]);
+    let err = open(Role::Api(Route::Key), &aws, &bad_retired)
+        .await
+        .err()
+        .expect("bad retired key");
+    assert!(err.contains(RETIRED_KEYS_ENV), "{err}");
+}
