@@ -15,14 +15,16 @@ NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build test test-rust lint fmt bench lambda-build deploy devnet clean help
+.PHONY: run build test test-lambda watch lint fmt bench lambda-build deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
 	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
 	@echo "make test          install test tools into .cache/ and node_modules/, run every test and lint"
 	@echo "make bench         criterion benchmarks (stable JSON + signing, judging)"
-	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda"
+	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda, print bootstrap sizes"
+	@echo "make watch         the Lambda functions under cargo lambda watch on port 9000, local AWS"
+	@echo "make test-lambda   drive validate, a paid verdict and its status through cargo lambda watch"
 	@echo "make deploy        sam build && sam deploy --guided"
 
 run:
@@ -72,13 +74,28 @@ bench: build
 $(VENV)/bin/cargo-lambda: $(PY_DEPS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check cargo-lambda
 
+# Every function for arm64 (Graviton), release profile (fat LTO, one codegen unit,
+# panic=abort, stripped), then each bootstrap's size. rustup fetches the arm64 standard
+# library once.
 lambda-build: $(VENV)/bin/cargo-lambda
+	rustup target add aarch64-unknown-linux-gnu
 	PATH=$(VENV)/bin:$$PATH cargo lambda build --release --arm64 -p umpire-functions
-	@ls -l $(CARGO_TARGET_DIR)/lambda/*/bootstrap
+	@echo "bootstrap sizes (bytes):"
+	@for f in $(CARGO_TARGET_DIR)/lambda/*/bootstrap; do \
+	  printf "  %-12s %10d\n" "$$(basename $$(dirname $$f))" "$$(stat -c %s $$f)"; done
 
-deploy:
-	sam build --config-file infra/samconfig.toml
-	sam deploy --guided --config-file infra/samconfig.toml
+WATCH_PORT ?= 9000
+watch: $(VENV)/bin/cargo-lambda
+	infra/local/watch.sh $(VENV) $(WATCH_PORT)
+
+# Slow (builds every function under cargo lambda watch), so outside `make test`.
+test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build
+	UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) cargo test -p umpire-functions --test lambda_watch -- --ignored
+
+# rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.
+deploy: $(VENV)/bin/cargo-lambda
+	PATH=$(VENV)/bin:$$PATH sam build --beta-features --config-file infra/samconfig.toml
+	PATH=$(VENV)/bin:$$PATH sam deploy --guided --config-file infra/samconfig.toml
 
 clean:
 	rm -rf $(CACHE) node_modules

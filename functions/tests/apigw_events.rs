@@ -197,3 +197,18 @@ async fn status_and_find_read_path_query_and_bearer_from_the_event() {
         Some(&Value::from(vec!["vrd_0123456789abcdef0123456789abcdef"]))
     );
 }
+
+#[tokio::test]
+async fn the_paid_and_feedback_routes_read_their_events() {
+    // A purchase with a broken spec: refused with problems before any payment.
+    let (status, body, _) = invoke(Route::Buy, "buy_invalid.json").await;
+    assert_eq!(status, 422, "{body}");
+    // Feedback with chain reading off: 503 receipts_off, nothing stored.
+    let (status, body, _) = invoke(Route::Feedback, "feedback.json").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(s(&body, &["error", "code"]), Some("receipts_off"));
+    // A reputation report from a function with no payment rail: 503, nothing charged.
+    let (status, body, _) = invoke(Route::Reputation, "reputation.json").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(s(&body, &["error", "code"]), Some("unavailable"));
+}

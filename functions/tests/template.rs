@@ -254,3 +254,77 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         "Decrypt only with the seed's encryption context"
     );
 }
+
+/// (path, method or "*", function) from `[workspace.metadata.lambda.watch.router]`.
+fn watch_routes() -> BTreeSet<(String, String, String)> {
+    let text = std::fs::read_to_string(umpire_blackbox::repo_root().join("Cargo.toml"))
+        .expect("Cargo.toml");
+    let quoted =
+        |s: &str| -> Vec<String> { s.split('"').skip(1).step_by(2).map(str::to_owned).collect() };
+    let mut routes = BTreeSet::new();
+    let mut path = String::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') && !line.starts_with("[{") {
+            inside = line == "[workspace.metadata.lambda.watch.router]";
+            continue;
+        }
+        if !inside || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let q = quoted(line);
+        if line.starts_with('{') {
+            // { method = "GET", function = "status" },
+            routes.insert((path.clone(), q[0].clone(), q[1].clone()));
+        } else if line.ends_with('[') {
+            path = q[0].clone();
+        } else if q.len() == 2 {
+            routes.insert((q[0].clone(), "*".into(), q[1].clone()));
+        }
+    }
+    routes
+}
+
+#[test]
+fn cargo_lambda_watch_routes_the_api_as_the_http_api_does() {
+    let res = template_resources();
+    let watch = watch_routes();
+    assert!(!watch.is_empty(), "the watch router is configured");
+    let mut deployed = BTreeSet::new();
+    for (_, f) in functions(&res) {
+        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).expect("binary");
+        for event in f
+            .get("Properties")
+            .and_then(|p| p.get("Events"))
+            .and_then(Value::as_object)
+            .map(|m| m.values().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            if str_at(&event, &["Type"]) != Some("HttpApi") {
+                continue;
+            }
+            let path = str_at(&event, &["Properties", "Path"])
+                .expect("path")
+                .to_owned();
+            let method = str_at(&event, &["Properties", "Method"])
+                .expect("method")
+                .to_owned();
+            deployed.insert((path, method, binary.to_owned()));
+        }
+    }
+    for (path, method, binary) in &deployed {
+        assert!(
+            watch.contains(&(path.clone(), method.clone(), binary.clone()))
+                || watch.contains(&(path.clone(), "*".into(), binary.clone())),
+            "{method} {path} -> {binary} is deployed but not routed by cargo lambda watch"
+        );
+    }
+    for (path, method, binary) in &watch {
+        assert!(
+            deployed
+                .iter()
+                .any(|(p, m, b)| p == path && b == binary && (method == "*" || m == method)),
+            "cargo lambda watch routes {method} {path} -> {binary}, which the template does not"
+        );
+    }
+}

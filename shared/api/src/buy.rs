@@ -189,6 +189,7 @@ impl Paid<'_> {
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
             .with("payer", self.checkout.payer.as_str())
             .with("settlement", settlement_value(&settlement));
+        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
         Ok(self.respond(201, body, &settlement))
     }
 
@@ -239,6 +240,7 @@ impl Paid<'_> {
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
             .with("payer", self.checkout.payer.as_str())
             .with("settlement", settlement_value(&settlement));
+        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
         Ok(self.respond(202, body, &settlement))
     }
 

@@ -301,15 +301,19 @@ impl Checkout<'_> {
     pub async fn finish(mut self, answer: Result<Response, Void>) -> Response {
         match answer {
             Ok(r) => {
+                // Every delivered purchase was settled first.
+                crate::metrics::record(crate::metrics::Metric::Settlement);
                 self.claims.complete(&r).await;
                 r
             }
             Err(Void::Settlement(f)) => {
+                crate::metrics::record(crate::metrics::Metric::Void);
                 tracing::warn!(error = %f, "settlement failed; purchase voided");
                 self.claims.release().await;
                 self.refused(&f, true)
             }
             Err(Void::Internal(e)) => {
+                crate::metrics::record(crate::metrics::Metric::Void);
                 self.claims.release().await;
                 respond::error(&e)
             }

@@ -11,6 +11,7 @@ pub mod idempotency;
 pub mod limits;
 pub mod local;
 pub mod lookup;
+pub mod metrics;
 pub mod payment;
 pub mod purchase;
 pub mod reputation;

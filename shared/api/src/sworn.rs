@@ -225,7 +225,10 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         .await
         .map_err(retry)?
     {
-        Finalize::Done => tracing::info!(verdict_id, "sworn verdict final"),
+        Finalize::Done => {
+            tracing::info!(verdict_id, "sworn verdict final");
+            crate::metrics::record(crate::metrics::Metric::SwornFinalized);
+        }
         Finalize::AlreadyFinal(_) => {
             tracing::info!(
                 verdict_id,
@@ -430,6 +433,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
             .await?;
         }
         Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
+            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
             let delay = backoff(state.config.webhook_retry_base_secs, attempt);
             tracing::warn!(
                 verdict_id,
@@ -441,6 +445,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
             schedule_webhook(state, verdict_id, true, attempt + 1, delay).await?;
         }
         Err(e) => {
+            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
             tracing::warn!(
                 verdict_id,
                 attempt,

@@ -1,0 +1,119 @@
+//! Business metrics as CloudWatch embedded metric format (EMF): one JSON line on
+//! stdout per event, which CloudWatch Logs turns into a metric without an API call or
+//! an agent. Outside Lambda the same events are debug log lines.
+
+use std::sync::OnceLock;
+
+use umpire_core::Value;
+
+/// The namespace every metric is published under.
+pub const NAMESPACE: &str = "Umpire";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// A signed verdict document was delivered (witness/basic/probe 201, sworn pass 1 202).
+    VerdictIssued,
+    /// A sworn verdict's final document was signed by pass 2.
+    SwornFinalized,
+    /// A payment settled and its purchase was delivered.
+    Settlement,
+    /// Settlement (or our own failure after judging) voided a purchase: nothing kept.
+    Void,
+    /// A webhook attempt failed (it will be retried, or it was the last).
+    WebhookFailure,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::VerdictIssued => "VerdictsIssued",
+            Metric::SwornFinalized => "SwornFinalized",
+            Metric::Settlement => "Settlements",
+            Metric::Void => "Voids",
+            Metric::WebhookFailure => "WebhookFailures",
+        }
+    }
+}
+
+/// One EMF line: the metric with value 1, dimensioned by function.
+pub fn emf_line(metric: Metric, function: &str, timestamp_ms: u64) -> String {
+    let definition = Value::object()
+        .with("Namespace", NAMESPACE)
+        .with(
+            "Dimensions",
+            Value::Array(vec![Value::Array(vec![Value::from("Function")])]),
+        )
+        .with(
+            "Metrics",
+            Value::Array(vec![
+                Value::object()
+                    .with("Name", metric.name())
+                    .with("Unit", "Count"),
+            ]),
+        );
+    Value::object()
+        .with(
+            "_aws",
+            Value::object()
+                .with("Timestamp", timestamp_ms)
+                .with("CloudWatchMetrics", Value::Array(vec![definition])),
+        )
+        .with("Function", function)
+        .with(metric.name(), 1u64)
+        .to_canonical_string()
+}
+
+/// The Lambda function's name, when running in Lambda.
+fn lambda_function() -> Option<&'static str> {
+    static NAME: OnceLock<Option<String>> = OnceLock::new();
+    NAME.get_or_init(|| std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok())
+        .as_deref()
+}
+
+pub fn record(metric: Metric) {
+    match lambda_function() {
+        Some(function) => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            // stdout, not the tracing subscriber: EMF must be a line of its own.
+            println!("{}", emf_line(metric, function, now_ms));
+        }
+        None => tracing::debug!(metric = metric.name(), "metric"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emf_line_declares_its_metric_and_carries_its_value() {
+        let line = emf_line(Metric::Void, "umpire-VerdictsFunction", 1_700_000_000_000);
+        let v = umpire_core::json::parse_str(&line).expect("json");
+        assert_eq!(v.get("Voids").and_then(Value::as_u64), Some(1));
+        assert_eq!(
+            v.get("Function").and_then(Value::as_str),
+            Some("umpire-VerdictsFunction")
+        );
+        let aws = v.get("_aws").expect("_aws");
+        assert_eq!(
+            aws.get("Timestamp").and_then(Value::as_u64),
+            Some(1_700_000_000_000)
+        );
+        let def = &aws
+            .get("CloudWatchMetrics")
+            .and_then(Value::as_array)
+            .expect("defs")[0];
+        assert_eq!(
+            def.get("Namespace").and_then(Value::as_str),
+            Some(NAMESPACE)
+        );
+        let metric = &def
+            .get("Metrics")
+            .and_then(Value::as_array)
+            .expect("metrics")[0];
+        assert_eq!(metric.get("Name").and_then(Value::as_str), Some("Voids"));
+        assert!(!line.contains('\n'), "one line");
+    }
+}
