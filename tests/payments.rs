@@ -671,3 +671,64 @@ fn a_paid_probe_verdict_judges_urls_and_text_together() {
     );
     assert_recipe_verifies(&server, &document, r#"{"text":"shipped build 42"}"#);
 }
+
+/// Logs at debug level over a purchase, a replay and a refused payment never hold the
+/// deliverable, the one-time secret, or the payment's signature.
+#[test]
+fn logs_never_hold_secrets_signatures_or_deliverables() {
+    let devnet = Devnet::start();
+    let env = devnet.server_env(Settlement::SelfSettle);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Server::start_logged(&env);
+    let marker = "confidential-deliverable-7c1e";
+    let body = BODY.replace("all tests pass", &format!("all tests pass {marker}"));
+    let payment = sign_payment(&devnet, &url(&server, "basic"), &body);
+    let signature = decode_b64_json(&payment)["payload"]["signature"]
+        .as_str()
+        .expect("the payment's signature")
+        .to_owned();
+    let idem = key();
+    let bought = post(
+        &server,
+        &body,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    let secret = bought
+        .json()
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("secret")
+        .to_owned();
+    let replay = post(
+        &server,
+        &body,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(replay.status, 201);
+    let refused = post(
+        &server,
+        &body,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
+    );
+    assert_eq!(refused.status, 402, "the payment was spent");
+
+    let logs = server.logs();
+    assert!(
+        logs.contains(r#"path="/v1/verdicts/basic" status=201"#),
+        "requests are logged: {logs}"
+    );
+    for (what, needle) in [
+        ("the deliverable", marker),
+        ("the one-time secret", secret.as_str()),
+        ("the payment signature", signature.trim_start_matches("0x")),
+        ("the payment header", &payment[..40]),
+    ] {
+        assert!(!logs.contains(needle), "the logs hold {what}:\n{logs}");
+    }
+}

@@ -159,6 +159,25 @@ impl Server {
 
     /// Serves an existing data directory (seeded by the test).
     pub fn start_in(data: TempDir, env: &[(&str, &str)]) -> Server {
+        Server::spawn(data, env, Stdio::inherit())
+    }
+
+    /// Like [`Server::start_with`], logging at debug level into `serve.log` in its data
+    /// directory (read with [`Server::logs`]).
+    pub fn start_logged(env: &[(&str, &str)]) -> Server {
+        let data = TempDir::new("serve");
+        let log = std::fs::File::create(data.path().join("serve.log")).expect("log file");
+        let mut all = vec![("RUST_LOG", "debug")];
+        all.extend_from_slice(env);
+        Server::spawn(data, &all, Stdio::from(log))
+    }
+
+    /// What the server logged so far (only for [`Server::start_logged`]).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.data.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn spawn(data: TempDir, env: &[(&str, &str)], stderr: Stdio) -> Server {
         let mut cmd = Command::new(umpire_bin());
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data.path())
@@ -166,7 +185,7 @@ impl Server {
             // Tests not about rate limits must not trip them; those that are set limits.
             .env("UMPIRE_RATE_LIMITS", "off")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         for (k, v) in env {
             cmd.env(k, v);
         }
