@@ -48,7 +48,10 @@ impl Role {
 
     /// Validation resolves names; purchases and pass 2 fetch; the worker posts webhooks.
     fn reaches_out(self) -> bool {
-        matches!(self, Role::Api(Route::Buy | Route::Validate) | Role::Worker)
+        matches!(
+            self,
+            Role::Api(Route::Buy | Route::Validate | Route::Mcp) | Role::Worker
+        )
     }
 }
 
@@ -158,7 +161,10 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
         None
     };
     // Feedback reads the chain for payments to merchants; reports name that chain.
-    let feedback_chain = if matches!(role, Role::Api(Route::Feedback | Route::Reputation)) {
+    let feedback_chain = if matches!(
+        role,
+        Role::Api(Route::Feedback | Route::Reputation | Route::Mcp)
+    ) {
         umpire_chain::ChainConfig::from_env()?
             .map(umpire_chain::FeedbackChain::new)
             .transpose()?

@@ -11,7 +11,7 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{FeedbackRow, StoreError};
 
 use crate::handlers::json_body;
-use crate::{AppState, ClientIp, Request, Response, limits, respond};
+use crate::{AppState, Request, Response, limits, respond};
 
 pub async fn submit(state: &AppState, req: &Request) -> Response {
     match submit_inner(state, req).await {
@@ -78,7 +78,7 @@ fn proof_refusal(e: ProofError) -> ApiError {
 }
 
 async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiError> {
-    limits::enforce(state, "feedback", ClientIp::of(req)).await?;
+    limits::enforce_for(state, "feedback", req).await?;
     let body = json_body(req)?;
     let claim = FeedbackClaim::parse(&body).map_err(|problems| {
         let first = problems.first();

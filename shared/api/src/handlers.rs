@@ -35,7 +35,7 @@ pub fn key(state: &AppState) -> Response {
 }
 
 pub async fn quote(state: &AppState, req: &Request) -> Response {
-    if let Err(e) = crate::limits::enforce(state, "quote", crate::ClientIp::of(req)).await {
+    if let Err(e) = crate::limits::enforce_for(state, "quote", req).await {
         return respond::error(&e);
     }
     let tiers: Vec<Value> = Tier::ALL
@@ -158,7 +158,7 @@ pub fn json_body(req: &Request) -> Result<Value, ApiError> {
 /// `POST /v1/validate`: every problem of a would-be purchase, the URL-policy verdict
 /// of each URL, the normalized spec and its spec_hash. Nothing is fetched or charged.
 pub async fn validate(state: &AppState, req: &Request) -> Response {
-    if let Err(e) = crate::limits::enforce(state, "validate", crate::ClientIp::of(req)).await {
+    if let Err(e) = crate::limits::enforce_for(state, "validate", req).await {
         return respond::error(&e);
     }
     respond::outcome(validate_inner(state, req).await, None)

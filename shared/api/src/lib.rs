@@ -11,6 +11,7 @@ pub mod idempotency;
 pub mod limits;
 pub mod local;
 pub mod lookup;
+pub mod mcp;
 pub mod metrics;
 pub mod payment;
 pub mod purchase;
@@ -125,5 +126,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Buy => buy::buy(state, &req).await,
         Route::Feedback => feedback::submit(state, &req).await,
         Route::Reputation => reputation::reputation(state, &req).await,
+        Route::Mcp => mcp::mcp(state, &req).await,
     }
 }

@@ -57,6 +57,27 @@ impl RateLimits {
     }
 }
 
+/// Marks an internal request made by an MCP tool call: it was counted in the `mcp`
+/// bucket already, so only the buckets the contract shares with MCP (feedback) count it
+/// again.
+#[derive(Debug, Clone, Copy)]
+pub struct CountedAsMcp;
+
+/// Buckets an MCP tool call is also counted in.
+const SHARED_WITH_MCP: &[&str] = &["feedback"];
+
+/// [`enforce`] for the caller of `req`, honouring [`CountedAsMcp`].
+pub async fn enforce_for(
+    state: &AppState,
+    bucket: &'static str,
+    req: &crate::Request,
+) -> Result<(), ApiError> {
+    if req.extensions().get::<CountedAsMcp>().is_some() && !SHARED_WITH_MCP.contains(&bucket) {
+        return Ok(());
+    }
+    enforce(state, bucket, ClientIp::of(req)).await
+}
+
 /// Counts this request in `bucket` for the caller's IP; refuses past the limit.
 /// If the counter store fails, the request is let through (and logged): a free read
 /// is better served than refused for our own fault.

@@ -5,7 +5,7 @@ use umpire_core::hash::{constant_time_eq, sha256_hex};
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
-use crate::{AppState, ClientIp, Request, Response, limits, respond};
+use crate::{AppState, Request, Response, limits, respond};
 
 /// Verdict ids as minted: `vrd_` and 32 lowercase hex digits.
 pub fn is_verdict_id(id: &str) -> bool {
@@ -37,7 +37,7 @@ pub async fn status(state: &AppState, req: &Request) -> Response {
 }
 
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    limits::enforce(state, "status", ClientIp::of(req)).await?;
+    limits::enforce_for(state, "status", req).await?;
     let id = crate::routes::last_segment(req);
     let bearer = req
         .headers()
@@ -103,7 +103,7 @@ pub async fn find(state: &AppState, req: &Request) -> Response {
 }
 
 async fn find_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    limits::enforce(state, "find", ClientIp::of(req)).await?;
+    limits::enforce_for(state, "find", req).await?;
     let hint = "Send GET /v1/find?spec_hash=<64 hex>&webhook=<the exact webhook_url of the purchase, URL-encoded>.";
     let spec_hash = query_param(req, "spec_hash")
         .map(|s| s.to_ascii_lowercase())

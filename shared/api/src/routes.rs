@@ -17,6 +17,8 @@ pub enum Route {
     Feedback,
     /// `GET /v1/reputation?merchant=`: the paid, signed reputation report.
     Reputation,
+    /// `POST /mcp`: the Model Context Protocol (streamable HTTP).
+    Mcp,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -30,6 +32,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("GET", "/v1/find", Route::Find),
     ("POST", "/v1/feedback", Route::Feedback),
     ("GET", "/v1/reputation", Route::Reputation),
+    ("POST", "/mcp", Route::Mcp),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).

@@ -1,0 +1,440 @@
+//! `POST /mcp`: the Model Context Protocol over its streamable HTTP transport
+//! (JSON-RPC 2.0, answered with `application/json`; stateless, so no session id and no
+//! server-initiated stream: `GET /mcp` is 405 as the transport allows).
+//!
+//! Tools are the free routes, called through the same handlers as HTTP so answers and
+//! errors are identical: validate, quote, get_verdict, find, submit_feedback, plus
+//! verify_document, the contract's recipe run here. Each POST counts once in the `mcp`
+//! rate-limit bucket; feedback also counts in the feedback bucket it shares with HTTP.
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, header};
+use umpire_core::json::{Value, parse, parse_str};
+use umpire_core::spec::parse_deliverable;
+use umpire_core::{ApiError, ErrorCode};
+
+use crate::limits::{self, CountedAsMcp};
+use crate::{AppState, ClientIp, Request, Response, respond};
+
+/// Protocol revisions we speak, newest first.
+pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+/// (name, title, description, input schema as JSON text).
+const TOOLS: &[(&str, &str, &str, &str)] = &[
+    (
+        "validate",
+        "Validate a would-be purchase",
+        "Checks a spec (and optionally deliverable, webhook_url, job_ref) for a tier exactly as a purchase would, without paying: every problem with a hint, URL-policy verdicts, the normalized spec and its spec_hash. Free.",
+        r#"{"type":"object","properties":{"tier":{"type":"string","enum":["witness","basic","probe","sworn"]},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string"},"job_ref":{"type":"string"}},"required":["tier","spec"]}"#,
+    ),
+    (
+        "quote",
+        "Prices, limits and payment rails",
+        "The pricing manifest: every tier's price, the accepted payment rails, limits and rate limits. Free.",
+        r#"{"type":"object","properties":{}}"#,
+    ),
+    (
+        "get_verdict",
+        "Read a verdict",
+        "A verdict's status and document by id, with the one-time secret returned at purchase (pending sworn verdicts show pass-1 results). Free.",
+        r#"{"type":"object","properties":{"verdict_id":{"type":"string"},"secret":{"type":"string"}},"required":["verdict_id","secret"]}"#,
+    ),
+    (
+        "find",
+        "Find sworn verdicts",
+        "Ids of sworn verdicts bought with this spec_hash and webhook URL (to recover an id after losing the purchase response). Free.",
+        r#"{"type":"object","properties":{"spec_hash":{"type":"string","pattern":"^[0-9a-f]{64}$"},"webhook":{"type":"string"}},"required":["spec_hash","webhook"]}"#,
+    ),
+    (
+        "submit_feedback",
+        "Leave payment-verified feedback",
+        "Records feedback on a merchant, proven by a USDC payment from payer to merchant on Base (tx_hash) and the payer's EIP-191 signature over the contract's message. Free; one feedback per transaction.",
+        r#"{"type":"object","properties":{"merchant":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"payer":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"tx_hash":{"type":"string","pattern":"^0x[0-9a-fA-F]{64}$"},"outcome":{"type":"string","enum":["fulfilled","partial","failed"]},"would_repeat":{"type":"boolean"},"latency_ms":{"type":"integer","minimum":0},"signature":{"type":"string"}},"required":["merchant","payer","tx_hash","outcome","signature"],"additionalProperties":false}"#,
+    ),
+    (
+        "verify_document",
+        "Verify a signed document",
+        "Runs the contract's verification recipe on a signed Umpire document (verdict or reputation report): stable JSON bytes, payload_sha256, the Ed25519 signature against this service's published keys (or key_document), and, given the deliverable, deliverable_hash. Free, nothing stored.",
+        r#"{"type":"object","properties":{"document":{"type":"object"},"key_document":{"type":"object","description":"a /.well-known/umpire-key.json document; default: this service's keys"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}}},"required":["document"]}"#,
+    ),
+];
+
+fn tools_list() -> Value {
+    let tools: Vec<Value> = TOOLS
+        .iter()
+        .map(|(name, title, description, schema)| {
+            Value::object()
+                .with("name", *name)
+                .with("title", *title)
+                .with("description", *description)
+                .with(
+                    "inputSchema",
+                    parse_str(schema).unwrap_or_else(|_| Value::object()),
+                )
+        })
+        .collect();
+    Value::object().with("tools", Value::Array(tools))
+}
+
+fn rpc_result(id: &Value, result: Value) -> Value {
+    Value::object()
+        .with("jsonrpc", "2.0")
+        .with("id", id.clone())
+        .with("result", result)
+}
+
+fn rpc_error(id: &Value, code: i64, message: impl Into<String>) -> Value {
+    Value::object()
+        .with("jsonrpc", "2.0")
+        .with("id", id.clone())
+        .with(
+            "error",
+            Value::object()
+                .with("code", code)
+                .with("message", message.into()),
+        )
+}
+
+fn json_response(status: u16, body: &Value) -> Response {
+    let mut r = respond::json(status, body);
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The MCP endpoint.
+pub async fn mcp(state: &AppState, req: &Request) -> Response {
+    if req.method() != Method::POST {
+        let mut r = respond::error(&ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            "this MCP server opens no server-to-client stream",
+            "POST JSON-RPC messages to /mcp (streamable HTTP transport); answers come in the response.",
+        ));
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    if let Err(e) = limits::enforce(state, "mcp", ClientIp::of(req)).await {
+        return respond::error(&e);
+    }
+    if let Some(v) = req.headers().get("mcp-protocol-version")
+        && !PROTOCOL_VERSIONS
+            .iter()
+            .any(|p| v.as_bytes() == p.as_bytes())
+    {
+        return json_response(
+            400,
+            &rpc_error(
+                &Value::Null,
+                INVALID_REQUEST,
+                format!(
+                    "unsupported MCP-Protocol-Version; this server speaks {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ),
+            ),
+        );
+    }
+    let body = match parse(req.body()) {
+        Ok(v) => v,
+        Err(e) => {
+            return json_response(
+                400,
+                &rpc_error(&Value::Null, PARSE_ERROR, format!("not JSON: {e}")),
+            );
+        }
+    };
+    match body {
+        Value::Array(batch) if batch.is_empty() => json_response(
+            400,
+            &rpc_error(&Value::Null, INVALID_REQUEST, "an empty batch"),
+        ),
+        Value::Array(batch) => {
+            let mut replies = Vec::new();
+            for message in &batch {
+                if let Some(reply) = handle_message(state, req, message).await {
+                    replies.push(reply);
+                }
+            }
+            if replies.is_empty() {
+                accepted()
+            } else {
+                json_response(200, &Value::Array(replies))
+            }
+        }
+        message => match handle_message(state, req, &message).await {
+            Some(reply) => json_response(200, &reply),
+            None => accepted(),
+        },
+    }
+}
+
+/// Notifications and responses get no answer: 202 with no body.
+fn accepted() -> Response {
+    let mut r = http::Response::new(Bytes::new());
+    *r.status_mut() = StatusCode::ACCEPTED;
+    r
+}
+
+/// One JSON-RPC message; None for notifications and client responses.
+async fn handle_message(state: &AppState, req: &Request, message: &Value) -> Option<Value> {
+    let Some(obj) = message.as_object() else {
+        return Some(rpc_error(
+            &Value::Null,
+            INVALID_REQUEST,
+            "a JSON-RPC message is an object",
+        ));
+    };
+    let id = obj.get("id")?.clone();
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some(rpc_error(&id, INVALID_REQUEST, "jsonrpc must be \"2.0\""));
+    }
+    let Some(method) = obj.get("method").and_then(Value::as_str) else {
+        // A response to something we never asked: nothing to answer.
+        return None;
+    };
+    let params = obj.get("params").cloned().unwrap_or_else(Value::object);
+    Some(match method {
+        "initialize" => rpc_result(&id, initialize(&params)),
+        "ping" => rpc_result(&id, Value::object()),
+        "tools/list" => rpc_result(&id, tools_list()),
+        "tools/call" => match call_tool(state, req, &params).await {
+            Ok(result) => rpc_result(&id, result),
+            Err(message) => rpc_error(&id, INVALID_PARAMS, message),
+        },
+        other => rpc_error(
+            &id,
+            METHOD_NOT_FOUND,
+            format!(
+                "no method {other:?}; this server offers initialize, ping, tools/list, tools/call"
+            ),
+        ),
+    })
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params.get("protocolVersion").and_then(Value::as_str);
+    let version = asked
+        .and_then(|a| PROTOCOL_VERSIONS.iter().find(|p| **p == a))
+        .copied()
+        .unwrap_or(PROTOCOL_VERSIONS[0]);
+    Value::object()
+        .with("protocolVersion", version)
+        .with(
+            "capabilities",
+            Value::object().with("tools", Value::object().with("listChanged", false)),
+        )
+        .with(
+            "serverInfo",
+            Value::object()
+                .with("name", "umpire")
+                .with("title", "Umpire")
+                .with("version", env!("CARGO_PKG_VERSION")),
+        )
+        .with(
+            "instructions",
+            "Umpire sells Ed25519-signed pass/fail verdicts on deliverables (paid over x402 at POST /v1/verdicts/{tier}) and payment-verified reputation. These tools are the free part: validate a spec before buying, read prices, read or find verdicts, leave feedback, and verify any signed document offline.",
+        )
+}
+
+/// An internal request to one of our own routes, as the caller, already counted.
+fn internal(
+    req: &Request,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, String)],
+    body: Option<&Value>,
+) -> Result<Request, String> {
+    let mut builder = http::Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        builder = builder.header(*k, v);
+    }
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_canonical_vec()));
+    let mut inner = builder
+        .body(body)
+        .map_err(|e| format!("bad arguments: {e}"))?;
+    if let Some(ip) = ClientIp::of(req) {
+        inner.extensions_mut().insert(ip);
+    }
+    inner.extensions_mut().insert(CountedAsMcp);
+    Ok(inner)
+}
+
+/// A route's answer as a tool result: its JSON as text and as structured content;
+/// error answers (4xx/5xx) are tool errors the model can read and act on.
+async fn route_result(response: Response) -> Value {
+    let status = response.status().as_u16();
+    let body = response.into_body();
+    let parsed =
+        parse(&body).unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&body).into_owned()));
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let mut result = Value::object()
+        .with(
+            "content",
+            Value::Array(vec![
+                Value::object().with("type", "text").with("text", text),
+            ]),
+        )
+        .with("isError", status >= 400);
+    if parsed.as_object().is_some() {
+        result = result.with("structuredContent", parsed);
+    }
+    result
+}
+
+fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("argument {name:?} (a string) is required"))
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Value, String> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("tools/call needs params.name")?;
+    let args = params
+        .get("arguments")
+        .cloned()
+        .unwrap_or_else(Value::object);
+    if args.as_object().is_none() {
+        return Err("params.arguments must be an object".into());
+    }
+    let json = ("content-type", "application/json".to_owned());
+    let response = match name {
+        "validate" => {
+            let r = internal(req, Method::POST, "/v1/validate", &[json], Some(&args))?;
+            crate::handlers::validate(state, &r).await
+        }
+        "quote" => {
+            let r = internal(req, Method::GET, "/v1/quote", &[], None)?;
+            crate::handlers::quote(state, &r).await
+        }
+        "get_verdict" => {
+            let id = string_arg(&args, "verdict_id")?;
+            let secret = string_arg(&args, "secret")?;
+            let r = internal(
+                req,
+                Method::GET,
+                &format!("/v1/verdicts/{}", urlencode(id)),
+                &[("authorization", format!("Bearer {secret}"))],
+                None,
+            )?;
+            crate::lookup::status(state, &r).await
+        }
+        "find" => {
+            let uri = format!(
+                "/v1/find?spec_hash={}&webhook={}",
+                urlencode(string_arg(&args, "spec_hash")?),
+                urlencode(string_arg(&args, "webhook")?)
+            );
+            let r = internal(req, Method::GET, &uri, &[], None)?;
+            crate::lookup::find(state, &r).await
+        }
+        "submit_feedback" => {
+            let r = internal(req, Method::POST, "/v1/feedback", &[json], Some(&args))?;
+            crate::feedback::submit(state, &r).await
+        }
+        "verify_document" => return Ok(verify_document(state, &args)),
+        other => {
+            return Err(format!(
+                "no tool {other:?}; tools/list names {}",
+                TOOLS.iter().map(|t| t.0).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    };
+    Ok(route_result(response).await)
+}
+
+/// The contract's recipe, step by step, as a tool result.
+fn verify_document(state: &AppState, args: &Value) -> Value {
+    let fail = |message: String| {
+        Value::object()
+            .with(
+                "content",
+                Value::Array(vec![
+                    Value::object().with("type", "text").with("text", message),
+                ]),
+            )
+            .with("isError", true)
+    };
+    let Some(document) = args.get("document").filter(|d| d.as_object().is_some()) else {
+        return fail("argument \"document\" (the signed document, an object) is required".into());
+    };
+    let keys = match args.get("key_document") {
+        None => state.public_keys(),
+        Some(doc) => doc
+            .get("keys")
+            .and_then(Value::as_array)
+            .map(|ks| {
+                ks.iter()
+                    .filter_map(umpire_core::signer::PublicKey::from_value)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    let deliverable = match args.get("deliverable") {
+        None => None,
+        Some(d) => match parse_deliverable(d, "deliverable") {
+            Ok(d) => Some(d),
+            Err(problems) => {
+                return fail(format!(
+                    "deliverable: {}",
+                    problems.first().map_or("invalid", |p| p.message.as_str())
+                ));
+            }
+        },
+    };
+    let steps = umpire_core::document::verify(document, &keys, deliverable.as_ref());
+    let verified = steps.iter().all(|s| s.ok) && steps.iter().any(|s| s.name == "ed25519");
+    let summary = steps
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}: {}",
+                if s.ok { "ok" } else { "FAIL" },
+                s.name,
+                s.detail
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let structured = Value::object().with("verified", verified).with(
+        "steps",
+        Value::Array(
+            steps
+                .iter()
+                .map(|s| {
+                    Value::object()
+                        .with("name", s.name)
+                        .with("ok", s.ok)
+                        .with("detail", s.detail.as_str())
+                })
+                .collect(),
+        ),
+    );
+    Value::object()
+        .with(
+            "content",
+            Value::Array(vec![
+                Value::object().with("type", "text").with("text", summary),
+            ]),
+        )
+        .with("structuredContent", structured)
+        .with("isError", false)
+}

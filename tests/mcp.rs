@@ -1,0 +1,223 @@
+//! `POST /mcp` driven by the official MCP TypeScript SDK client (tests/js/mcp_client.mjs):
+//! initialize, tools/list and a call of every tool against the real server; plus the
+//! transport's edges (notifications, batches, bad JSON, GET) and the rate limits (mcp
+//! 120/min; feedback calls also count in the feedback bucket HTTP uses).
+
+use umpire_blackbox::chain::node_json;
+use umpire_blackbox::{Server, TempDir, request, run_umpire};
+use umpire_core::json::{Value, parse_str};
+
+fn post_mcp(server: &Server, body: &str, headers: &[(&str, &str)]) -> umpire_blackbox::Reply {
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    all.extend_from_slice(headers);
+    request(server.addr, "POST", "/mcp", &all, Some(body.as_bytes()))
+}
+
+#[test]
+fn the_official_sdk_client_lists_and_calls_every_tool() {
+    let server = Server::start();
+    // A document signed with the server's own key: judged locally in its data directory.
+    let files = TempDir::new("mcp");
+    let spec = files.write(
+        "spec.json",
+        br#"{"checks":[{"type":"regex","pattern":"^ok"}]}"#,
+    );
+    let deliverable = files.write("deliverable.json", br#"{"text":"ok, done"}"#);
+    let (code, doc, err) = run_umpire(
+        &[
+            "judge",
+            "--tier",
+            "basic",
+            "--spec",
+            spec.to_str().expect("utf-8 path"),
+            "--deliverable",
+            deliverable.to_str().expect("utf-8 path"),
+            "--data-dir",
+            server.data.path().to_str().expect("utf-8 path"),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let document = files.write("document.json", doc.as_bytes());
+
+    let url = format!("http://{}/mcp", server.addr);
+    let out = node_json(
+        "tests/js/mcp_client.mjs",
+        &[
+            "--url",
+            &url,
+            "--document",
+            document.to_str().expect("utf-8 path"),
+            "--deliverable",
+            deliverable.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_eq!(out["server"]["name"], "umpire");
+    assert_eq!(
+        out["tools"],
+        serde_json::json!([
+            "find",
+            "get_verdict",
+            "quote",
+            "submit_feedback",
+            "validate",
+            "verify_document"
+        ])
+    );
+    assert_eq!(out["schemas_are_objects"], true);
+    assert_eq!(out["validate"]["isError"], false, "{}", out["validate"]);
+    assert_eq!(out["validate"]["structured"]["valid"], true);
+    assert_eq!(out["validate_bad"]["structured"]["valid"], false);
+    assert_eq!(out["quote"]["isError"], false);
+    assert!(out["quote"]["structured"].is_object());
+    assert_eq!(
+        out["verify"]["structured"]["verified"], true,
+        "{}",
+        out["verify"]
+    );
+    assert_eq!(out["verify_tampered"]["structured"]["verified"], false);
+    assert!(
+        out["verify_tampered"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("FAIL")),
+        "names the failing step: {}",
+        out["verify_tampered"]
+    );
+    assert_eq!(out["get_verdict"]["isError"], true);
+    assert_eq!(out["find"]["isError"], false, "{}", out["find"]);
+    assert_eq!(out["feedback"]["isError"], true);
+    assert_eq!(
+        out["feedback"]["structured"]["error"]["code"], "receipts_off",
+        "{}",
+        out["feedback"]
+    );
+    assert_eq!(out["unknown_tool"], "-32602");
+}
+
+#[test]
+fn the_transport_answers_notifications_batches_and_mistakes_by_the_rules() {
+    let server = Server::start();
+    let init = post_mcp(
+        &server,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        &[],
+    );
+    assert_eq!(init.status, 200);
+    let v = init.json();
+    assert_eq!(
+        v.get("result")
+            .and_then(|r| r.get("protocolVersion"))
+            .and_then(Value::as_str),
+        Some("2025-03-26"),
+        "a supported version asked for is the version used"
+    );
+    let unknown_version = post_mcp(
+        &server,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#,
+        &[],
+    );
+    assert_eq!(
+        unknown_version
+            .json()
+            .get("result")
+            .and_then(|r| r.get("protocolVersion"))
+            .and_then(Value::as_str),
+        Some("2025-06-18"),
+        "otherwise our newest"
+    );
+
+    let note = post_mcp(
+        &server,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        &[],
+    );
+    assert_eq!(note.status, 202, "a notification gets no body");
+    assert!(note.body.is_empty());
+
+    let batch = post_mcp(
+        &server,
+        r#"[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":"b","method":"nope"}]"#,
+        &[("MCP-Protocol-Version", "2025-03-26")],
+    );
+    assert_eq!(batch.status, 200);
+    let replies = parse_str(&String::from_utf8_lossy(&batch.body)).expect("json");
+    let replies = replies.as_array().expect("a batch answer");
+    assert_eq!(
+        replies.len(),
+        2,
+        "one answer per request, none for the notification"
+    );
+    assert_eq!(
+        replies[1]
+            .get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_f64),
+        Some(-32601.0)
+    );
+
+    let bad = post_mcp(&server, "{not json", &[]);
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.json()
+            .get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_f64),
+        Some(-32700.0)
+    );
+    let bad_version = post_mcp(
+        &server,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        &[("MCP-Protocol-Version", "1999-01-01")],
+    );
+    assert_eq!(bad_version.status, 400);
+
+    let get = request(server.addr, "GET", "/mcp", &[], None);
+    assert_eq!(get.status, 405, "no server-to-client stream");
+}
+
+#[test]
+fn mcp_calls_count_in_the_mcp_bucket_and_feedback_also_in_its_own() {
+    let server = Server::start_with(&[
+        ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_MCP", "4"),
+        ("UMPIRE_RATE_LIMIT_FEEDBACK", "1"),
+        ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
+    ]);
+    let call = |tool: &str, args: &str| {
+        post_mcp(
+            &server,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+            ),
+            &[],
+        )
+    };
+    let validate = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
+    // Two validate calls pass although HTTP validate allows 1: MCP has its own bucket.
+    for _ in 0..2 {
+        let r = call("validate", validate);
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.json().get("result").and_then(|x| x.get("isError")),
+            Some(&Value::Bool(false))
+        );
+    }
+    // Feedback over HTTP uses the shared bucket's one request; over MCP it is refused.
+    let feedback = r#"{"merchant":"0x1111111111111111111111111111111111111111","payer":"0x2222222222222222222222222222222222222222","tx_hash":"0x3333333333333333333333333333333333333333333333333333333333333333","outcome":"failed","signature":"0x00"}"#;
+    let http = server.post_json("/v1/feedback", feedback);
+    assert_ne!(http.status, 429);
+    let over_mcp = call("submit_feedback", feedback);
+    let text = String::from_utf8_lossy(&over_mcp.body).into_owned();
+    assert!(
+        text.contains("rate_limited"),
+        "shared feedback bucket: {text}"
+    );
+    // The fourth POST fills the mcp bucket; the fifth is 429 with Retry-After.
+    assert_eq!(call("quote", "{}").status, 200);
+    let limited = call("quote", "{}");
+    assert_eq!(limited.status, 429);
+    assert!(limited.header("retry-after").is_some());
+}
