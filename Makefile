@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
-PY_DEPS := $(VENV)/.installed-v3
+PY_DEPS := $(VENV)/.installed-v4
 # anvil, solcjs + OpenZeppelin, viem and the reference x402 clients/facilitator,
 # pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
@@ -35,10 +35,11 @@ build:
 
 # Python with the packages the tests use, in an ignored folder: `cryptography` for the
 # contract's recipe, cfn-lint and aws-sam-cli for template.yaml (both validate offline),
-# moto's server as the local DynamoDB/SQS/KMS the storage tests run against.
+# moto's server as the local DynamoDB/SQS/KMS the storage tests run against, and
+# schemathesis to fuzz `umpire serve` from its OpenAPI description.
 $(PY_DEPS):
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli schemathesis
 	touch $@
 
 $(NODE_DEPS): package.json package-lock.json

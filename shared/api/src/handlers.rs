@@ -224,3 +224,17 @@ async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiErr
         )
         .with("fetched", false))
 }
+
+/// The OpenAPI 3.1 description, kept beside the handlers it describes (a test checks
+/// real responses against it, and schemathesis runs against `umpire serve` in make test).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// `GET /openapi.json`.
+pub fn openapi() -> Response {
+    let mut r = http::Response::new(bytes::Bytes::from_static(OPENAPI.as_bytes()));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    respond::cache(r, "public, max-age=300")
+}

@@ -127,5 +127,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Feedback => feedback::submit(state, &req).await,
         Route::Reputation => reputation::reputation(state, &req).await,
         Route::Mcp => mcp::mcp(state, &req).await,
+        Route::OpenApi => handlers::openapi(),
     }
 }

@@ -190,6 +190,13 @@ async fn handle_message(state: &AppState, req: &Request, message: &Value) -> Opt
         ));
     };
     let id = obj.get("id")?.clone();
+    if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null) {
+        return Some(rpc_error(
+            &Value::Null,
+            INVALID_REQUEST,
+            "id must be a string or a number",
+        ));
+    }
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some(rpc_error(&id, INVALID_REQUEST, "jsonrpc must be \"2.0\""));
     }

@@ -19,6 +19,8 @@ pub enum Route {
     Reputation,
     /// `POST /mcp`: the Model Context Protocol (streamable HTTP).
     Mcp,
+    /// `GET /openapi.json`: the OpenAPI 3.1 description of every route.
+    OpenApi,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -33,6 +35,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("POST", "/v1/feedback", Route::Feedback),
     ("GET", "/v1/reputation", Route::Reputation),
     ("POST", "/mcp", Route::Mcp),
+    ("GET", "/openapi.json", Route::OpenApi),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).
