@@ -38,6 +38,15 @@ fn documented(spec: &Json, method: &str, template: &str, status: u16) -> Option<
     Some(full)
 }
 
+/// (method, path, described path, headers, body).
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    Option<&'a [u8]>,
+);
+
 #[test]
 fn every_route_is_described_and_real_answers_match_their_schemas() {
     let server = Server::start_with(&[
@@ -62,7 +71,7 @@ fn every_route_is_described_and_real_answers_match_their_schemas() {
         ("Idempotency-Key", "openapi-test-key-0001"),
     ];
     let purchase = br#"{"spec":{"checks":[{"type":"length","min":1}]},"deliverable":{"text":"x"}}"#;
-    let cases: Vec<(&str, &str, &str, &[(&str, &str)], Option<&[u8]>)> = vec![
+    let cases: Vec<Case> = vec![
         ("GET", "/healthz", "/healthz", &[], None),
         (
             "GET",
