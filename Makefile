@@ -9,8 +9,8 @@ CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
 PY_DEPS := $(VENV)/.installed-v4
-# anvil, solcjs + OpenZeppelin, viem and the reference x402 clients/facilitator,
-# pinned by package-lock.json, in ./node_modules (ignored).
+# anvil, solcjs + OpenZeppelin, viem, the reference x402 clients/facilitator, the MCP
+# TypeScript SDK and playwright-core, pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
@@ -42,6 +42,12 @@ $(PY_DEPS):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli schemathesis
 	touch $@
 
+# Headless Chromium for the verification page's browser test: Debian's package
+# (playwright-core from npm drives it; no browser download).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	$(if $(filter 0,$(shell id -u)),,sudo) sh -c 'apt-get install -y --no-install-recommends chromium || (apt-get update && apt-get install -y --no-install-recommends chromium)'
+
 $(NODE_DEPS): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -51,7 +57,7 @@ devnet: $(NODE_DEPS)
 	node infra/devnet/devnet.mjs --umpire $(UMPIRE) --addr $(ADDR)
 
 # The last line is the plain total CI reads ("N passed, N failed").
-test: $(PY_DEPS) $(NODE_DEPS) build
+test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) build
 	cargo fmt --all -- --check
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
 	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log

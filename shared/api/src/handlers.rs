@@ -238,3 +238,30 @@ pub fn openapi() -> Response {
     );
     respond::cache(r, "public, max-age=300")
 }
+
+/// The verification page; the published keys are written into it, so a saved copy
+/// verifies offline against the keys of the day it was fetched.
+const VERIFY_PAGE: &str = include_str!("verify.html");
+
+/// `GET /verify`: one self-contained HTML page (no external assets, no network).
+pub fn verify_page(state: &AppState) -> Response {
+    let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
+    let keys =
+        key_document(&state.config.issuer, &active, &state.retired_keys).to_canonical_string();
+    // Inside <script>, "</" could end the element; "<\/" is the same JSON string.
+    let page = VERIFY_PAGE.replace("__PUBLISHED_KEYS__", &keys.replace("</", "<\\/"));
+    let mut r = http::Response::new(bytes::Bytes::from(page));
+    let headers = r.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    // The page needs nothing from anywhere: no fetches, no outside scripts or styles.
+    headers.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        http::HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'",
+        ),
+    );
+    respond::cache(r, "public, max-age=300")
+}

@@ -128,5 +128,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Reputation => reputation::reputation(state, &req).await,
         Route::Mcp => mcp::mcp(state, &req).await,
         Route::OpenApi => handlers::openapi(),
+        Route::VerifyPage => handlers::verify_page(state),
     }
 }

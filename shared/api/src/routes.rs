@@ -21,6 +21,8 @@ pub enum Route {
     Mcp,
     /// `GET /openapi.json`: the OpenAPI 3.1 description of every route.
     OpenApi,
+    /// `GET /verify`: a self-contained page that runs the verification recipe.
+    VerifyPage,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -36,6 +38,7 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("GET", "/v1/reputation", Route::Reputation),
     ("POST", "/mcp", Route::Mcp),
     ("GET", "/openapi.json", Route::OpenApi),
+    ("GET", "/verify", Route::VerifyPage),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).
