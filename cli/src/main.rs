@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod client;
+
 use clap::{Parser, Subcommand};
 use umpire_api::datadir::{default_data_dir, load_or_create_signer, load_signer};
 use umpire_api::purchase::{Envelope, assess};
@@ -28,6 +30,22 @@ use umpire_store::sqlite::SqliteStore;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Where the service is.
+#[derive(clap::Args)]
+struct Remote {
+    /// Base URL of the service. Default: $UMPIRE_BASE_URL, else http://127.0.0.1:8080.
+    #[arg(long)]
+    base: Option<String>,
+}
+
+/// The paying wallet: a file, or $UMPIRE_WALLET_KEY (never a flag value).
+#[derive(clap::Args)]
+struct KeyArg {
+    /// File holding the wallet's private key (0x + 64 hex). Default: $UMPIRE_WALLET_KEY.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -76,6 +94,100 @@ enum Command {
         /// Data directory for the default key.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+    },
+    /// Buy a verdict: pays with x402 from your wallet ($UMPIRE_WALLET_KEY or --key-file),
+    /// prints the answer (document, verdict id, one-time secret) as JSON. Sworn purchases
+    /// wait for the final document unless --no-wait.
+    Buy {
+        /// witness, basic, probe or sworn.
+        tier: String,
+        /// File holding the spec: {"checks":[...]}.
+        #[arg(long)]
+        spec: PathBuf,
+        /// File holding the deliverable: {"text"?, "json"?}.
+        #[arg(long)]
+        deliverable: PathBuf,
+        /// Echoed in the signed document (e.g. an ERC-8183 job id).
+        #[arg(long)]
+        job_ref: Option<String>,
+        /// Sworn only: where the final document is POSTed (HMAC-signed).
+        #[arg(long)]
+        webhook: Option<String>,
+        /// Resume an earlier purchase: the same key never pays twice.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Sworn: print the pass-1 answer and return instead of waiting for pass 2.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        remote: Remote,
+        #[command(flatten)]
+        key: KeyArg,
+    },
+    /// A verdict's status and document, with the one-time secret from the purchase.
+    Status {
+        id: String,
+        #[arg(long)]
+        secret: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Sworn verdict ids bought with this spec_hash and webhook URL.
+    Find {
+        #[arg(long)]
+        spec_hash: String,
+        #[arg(long)]
+        webhook: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Validate a would-be purchase for a tier (free): every problem, with hints.
+    Validate {
+        tier: String,
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long)]
+        deliverable: Option<PathBuf>,
+        #[arg(long)]
+        webhook: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Leave feedback on a merchant you paid (free): signs the contract's message with
+    /// your wallet (EIP-191) and submits it; refusals are explained.
+    Feedback {
+        /// The transaction that paid the merchant (USDC on Base).
+        #[arg(long)]
+        tx: String,
+        #[arg(long)]
+        merchant: String,
+        /// fulfilled, partial or failed.
+        #[arg(long)]
+        outcome: String,
+        /// You would buy from this merchant again.
+        #[arg(long, conflicts_with = "would_not_repeat")]
+        would_repeat: bool,
+        /// You would not buy from this merchant again.
+        #[arg(long)]
+        would_not_repeat: bool,
+        /// How long the merchant took, in milliseconds.
+        #[arg(long)]
+        latency_ms: Option<u64>,
+        #[command(flatten)]
+        remote: Remote,
+        #[command(flatten)]
+        key: KeyArg,
+    },
+    /// Buy a merchant's signed reputation report ($0.01) and print it readably.
+    Reputation {
+        merchant: String,
+        /// Print the whole answer (report and receipt) as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        remote: Remote,
+        #[command(flatten)]
+        key: KeyArg,
     },
     /// Make a new signing key for an AWS deployment: a fresh Ed25519 seed, encrypted
     /// under the KMS key (kms:Encrypt with the encryption context purpose=umpire-signing-seed)
@@ -134,9 +246,136 @@ fn main() -> ExitCode {
                 data_dir,
             } => verify(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await,
             Command::Keygen { kms_key_id } => keygen(&kms_key_id).await,
+            Command::Buy {
+                tier,
+                spec,
+                deliverable,
+                job_ref,
+                webhook,
+                idempotency_key,
+                no_wait,
+                remote,
+                key,
+            } => {
+                let args = client::BuyArgs {
+                    tier,
+                    spec,
+                    deliverable,
+                    job_ref,
+                    webhook,
+                    key_file: key.key_file,
+                    idempotency_key,
+                    no_wait,
+                };
+                remote_call(remote, |api| async move { client::buy(&api, args).await }).await
+            }
+            Command::Status { id, secret, remote } => {
+                remote_call(remote, |api| async move {
+                    client::free(
+                        &api,
+                        reqwest::Method::GET,
+                        &format!("/v1/verdicts/{}", client::urlencode(&id)),
+                        &[("authorization", format!("Bearer {secret}"))],
+                        None,
+                    )
+                    .await
+                })
+                .await
+            }
+            Command::Find {
+                spec_hash,
+                webhook,
+                remote,
+            } => {
+                remote_call(remote, |api| async move {
+                    let path = format!(
+                        "/v1/find?spec_hash={}&webhook={}",
+                        client::urlencode(&spec_hash),
+                        client::urlencode(&webhook)
+                    );
+                    client::free(&api, reqwest::Method::GET, &path, &[], None).await
+                })
+                .await
+            }
+            Command::Validate {
+                tier,
+                spec,
+                deliverable,
+                webhook,
+                remote,
+            } => {
+                remote_call(remote, |api| async move {
+                    let mut body = Value::object()
+                        .with("tier", tier)
+                        .with("spec", client::read_json(&spec)?);
+                    if let Some(d) = deliverable {
+                        body = body.with("deliverable", client::read_json(&d)?);
+                    }
+                    if let Some(w) = webhook {
+                        body = body.with("webhook_url", w);
+                    }
+                    client::validate(&api, &body).await
+                })
+                .await
+            }
+            Command::Feedback {
+                tx,
+                merchant,
+                outcome,
+                would_repeat,
+                would_not_repeat,
+                latency_ms,
+                remote,
+                key,
+            } => {
+                let args = client::FeedbackArgs {
+                    tx,
+                    merchant,
+                    outcome,
+                    would_repeat: match (would_repeat, would_not_repeat) {
+                        (true, _) => Some(true),
+                        (_, true) => Some(false),
+                        _ => None,
+                    },
+                    latency_ms,
+                    key_file: key.key_file,
+                };
+                remote_call(
+                    remote,
+                    |api| async move { client::feedback(&api, args).await },
+                )
+                .await
+            }
+            Command::Reputation {
+                merchant,
+                json,
+                remote,
+                key,
+            } => {
+                remote_call(remote, |api| async move {
+                    client::reputation(&api, &merchant, json, key.key_file.as_deref()).await
+                })
+                .await
+            }
             Command::CheckWorker => ExitCode::SUCCESS,
         }
     })
+}
+
+/// Runs a client command against the service; local problems exit 2.
+async fn remote_call<F, Fut>(remote: Remote, f: F) -> ExitCode
+where
+    F: FnOnce(client::Api) -> Fut,
+    Fut: std::future::Future<Output = Result<ExitCode, client::Local>>,
+{
+    let api = match client::Api::new(remote.base) {
+        Ok(a) => a,
+        Err(e) => return fail(2, &e.0),
+    };
+    match f(api).await {
+        Ok(code) => code,
+        Err(e) => fail(2, &e.0),
+    }
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
@@ -387,6 +626,16 @@ async fn verify(
     let doc = match read_json(doc) {
         Ok(d) => d,
         Err(e) => return fail(2, &e),
+    };
+    // `umpire buy` and `umpire reputation --json` print the whole answer: verify the
+    // signed document inside it.
+    let doc = if doc.get("signature").is_none() {
+        match doc.get("document").or_else(|| doc.get("report")) {
+            Some(inner) if inner.get("signature").is_some() => inner.clone(),
+            _ => doc,
+        }
+    } else {
+        doc
     };
     let keys = match load_keys(key, data_dir).await {
         Ok(k) => k,

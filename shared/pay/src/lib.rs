@@ -5,6 +5,7 @@
 //! own requirements, never the client's copy. Chain specifics (EIP-3009 signatures,
 //! settlement) live behind this crate.
 
+pub mod client;
 pub mod codec;
 pub mod config;
 pub mod evm;

@@ -1,0 +1,342 @@
+//! The `umpire` client against `umpire serve` on a devnet, as a newcomer uses it: buy a
+//! basic and a sworn verdict (paid with x402 from the wallet key), verify them, resume a
+//! purchase without paying twice, read status and find, validate, leave feedback on a
+//! merchant that was paid, and buy its reputation report. Refusals exit 1 and explain.
+
+use umpire_blackbox::chain::{Devnet, Settlement};
+use umpire_blackbox::{Server, TempDir, run_umpire};
+use umpire_core::json::{Value, parse_str};
+
+const PRICE_BASIC: u128 = 1_000_000;
+const PRICE_SWORN: u128 = 5_000_000;
+const PRICE_REPORT: u128 = 10_000;
+
+struct Setup {
+    devnet: Devnet,
+    server: Server,
+    files: TempDir,
+    base: String,
+    wallet: String,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let devnet = Devnet::start();
+        let mut env = devnet.server_env(Settlement::SelfSettle);
+        env.extend(devnet.feedback_env());
+        env.push(("UMPIRE_SWORN_DELAY_SECONDS".into(), "1".into()));
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let server = Server::start_with(&env);
+        let base = format!("http://{}", server.addr);
+        let wallet = devnet.get("payer_private_key");
+        Setup {
+            devnet,
+            server,
+            files: TempDir::new("client"),
+            base,
+            wallet,
+        }
+    }
+
+    /// Runs `umpire ARGS --base URL` with the payer's wallet key in the environment.
+    fn umpire(&self, args: &[&str]) -> (i32, String, String) {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--base", &self.base]);
+        run_umpire(&all, &[("UMPIRE_WALLET_KEY", &self.wallet)])
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        self.files
+            .write(name, text.as_bytes())
+            .to_str()
+            .expect("utf-8 path")
+            .to_owned()
+    }
+}
+
+fn json(stdout: &str) -> Value {
+    parse_str(stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout}"))
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or_default()
+}
+
+#[test]
+fn buy_verify_resume_status_and_validate_from_the_command_line() {
+    let t = Setup::new();
+    let payer = t.devnet.get("payer");
+    let before = t.devnet.balance(&payer);
+    let spec = t.file(
+        "spec.json",
+        r#"{"checks":[{"type":"regex","pattern":"^# Report"}]}"#,
+    );
+    let deliverable = t.file("deliverable.json", r##"{"text":"# Report\nall good"}"##);
+
+    let (code, out, err) = t.umpire(&[
+        "buy",
+        "basic",
+        "--spec",
+        &spec,
+        "--deliverable",
+        &deliverable,
+        "--job-ref",
+        "job-7",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let answer = json(&out);
+    assert_eq!(s(&answer, "verdict"), "pass");
+    assert!(s(&answer, "secret").starts_with("sec_"), "{out}");
+    assert!(
+        err.contains("Idempotency-Key: "),
+        "the key is printed: {err}"
+    );
+    assert_eq!(t.devnet.balance(&payer), before - PRICE_BASIC);
+
+    // The answer verifies offline against the published key.
+    let saved = t.file("bought.json", &out);
+    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
+    let (code, vout, verr) = run_umpire(
+        &[
+            "verify",
+            &saved,
+            "--key",
+            &key_url,
+            "--deliverable",
+            &deliverable,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{vout}{verr}");
+    assert!(vout.contains("verified: verdict pass"), "{vout}");
+
+    // Resuming with the printed key replays the purchase: no second payment.
+    let key = err
+        .lines()
+        .find_map(|l| l.strip_prefix("Idempotency-Key: "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("key line")
+        .to_owned();
+    let (code, again, err2) = t.umpire(&[
+        "buy",
+        "basic",
+        "--spec",
+        &spec,
+        "--deliverable",
+        &deliverable,
+        "--job-ref",
+        "job-7",
+        "--idempotency-key",
+        &key,
+    ]);
+    assert_eq!(code, 0, "{err2}");
+    assert_eq!(json(&again).get("document"), answer.get("document"));
+    assert_eq!(t.devnet.balance(&payer), before - PRICE_BASIC, "paid once");
+
+    // Status with the secret.
+    let (code, st, err3) = t.umpire(&[
+        "status",
+        s(&answer, "verdict_id"),
+        "--secret",
+        s(&answer, "secret"),
+    ]);
+    assert_eq!(code, 0, "{err3}");
+    assert_eq!(json(&st).get("document"), answer.get("document"));
+    let (code, _, err4) = t.umpire(&["status", s(&answer, "verdict_id"), "--secret", "vs_wrong"]);
+    assert_eq!(code, 1);
+    assert!(
+        err4.contains("not_found") && err4.contains("meaning:"),
+        "{err4}"
+    );
+
+    // Validate: valid exits 0, a broken spec exits 1 with each problem and hint.
+    let (code, _, _) = t.umpire(&["validate", "basic", "--spec", &spec]);
+    assert_eq!(code, 0);
+    let bad = t.file(
+        "bad.json",
+        r#"{"checks":[{"type":"regex","pattern":"(a"}]}"#,
+    );
+    let (code, _, verr) = t.umpire(&["validate", "basic", "--spec", &bad]);
+    assert_eq!(code, 1);
+    assert!(
+        verr.contains("checks[0].pattern") && verr.contains("hint:"),
+        "{verr}"
+    );
+
+    // A refused purchase (bad spec) exits 1, explains, and charges nothing.
+    let (code, _, berr) = t.umpire(&[
+        "buy",
+        "basic",
+        "--spec",
+        &bad,
+        "--deliverable",
+        &deliverable,
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        berr.contains("invalid_spec") && berr.contains("nothing was charged"),
+        "{berr}"
+    );
+    assert_eq!(t.devnet.balance(&payer), before - PRICE_BASIC);
+
+    // No wallet: a local problem (exit 2) that says what to set.
+    let (code, _, werr) = run_umpire(
+        &[
+            "buy",
+            "basic",
+            "--spec",
+            &spec,
+            "--deliverable",
+            &deliverable,
+            "--base",
+            &t.base,
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(werr.contains("UMPIRE_WALLET_KEY"), "{werr}");
+}
+
+#[test]
+fn a_sworn_purchase_waits_for_its_final_document_and_find_recovers_it() {
+    let t = Setup::new();
+    let payer = t.devnet.get("payer");
+    let before = t.devnet.balance(&payer);
+    let spec = t.file(
+        "spec.json",
+        r#"{"checks":[{"type":"length","unit":"chars","min":3}]}"#,
+    );
+    let deliverable = t.file("deliverable.json", r#"{"text":"done and dusted"}"#);
+    // A loopback webhook breaks the URL policy: refused before payment, explained.
+    let (code, _, err) = t.umpire(&[
+        "buy",
+        "sworn",
+        "--spec",
+        &spec,
+        "--deliverable",
+        &deliverable,
+        "--webhook",
+        "http://127.0.0.1:9/hook",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("webhook"), "{err}");
+    assert_eq!(
+        t.devnet.balance(&payer),
+        before,
+        "nothing charged for a refusal"
+    );
+
+    let (code, out, err) = t.umpire(&[
+        "buy",
+        "sworn",
+        "--spec",
+        &spec,
+        "--deliverable",
+        &deliverable,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    check_final(&t, &out, &err, &deliverable);
+    assert_eq!(t.devnet.balance(&payer), before - PRICE_SWORN);
+}
+
+fn check_final(t: &Setup, out: &str, err: &str, deliverable: &str) {
+    let answer = json(out);
+    assert_eq!(s(&answer, "status"), "final", "waited for pass 2: {err}");
+    assert!(err.contains("waiting for pass 2"), "{err}");
+    let saved = t.file("sworn.json", out);
+    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
+    let (code, vout, verr) = run_umpire(
+        &[
+            "verify",
+            &saved,
+            "--key",
+            &key_url,
+            "--deliverable",
+            deliverable,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{vout}{verr}");
+    let spec_hash = answer
+        .get("document")
+        .map(|d| s(d, "spec_hash").to_owned())
+        .unwrap_or_default();
+    let (code, found, ferr) = t.umpire(&[
+        "find",
+        "--spec-hash",
+        &spec_hash,
+        "--webhook",
+        "https://hooks.example.com/none",
+    ]);
+    assert_eq!(code, 0, "{ferr}");
+    assert!(json(&found).get("verdict_ids").is_some());
+}
+
+#[test]
+fn feedback_and_a_reputation_report_from_the_command_line() {
+    let t = Setup::new();
+    let payer = t.devnet.get("payer");
+    let merchant = t.devnet.get("merchant");
+    let tx = t.devnet.transfer(&payer, &merchant, 20_000);
+
+    let (code, out, err) = t.umpire(&[
+        "feedback",
+        "--tx",
+        &tx,
+        "--merchant",
+        &merchant,
+        "--outcome",
+        "fulfilled",
+        "--would-repeat",
+        "--latency-ms",
+        "1200",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        json(&out)
+            .get("feedback")
+            .map(|f| s(f, "outcome").to_owned()),
+        Some("fulfilled".into())
+    );
+    // The same transaction again: refused, in plain words.
+    let (code, _, err) = t.umpire(&[
+        "feedback",
+        "--tx",
+        &tx,
+        "--merchant",
+        &merchant,
+        "--outcome",
+        "failed",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("duplicate_feedback") && err.contains("one per transaction"),
+        "{err}"
+    );
+    // Bad input never reaches the service.
+    let (code, _, err) = t.umpire(&[
+        "feedback",
+        "--tx",
+        "0x12",
+        "--merchant",
+        &merchant,
+        "--outcome",
+        "fulfilled",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--tx"), "{err}");
+
+    let before = t.devnet.balance(&payer);
+    let (code, out, err) = t.umpire(&["reputation", &merchant]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("feedback_count: 1"), "{out}");
+    assert!(out.contains("signed by key"), "{out}");
+    assert_eq!(t.devnet.balance(&payer), before - PRICE_REPORT);
+
+    let (code, out, err) = t.umpire(&["reputation", &merchant, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let saved = t.file("report.json", &out);
+    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
+    let (code, vout, verr) = run_umpire(&["verify", &saved, "--key", &key_url], &[]);
+    assert_eq!(code, 0, "the report verifies: {vout}{verr}");
+}
