@@ -13,7 +13,8 @@ const PRICE_REPORT: u128 = 10_000;
 
 struct Setup {
     devnet: Devnet,
-    server: Server,
+    /// Kept alive for the test; stopped on drop.
+    _server: Server,
     files: TempDir,
     base: String,
     wallet: String,
@@ -31,7 +32,7 @@ impl Setup {
         let wallet = devnet.get("payer_private_key");
         Setup {
             devnet,
-            server,
+            _server: server,
             files: TempDir::new("client"),
             base,
             wallet,
