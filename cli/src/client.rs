@@ -382,6 +382,7 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
             return Ok(refused(&st));
         }
         if st.body.get("status").and_then(Value::as_str) == Some("final") {
+            eprintln!();
             let final_doc = st.body.get("document").cloned().unwrap_or(Value::Null);
             eprintln!(
                 "final: verdict {}",

@@ -96,6 +96,14 @@ devnet: chain ${devnet.chain_id} at ${rpc}, token ${devnet.asset} ("${devnet.ass
         demo payer ${devnet.payer} holds ${Number(devnet.payer_balance) / 1e6} test USDC; payTo ${devnet.pay_to}
         ${out}
 
+With the umpire client (in another terminal; see README, "The umpire client"):
+  export UMPIRE_BASE_URL=http://${args.addr} UMPIRE_WALLET_KEY=${devnet.payer_private_key}
+  umpire buy basic --spec spec.json --deliverable deliverable.json > basic.json
+  umpire verify basic.json --key http://${args.addr}/.well-known/umpire-key.json --deliverable deliverable.json
+  umpire feedback --tx <settlement.transaction from basic.json> --merchant ${devnet.pay_to} --outcome fulfilled
+  umpire reputation ${devnet.pay_to}
+  (the devnet's payer key is anvil's public test key: never use it anywhere else)
+
 Buy a basic verdict with the reference x402 client:
   node tests/js/buy.mjs --devnet ${out} --url http://${args.addr}/v1/verdicts/basic \\
     --key "$(node -e 'console.log(crypto.randomUUID())')" \\
