@@ -34,12 +34,12 @@ pub enum Role {
 
 impl Role {
     /// Judging needs the isolated checker: purchases (pass 1) and the worker (pass 2).
-    fn judges(self) -> bool {
+    pub const fn judges(self) -> bool {
         matches!(self, Role::Api(Route::Buy) | Role::Worker)
     }
 
     /// Routes that sign documents; the rest only name or publish the key.
-    pub fn signs(self) -> bool {
+    pub const fn signs(self) -> bool {
         matches!(
             self,
             Role::Api(Route::Buy | Route::Reputation) | Role::Worker
@@ -47,11 +47,82 @@ impl Role {
     }
 
     /// Validation resolves names; purchases and pass 2 fetch; the worker posts webhooks.
-    fn reaches_out(self) -> bool {
+    pub const fn reaches_out(self) -> bool {
         matches!(
             self,
             Role::Api(Route::Buy | Route::Validate | Route::Mcp) | Role::Worker
         )
+    }
+
+    /// Paid routes take payments.
+    pub const fn sells(self) -> bool {
+        matches!(self, Role::Api(Route::Buy | Route::Reputation))
+    }
+
+    /// Feedback proofs read the chain; reports name it.
+    pub const fn reads_chain(self) -> bool {
+        matches!(
+            self,
+            Role::Api(Route::Feedback | Route::Reputation | Route::Mcp)
+        )
+    }
+}
+
+/// What a function's cold start builds, known at compile time: each binary names its
+/// own marker type, so the `if const { ... }` branches it does not need (payments,
+/// the chain reader, the fetcher, KMS, the checker client) are not even linked into it.
+pub trait Needs {
+    const ROLE: Role;
+}
+
+/// An API function: its role and its one handler, called statically (no routing
+/// table in the binary, so other routes' handlers are not linked either).
+pub trait Function: Needs {
+    fn handle(
+        state: &AppState,
+        req: umpire_api::Request,
+    ) -> impl std::future::Future<Output = umpire_api::Response> + Send;
+}
+
+macro_rules! api_function {
+    ($(#[$doc:meta])* $name:ident, $route:ident, |$state:ident, $req:ident| $body:expr) => {
+        $(#[$doc])*
+        pub struct $name;
+        impl Needs for $name {
+            const ROLE: Role = Role::Api(Route::$route);
+        }
+        impl Function for $name {
+            #[allow(unused_variables)]
+            async fn handle($state: &AppState, $req: umpire_api::Request) -> umpire_api::Response {
+                $body
+            }
+        }
+    };
+}
+
+/// One marker per deployed function.
+pub mod fns {
+    use super::{Function, Needs, Role};
+    use umpire_api::{AppState, Route, buy, feedback, handlers, lookup, mcp, reputation};
+
+    api_function!(Health, Health, |s, r| handlers::health(s));
+    api_function!(Key, Key, |s, r| handlers::key(s));
+    api_function!(Quote, Quote, |s, r| handlers::quote(s, &r).await);
+    api_function!(Validate, Validate, |s, r| handlers::validate(s, &r).await);
+    api_function!(Status, Status, |s, r| lookup::status(s, &r).await);
+    api_function!(Find, Find, |s, r| lookup::find(s, &r).await);
+    api_function!(Buy, Buy, |s, r| buy::buy(s, &r).await);
+    api_function!(Feedback, Feedback, |s, r| feedback::submit(s, &r).await);
+    api_function!(Reputation, Reputation, |s, r| reputation::reputation(s, &r)
+        .await);
+    api_function!(Mcp, Mcp, |s, r| mcp::mcp(s, &r).await);
+    api_function!(OpenApi, OpenApi, |s, r| handlers::openapi());
+    api_function!(VerifyPage, VerifyPage, |s, r| handlers::verify_page(s));
+
+    /// The SQS worker (sworn pass 2, webhooks).
+    pub struct Worker;
+    impl Needs for Worker {
+        const ROLE: Role = Role::Worker;
     }
 }
 
@@ -68,16 +139,14 @@ pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
 /// The signing key this function may hold: functions that sign open the sealed seed
 /// with KMS once, here, at cold start; the others hold only the public key, so they
 /// need (and get) no kms:Decrypt.
-pub async fn signer_from_env(
-    role: Role,
+pub async fn signer_from_env<N: Needs>(
     aws: &aws_config::SdkConfig,
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
-    signer_from_vars(role, aws, &|name| std::env::var(name).ok()).await
+    signer_from_vars::<N>(aws, &|name| std::env::var(name).ok()).await
 }
 
 /// [`signer_from_env`] with the variables looked up by `var`.
-pub async fn signer_from_vars(
-    role: Role,
+pub async fn signer_from_vars<N: Needs>(
     aws: &aws_config::SdkConfig,
     var: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
@@ -99,7 +168,7 @@ pub async fn signer_from_vars(
         ),
         None => None,
     };
-    if !role.signs() {
+    if const { !N::ROLE.signs() } {
         let public = published
             .or_else(|| local.as_ref().map(|s| PublicKey::of(s)))
             .ok_or_else(|| format!("{PUBLIC_KEY_ENV} is not set"))?;
@@ -126,12 +195,12 @@ pub async fn signer_from_vars(
 
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
-pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> {
+pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
     // One AWS configuration (region, credentials, endpoint) for every client.
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let (signer, retired_keys) = signer_from_env(role, &aws).await?;
-    let checker: Option<Arc<dyn Judge>> = if !role.judges() {
+    let (signer, retired_keys) = signer_from_env::<N>(&aws).await?;
+    let checker: Option<Arc<dyn Judge>> = if const { !N::ROLE.judges() } {
         None
     } else if let Ok(function) = std::env::var(checker::CHECKER_FUNCTION_ENV) {
         // In AWS: the checker function, whose timeout is the check limit.
@@ -147,7 +216,7 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
         pool.prewarm(1).await?;
         Some(Arc::new(pool))
     };
-    let (payments, sol_price) = if matches!(role, Role::Api(Route::Buy | Route::Reputation)) {
+    let (payments, sol_price) = if const { N::ROLE.sells() } {
         (
             umpire_pay::config::payments_from_env(&config.rails).await?,
             umpire_pay::config::sol_price_from_env(&config.rails)?,
@@ -155,16 +224,13 @@ pub async fn state_from_env(role: Role) -> Result<AppState, lambda_http::Error> 
     } else {
         (umpire_pay::Payments::default(), None)
     };
-    let fetcher = if role.reaches_out() {
+    let fetcher = if const { N::ROLE.reaches_out() } {
         Some(Arc::new(umpire_fetch::Fetcher::from_env()?))
     } else {
         None
     };
     // Feedback reads the chain for payments to merchants; reports name that chain.
-    let feedback_chain = if matches!(
-        role,
-        Role::Api(Route::Feedback | Route::Reputation | Route::Mcp)
-    ) {
+    let feedback_chain = if const { N::ROLE.reads_chain() } {
         umpire_chain::ChainConfig::from_env()?
             .map(umpire_chain::FeedbackChain::new)
             .transpose()?
@@ -206,12 +272,31 @@ pub fn client_ip(req: &lambda_http::Request) -> Option<ClientIp> {
 }
 
 /// One invocation: event in, API Gateway response out. Never fails: every problem
-/// becomes an error body.
+/// becomes an error body. Routed at run time: tests drive every route through it;
+/// deployed binaries use [`invoke_function`], which links only their own handler.
 pub async fn invoke(
     state: &AppState,
     route: Route,
     req: lambda_http::Request,
 ) -> lambda_http::Response<Body> {
+    convert(req, |r| handle_route(state, route, r)).await
+}
+
+/// [`invoke`] for the one function `F`.
+pub async fn invoke_function<F: Function>(
+    state: &AppState,
+    req: lambda_http::Request,
+) -> lambda_http::Response<Body> {
+    convert(req, |r| F::handle(state, r)).await
+}
+
+async fn convert<Fut>(
+    req: lambda_http::Request,
+    handle: impl FnOnce(umpire_api::Request) -> Fut,
+) -> lambda_http::Response<Body>
+where
+    Fut: std::future::Future<Output = umpire_api::Response>,
+{
     let ip = client_ip(&req);
     let (mut parts, body) = req.into_parts();
     let bytes = match body {
@@ -231,7 +316,7 @@ pub async fn invoke(
         if let Some(ip) = ip {
             parts.extensions.insert(ip);
         }
-        handle_route(state, route, http::Request::from_parts(parts, bytes)).await
+        handle(http::Request::from_parts(parts, bytes)).await
     };
     let (parts, body) = response.into_parts();
     let body = match String::from_utf8(body.to_vec()) {
@@ -257,12 +342,12 @@ pub fn init_logging() {
 }
 
 /// The whole life of an API function: log setup, cold start, then serve events.
-pub async fn run(route: Route) -> Result<(), lambda_http::Error> {
+pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
     init_logging();
-    let state = Arc::new(state_from_env(Role::Api(route)).await?);
+    let state = Arc::new(state_from_env::<F>().await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();
-        async move { Ok::<_, Infallible>(invoke(&state, route, req).await) }
+        async move { Ok::<_, Infallible>(invoke_function::<F>(&state, req).await) }
     }))
     .await
 }

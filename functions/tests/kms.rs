@@ -10,11 +10,10 @@ use std::collections::HashMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use umpire_api::Route;
 use umpire_blackbox::run_umpire;
 use umpire_core::signer::{PublicKey, Signer};
 use umpire_functions::{
-    PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, Role, SEED_CIPHERTEXT_ENV, signer_from_vars,
+    Needs, PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, SEED_CIPHERTEXT_ENV, fns, signer_from_vars,
 };
 
 fn endpoint() -> String {
@@ -80,12 +79,11 @@ fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
-async fn open(
-    role: Role,
+async fn open<N: Needs>(
     aws: &aws_config::SdkConfig,
     vars: &HashMap<String, String>,
 ) -> Result<(std::sync::Arc<dyn Signer>, Vec<PublicKey>), String> {
-    signer_from_vars(role, aws, &|name| vars.get(name).cloned())
+    signer_from_vars::<N>(aws, &|name| vars.get(name).cloned())
         .await
         .map_err(|e| e.to_string())
 }
@@ -107,9 +105,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     ]);
 
     // A signing function: the seed opens to the published key and signs.
-    let (signer, retired) = open(Role::Api(Route::Buy), &aws, &env)
-        .await
-        .expect("opened");
+    let (signer, retired) = open::<fns::Buy>(&aws, &env).await.expect("opened");
     assert_eq!(signer.public_key(), public_key.bytes);
     assert_eq!(signer.key_id(), public_key.key_id);
     let sig = signer.sign(b"a verdict");
@@ -127,12 +123,12 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
 
     // A function that never signs holds the public key only (no kms:Decrypt needed).
     let public_only = vars(&[(PUBLIC_KEY_ENV, &public)]);
-    let (named, _) = open(Role::Api(Route::Health), &aws, &public_only)
+    let (named, _) = open::<fns::Health>(&aws, &public_only)
         .await
         .expect("public key only");
     assert_eq!(named.key_id(), public_key.key_id);
     assert!(
-        open(Role::Api(Route::Buy), &aws, &public_only)
+        open::<fns::Buy>(&aws, &public_only)
             .await
             .err()
             .expect("a signing function without the sealed seed")
@@ -145,7 +141,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         (SEED_CIPHERTEXT_ENV, &old_ciphertext),
         (PUBLIC_KEY_ENV, &public),
     ]);
-    let err = open(Role::Worker, &aws, &crossed)
+    let err = open::<fns::Worker>(&aws, &crossed)
         .await
         .err()
         .expect("mismatch");
@@ -156,7 +152,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
 
     // Not base64; another purpose's ciphertext (no encryption context); a bad retired key.
     let garbage = vars(&[(SEED_CIPHERTEXT_ENV, "not base64!")]);
-    let err = open(Role::Worker, &aws, &garbage)
+    let err = open::<fns::Worker>(&aws, &garbage)
         .await
         .err()
         .expect("garbage");
@@ -172,13 +168,13 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         SEED_CIPHERTEXT_ENV,
         &B64.encode(other_purpose.ciphertext_blob().expect("blob").as_ref()),
     )]);
-    let err = open(Role::Worker, &aws, &other)
+    let err = open::<fns::Worker>(&aws, &other)
         .await
         .err()
         .expect("wrong context");
     assert!(err.contains("KMS refused to decrypt"), "{err}");
     let bad_retired = vars(&[(PUBLIC_KEY_ENV, &public), (RETIRED_KEYS_ENV, "abc")]);
-    let err = open(Role::Api(Route::Key), &aws, &bad_retired)
+    let err = open::<fns::Key>(&aws, &bad_retired)
         .await
         .err()
         .expect("bad retired key");

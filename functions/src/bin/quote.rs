@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    umpire_functions::run(umpire_api::Route::Quote).await
+    umpire_functions::run::<umpire_functions::fns::Quote>().await
 }

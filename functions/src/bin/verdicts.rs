@@ -9,5 +9,5 @@ fn main() -> Result<(), lambda_http::Error> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(umpire_functions::run(umpire_api::Route::Buy))
+        .block_on(umpire_functions::run::<umpire_functions::fns::Buy>())
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 use umpire_functions::aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use umpire_functions::{Role, init_logging, state_from_env, worker::handle_batch};
+use umpire_functions::{fns, init_logging, state_from_env, worker::handle_batch};
 
 fn main() -> Result<(), lambda_http::Error> {
     if std::env::args().nth(1).as_deref() == Some(umpire_checker::WORKER_ARG) {
@@ -17,7 +17,7 @@ fn main() -> Result<(), lambda_http::Error> {
         .build()?
         .block_on(async {
             init_logging();
-            let state = Arc::new(state_from_env(Role::Worker).await?);
+            let state = Arc::new(state_from_env::<fns::Worker>().await?);
             lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
                 let state = state.clone();
                 async move {

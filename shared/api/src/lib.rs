@@ -21,7 +21,7 @@ pub mod routes;
 pub mod sworn;
 pub mod verdict;
 
-mod handlers;
+pub mod handlers;
 
 use std::net::IpAddr;
 use std::sync::Arc;
