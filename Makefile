@@ -15,13 +15,14 @@ NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build test test-lambda watch lint fmt bench lambda-build deploy devnet clean help
+.PHONY: run build test test-lambda watch lint fmt bench fuzz lambda-build deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
 	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
 	@echo "make test          install test tools into .cache/ and node_modules/, run every test and lint"
 	@echo "make bench         criterion benchmarks (stable JSON + signing, judging)"
+	@echo "make fuzz          every cargo fuzz target for FUZZ_SECONDS (default 60) each, then the corpus vs Python"
 	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda, print bootstrap sizes"
 	@echo "make watch         the Lambda functions under cargo lambda watch on port 9000, local AWS"
 	@echo "make test-lambda   drive validate, a paid verdict and its status through cargo lambda watch"
@@ -76,6 +77,19 @@ fmt:
 bench: build
 	cargo build --release -p umpire-cli
 	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo bench -p umpire-core -p umpire-checker
+
+# libFuzzer targets (fuzz/, its own workspace, nightly for the sanitizer flags). A crash
+# stops the run and leaves its input in fuzz/artifacts/<target>/; make it a regression test.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := spec stable_json payment_header json_path url_policy feedback_body
+fuzz: $(PY_DEPS)
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+	  CARGO_TARGET_DIR=$(HOME)/.cache/umpire/fuzz-target cargo +nightly fuzz run $$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; done
+	UMPIRE_PYTHON=$(PY) UMPIRE_FUZZ_CORPUS=$(CURDIR)/fuzz/corpus/stable_json \
+	  cargo test -p umpire-core --test canonical fuzz_corpus_agrees_with_python -- --ignored --nocapture
 
 # cargo-lambda from PyPI brings zig for cross-compiling to arm64.
 $(VENV)/bin/cargo-lambda: $(PY_DEPS)

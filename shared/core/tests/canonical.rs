@@ -349,3 +349,72 @@ fn signed_bytes_of_a_fixed_document_never_change() {
         )
     );
 }
+
+const PY_CANON_B64: &str = r#"
+import sys, json, base64
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    try:
+        v = json.loads(base64.b64decode(line.strip()).decode("utf-8"))
+        s = json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        if "Infinity" in s or "NaN" in s:
+            out.write(b"!INF\n")
+        else:
+            out.write(base64.b64encode(s.encode("utf-8")) + b"\n")
+    except Exception as e:
+        out.write(b"!ERR " + type(e).__name__.encode() + b"\n")
+"#;
+
+/// `make fuzz` runs this over the stable_json fuzz corpus (`UMPIRE_FUZZ_CORPUS`): every
+/// input both sides accept encodes to the same bytes, and nothing we accept is refused
+/// by Python (we may refuse more: NaN, Infinity, lone surrogates, excessive depth).
+#[test]
+#[ignore = "needs a fuzz corpus: make fuzz runs it"]
+fn fuzz_corpus_agrees_with_python() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let dir = std::env::var("UMPIRE_FUZZ_CORPUS").expect("UMPIRE_FUZZ_CORPUS: the corpus directory");
+    let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .collect();
+    assert!(!inputs.is_empty(), "{dir} is empty");
+    let mut child = Command::new(python())
+        .args(["-c", PY_CANON_B64])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let feed: String = inputs.iter().map(|i| b64.encode(i) + "\n").collect();
+    let writer = std::thread::spawn(move || stdin.write_all(feed.as_bytes()));
+    let output = child.wait_with_output().expect("python ran");
+    writer.join().expect("writer").expect("fed python");
+    let py_lines: Vec<&[u8]> = output.stdout.split(|b| *b == b'\n').collect();
+    let (mut agreed, mut we_refused) = (0, 0);
+    for (i, input) in inputs.iter().enumerate() {
+        let py = py_lines[i];
+        match umpire_core::json::parse(input) {
+            Ok(v) => {
+                assert!(
+                    !py.starts_with(b"!"),
+                    "we accept what Python refuses ({}): {:?}",
+                    String::from_utf8_lossy(py),
+                    String::from_utf8_lossy(input)
+                );
+                let want = b64.decode(py).expect("python base64");
+                assert_eq!(
+                    String::from_utf8_lossy(&v.to_canonical_vec()),
+                    String::from_utf8_lossy(&want),
+                    "input {:?}",
+                    String::from_utf8_lossy(input)
+                );
+                agreed += 1;
+            }
+            Err(_) => we_refused += 1,
+        }
+    }
+    eprintln!("{agreed} corpus inputs encode as Python does; {we_refused} refused by us");
+    assert!(agreed > 0, "no corpus input parsed");
+}
