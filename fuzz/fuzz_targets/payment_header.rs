@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use umpire_pay::{PaymentPayload, decode_header};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(raw) = decode_header::<serde_json::Value>(text) {
         let _ = PaymentPayload::from_json(raw);
     }

@@ -13,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
     for tier in Tier::ALL {
         if let Ok(spec) = parse_spec(&v, Some(tier)) {
             let again = parse_spec(&spec.normalized, Some(tier)).expect("a normalized spec parses");
-            assert_eq!(again.normalized, spec.normalized, "normalization is idempotent");
+            assert_eq!(
+                again.normalized, spec.normalized,
+                "normalization is idempotent"
+            );
             assert_eq!(again.hash, spec.hash);
         }
     }

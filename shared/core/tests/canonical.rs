@@ -373,7 +373,8 @@ for line in sys.stdin.buffer:
 fn fuzz_corpus_agrees_with_python() {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let dir = std::env::var("UMPIRE_FUZZ_CORPUS").expect("UMPIRE_FUZZ_CORPUS: the corpus directory");
+    let dir =
+        std::env::var("UMPIRE_FUZZ_CORPUS").expect("UMPIRE_FUZZ_CORPUS: the corpus directory");
     let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{dir}: {e}"))
         .filter_map(|e| e.ok())
