@@ -21,7 +21,7 @@ help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
 	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
 	@echo "make test          install test tools into .cache/ and node_modules/, run every test and lint"
-	@echo "make bench         criterion benchmarks (stable JSON + signing, judging)"
+	@echo "make bench         benchmarks in one run: signing, judging, x402 verify vs TypeScript, vs the Python recipe"
 	@echo "make fuzz          every cargo fuzz target for FUZZ_SECONDS (default 60) each, then the corpus vs Python"
 	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda, print bootstrap sizes"
 	@echo "make watch         the Lambda functions under cargo lambda watch on port 9000, local AWS"
@@ -74,9 +74,14 @@ lint:
 fmt:
 	cargo fmt --all
 
-bench: build
+# One run, every figure: criterion (Rust), the reference TypeScript verifier and the
+# contract's Python recipe on the same inputs, as ratios (bench/report.py).
+BENCH_DIR := $(CACHE)/bench
+bench: build $(PY_DEPS) $(NODE_DEPS)
 	cargo build --release -p umpire-cli
-	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire cargo bench -p umpire-core -p umpire-checker
+	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire \
+	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay
+	$(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
 
 # libFuzzer targets (fuzz/, its own workspace, nightly for the sanitizer flags). A crash
 # stops the run and leaves its input in fuzz/artifacts/<target>/; make it a regression test.
