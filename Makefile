@@ -75,9 +75,11 @@ fmt:
 	cargo fmt --all
 
 # One run, every figure: criterion (Rust), the reference TypeScript verifier and the
-# contract's Python recipe on the same inputs, as ratios (bench/report.py).
+# contract's Python recipe on the same inputs, as ratios, and wrk (Debian) against a
+# release `umpire serve` (bench/report.py).
 BENCH_DIR := $(CACHE)/bench
 bench: build $(PY_DEPS) $(NODE_DEPS)
+	command -v wrk >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y --no-install-recommends wrk
 	cargo build --release -p umpire-cli
 	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire \
 	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay

@@ -46,10 +46,54 @@ if sign and os.path.exists(verdict):
     py = run_json([sys.executable, "bench/python_recipe.py", verdict])
     rows.append((f"stable JSON + sign vs the Python recipe ({py['bytes']} B)", us(sign), f"Python {us(py['median_ns'])}: {py['median_ns'] / sign:.1f}x faster", ">= 2.5x", py["median_ns"] / sign >= 2.5))
 
+
+
+def http_load(path, script=None, seconds=10, connections=32):
+    """wrk against a fresh `umpire serve` (release, rate limits off): req/s, p50, p99."""
+    import re
+    import shutil
+    import tempfile
+
+    umpire = os.environ.get("UMPIRE_BIN")
+    if not umpire or not shutil.which("wrk"):
+        return None
+    data = tempfile.mkdtemp(prefix="umpire-bench-")
+    env = dict(os.environ, UMPIRE_RATE_LIMITS="off", RUST_LOG="warn")
+    server = subprocess.Popen([umpire, "serve", "--addr", "127.0.0.1:0", "--data-dir", data],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    try:
+        addr = server.stdout.readline().strip().removeprefix("umpire listening on ")
+        cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
+        if script:
+            cmd += ["-s", script]
+        out = subprocess.run(cmd + [addr + path], check=True, capture_output=True, text=True).stdout
+
+        def ms(label):
+            m = re.search(rf"^\s*{label}\s+([0-9.]+)(us|ms|s)\s*$", out, re.M)
+            if not m:
+                return None
+            return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+
+        rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out).group(1))
+        non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+        return rps, ms("50%"), ms("99%"), int(non2xx.group(1)) if non2xx else 0
+    finally:
+        server.kill()
+        server.wait()
+
+
+for name, path, script in [("HTTP POST /v1/validate, 32 connections (wrk)", "/v1/validate", "bench/validate.lua"),
+                           ("HTTP GET /healthz, 32 connections (wrk)", "/healthz", None)]:
+    r = http_load(path, script)
+    if r is None:
+        continue
+    rps, p50, p99, bad = r
+    rows.append((name, f"{rps:,.0f}/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, non-2xx {bad}", ">=5k/s p99<10ms" if "validate" in path else "-", rps >= 5000 and p99 < 10 and bad == 0))
+
 print()
 print(f"{'figure':<52} {'Rust':>10}  {'comparison':<60} {'target':>8}  met")
 for name, rust, comparison, target, met in rows:
     print(f"{name:<52} {rust:>10}  {comparison:<60} {target:>8}  {'yes' if met else 'NO'}")
 print()
-print("not measured by make bench yet: HTTP load (validate, replays) and per-function cold start;")
+print("not measured by make bench yet: replayed idempotent verdicts under load and per-function cold start;")
 print("bootstrap sizes come from `make lambda-build` (see BENCHMARKS.md).")
