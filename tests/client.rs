@@ -46,6 +46,17 @@ impl Setup {
         run_umpire(&all, &[("UMPIRE_WALLET_KEY", &self.wallet)])
     }
 
+    /// `umpire verify` of an answer saved as `name`, against the server's published keys.
+    fn verify(&self, name: &str, answer: &str, deliverable: Option<&str>) -> (i32, String, String) {
+        let saved = self.file(name, answer);
+        let key_url = format!("{}/.well-known/umpire-key.json", self.base);
+        let mut args = vec!["verify", &saved, "--key", &key_url];
+        if let Some(d) = deliverable {
+            args.extend(["--deliverable", d]);
+        }
+        run_umpire(&args, &[])
+    }
+
     fn file(&self, name: &str, text: &str) -> String {
         self.files
             .write(name, text.as_bytes())
@@ -95,19 +106,7 @@ fn buy_verify_resume_status_and_validate_from_the_command_line() {
     assert_eq!(t.devnet.balance(&payer), before - PRICE_BASIC);
 
     // The answer verifies offline against the published key.
-    let saved = t.file("bought.json", &out);
-    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
-    let (code, vout, verr) = run_umpire(
-        &[
-            "verify",
-            &saved,
-            "--key",
-            &key_url,
-            "--deliverable",
-            &deliverable,
-        ],
-        &[],
-    );
+    let (code, vout, verr) = t.verify("bought.json", &out, Some(&deliverable));
     assert_eq!(code, 0, "{vout}{verr}");
     assert!(vout.contains("verified: verdict pass"), "{vout}");
 
@@ -244,19 +243,7 @@ fn check_final(t: &Setup, out: &str, err: &str, deliverable: &str) {
     let answer = json(out);
     assert_eq!(s(&answer, "status"), "final", "waited for pass 2: {err}");
     assert!(err.contains("waiting for pass 2"), "{err}");
-    let saved = t.file("sworn.json", out);
-    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
-    let (code, vout, verr) = run_umpire(
-        &[
-            "verify",
-            &saved,
-            "--key",
-            &key_url,
-            "--deliverable",
-            deliverable,
-        ],
-        &[],
-    );
+    let (code, vout, verr) = t.verify("sworn.json", out, Some(deliverable));
     assert_eq!(code, 0, "{vout}{verr}");
     let spec_hash = answer
         .get("document")
@@ -336,8 +323,6 @@ fn feedback_and_a_reputation_report_from_the_command_line() {
 
     let (code, out, err) = t.umpire(&["reputation", &merchant, "--json"]);
     assert_eq!(code, 0, "{err}");
-    let saved = t.file("report.json", &out);
-    let key_url = format!("{}/.well-known/umpire-key.json", t.base);
-    let (code, vout, verr) = run_umpire(&["verify", &saved, "--key", &key_url], &[]);
+    let (code, vout, verr) = t.verify("report.json", &out, None);
     assert_eq!(code, 0, "the report verifies: {vout}{verr}");
 }

@@ -221,3 +221,19 @@ fn mcp_calls_count_in_the_mcp_bucket_and_feedback_also_in_its_own() {
     assert_eq!(limited.status, 429);
     assert!(limited.header("retry-after").is_some());
 }
+
+#[test]
+fn every_call_of_a_batch_counts_in_the_mcp_bucket() {
+    let server =
+        Server::start_with(&[("UMPIRE_RATE_LIMITS", "on"), ("UMPIRE_RATE_LIMIT_MCP", "3")]);
+    let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+    let three = format!("[{},{},{}]", ping(1), ping(2), ping(3));
+    assert_eq!(
+        post_mcp(&server, &three, &[]).status,
+        200,
+        "three calls fit"
+    );
+    let limited = post_mcp(&server, &format!("[{}]", ping(4)), &[]);
+    assert_eq!(limited.status, 429, "a batch is not one call");
+    assert!(limited.header("retry-after").is_some());
+}

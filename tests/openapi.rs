@@ -58,6 +58,20 @@ fn every_route_is_described_and_real_answers_match_their_schemas() {
     ]);
     let spec = description(&server);
     assert_eq!(spec["openapi"], "3.1.0");
+    // The contract's enums are spelled out in the description: they must be ours.
+    let tiers: Vec<&str> = umpire_core::product::Tier::ALL
+        .iter()
+        .map(|t| t.as_str())
+        .collect();
+    assert_eq!(
+        spec["paths"]["/v1/verdicts/{tier}"]["post"]["parameters"][0]["schema"]["enum"],
+        serde_json::json!(tiers)
+    );
+    assert_eq!(
+        spec["components"]["schemas"]["Spec"]["properties"]["checks"]["items"]["properties"]["type"]
+            ["enum"],
+        serde_json::json!(umpire_core::spec::CHECK_TYPES)
+    );
     for (method, path, _) in umpire_api::routes::TABLE {
         assert!(
             spec["paths"][*path][method.to_lowercase()].is_object(),

@@ -210,34 +210,36 @@ pub fn wallet(key_file: Option<&Path>) -> Result<PrivateKeySigner, Local> {
     })
 }
 
-/// What each refusal means, in plain words (the service's own hint follows).
+/// What each refusal means, in plain words (the service's own hint follows). Matched on
+/// the contract's error codes, so a renamed code cannot silently lose its words.
 fn plain_words(code: &str) -> Option<&'static str> {
-    Some(match code {
-        "bad_signature" => {
+    use umpire_core::ErrorCode as E;
+    Some(match E::parse(code)? {
+        E::BadSignature => {
             "the signature is not the payer wallet's signature over this exact feedback (check the key, the outcome and the options)"
         }
-        "payment_not_found" => {
+        E::PaymentNotFound => {
             "no successful USDC payment from the payer to the merchant was found in that transaction (or it lacks confirmations yet)"
         }
-        "payer_mismatch" => "the transaction pays the merchant, but not from this payer's wallet",
-        "receipt_too_old" => {
+        E::PayerMismatch => "the transaction pays the merchant, but not from this payer's wallet",
+        E::ReceiptTooOld => {
             "the payment is more than 90 days old; feedback must follow a recent purchase"
         }
-        "self_feedback" => "the payer and the merchant are the same address",
-        "duplicate_feedback" => {
+        E::SelfFeedback => "the payer and the merchant are the same address",
+        E::DuplicateFeedback => {
             "feedback for this transaction was already recorded; one per transaction"
         }
-        "amount_too_small" => "the payment is below the 0.01 USDC floor",
-        "receipts_off" => "this deployment does not read the chain, so it cannot accept feedback",
-        "chain_unavailable" => {
+        E::AmountTooSmall => "the payment is below the 0.01 USDC floor",
+        E::ReceiptsOff => "this deployment does not read the chain, so it cannot accept feedback",
+        E::ChainUnavailable => {
             "the chain (or the payment facilitator) could not be reached; nothing was charged or stored"
         }
-        "rate_limited" => "too many requests from your address this minute",
-        "invalid_spec" => "the spec has problems; nothing was charged",
-        "payment_required" => "the payment was refused; nothing was charged",
-        "idempotency_key_reuse" => "that Idempotency-Key was used for a different request",
-        "in_flight" => "the original request with this key is still being processed",
-        "not_found" => "no such verdict, or the secret does not match",
+        E::RateLimited => "too many requests from your address this minute",
+        E::InvalidSpec => "the spec has problems; nothing was charged",
+        E::PaymentRequired => "the payment was refused; nothing was charged",
+        E::IdempotencyKeyReuse => "that Idempotency-Key was used for a different request",
+        E::InFlight => "the original request with this key is still being processed",
+        E::NotFound => "no such verdict, or the secret does not match",
         _ => return None,
     })
 }
@@ -453,17 +455,6 @@ pub async fn validate(api: &Api, body: &Value) -> Result<ExitCode, Local> {
     Ok(ExitCode::from(1))
 }
 
-pub fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 pub struct FeedbackArgs {
     pub tx: String,
     pub merchant: String,
@@ -536,7 +527,10 @@ pub async fn reputation(
     let a = api
         .paid(
             Method::GET,
-            &format!("/v1/reputation?merchant={}", urlencode(merchant)),
+            &format!(
+                "/v1/reputation?merchant={}",
+                umpire_core::urlenc::component(merchant)
+            ),
             None,
             &wallet,
             &key,

@@ -274,7 +274,7 @@ fn main() -> ExitCode {
                     client::free(
                         &api,
                         reqwest::Method::GET,
-                        &format!("/v1/verdicts/{}", client::urlencode(&id)),
+                        &format!("/v1/verdicts/{}", umpire_core::urlenc::component(&id)),
                         &[("authorization", format!("Bearer {secret}"))],
                         None,
                     )
@@ -290,8 +290,8 @@ fn main() -> ExitCode {
                 remote_call(remote, |api| async move {
                     let path = format!(
                         "/v1/find?spec_hash={}&webhook={}",
-                        client::urlencode(&spec_hash),
-                        client::urlencode(&webhook)
+                        umpire_core::urlenc::component(&spec_hash),
+                        umpire_core::urlenc::component(&webhook)
                     );
                     client::free(&api, reqwest::Method::GET, &path, &[], None).await
                 })

@@ -141,10 +141,8 @@ pub fn handle_event(event: &serde_json::Value) -> serde_json::Value {
     let Some(request) = event.get("request").and_then(serde_json::Value::as_str) else {
         return serde_json::json!({ "error": "the event has no \"request\" string" });
     };
-    let answers = umpire_checker::judge_line(request);
-    if answers.starts_with("{\"error\"") {
-        return serde_json::from_str(&answers)
-            .unwrap_or_else(|_| serde_json::json!({ "error": answers }));
+    match umpire_checker::judge_line(request) {
+        Ok(answers) => serde_json::json!({ "answers": answers }),
+        Err(error) => serde_json::json!({ "error": error }),
     }
-    serde_json::json!({ "answers": answers })
 }

@@ -26,6 +26,18 @@ async fn client(endpoint: &str) -> aws_sdk_lambda::Client {
     aws_sdk_lambda::Client::new(&config)
 }
 
+/// The checker binary as a Lambda function with timeout `limit`, and a client for it.
+async fn checker_function(limit: Duration) -> (LambdaEmulator, LambdaChecker) {
+    let lambda = LambdaEmulator::start(
+        "checker",
+        env!("CARGO_BIN_EXE_checker").as_ref(),
+        limit,
+        &[],
+    );
+    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
+    (lambda, checker)
+}
+
 fn request(checks: &str, text: &str) -> JudgeRequest {
     let spec = parse_str(&format!(r#"{{"checks":{checks}}}"#)).expect("spec json");
     let n = spec
@@ -46,13 +58,7 @@ fn request(checks: &str, text: &str) -> JudgeRequest {
 async fn a_pass_is_judged_in_the_checker_function_and_a_hostile_check_dies_alone() {
     assert!(umpire_core::guard::check_pattern(HOSTILE).is_ok());
     let limit = Duration::from_millis(1500);
-    let lambda = LambdaEmulator::start(
-        "checker",
-        env!("CARGO_BIN_EXE_checker").as_ref(),
-        limit,
-        &[],
-    );
-    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
+    let (lambda, checker) = checker_function(limit).await;
 
     // An ordinary pass: one invocation, exact outcomes, exact numbers.
     let ordinary = request(
@@ -114,13 +120,7 @@ async fn an_unreachable_checker_is_an_error_not_a_verdict() {
 #[tokio::test]
 async fn a_request_the_function_cannot_read_is_an_error_not_a_failed_check() {
     let limit = Duration::from_secs(2);
-    let lambda = LambdaEmulator::start(
-        "checker",
-        env!("CARGO_BIN_EXE_checker").as_ref(),
-        limit,
-        &[],
-    );
-    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
+    let (_lambda, checker) = checker_function(limit).await;
     let err = checker
         .judge(&request(r#"[{"type":"no_such_check"}]"#, "x"))
         .await

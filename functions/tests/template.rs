@@ -255,31 +255,38 @@ fn only_signing_functions_may_open_the_sealed_seed() {
     );
 }
 
+/// Cargo.toml's router section, read with Python's own TOML parser.
+const LOAD_ROUTER: &str = r#"
+import json, sys, tomllib
+print(json.dumps(tomllib.load(open(sys.argv[1], "rb"))["workspace"]["metadata"]["lambda"]["watch"]["router"]))
+"#;
+
 /// (path, method or "*", function) from `[workspace.metadata.lambda.watch.router]`.
 fn watch_routes() -> BTreeSet<(String, String, String)> {
-    let text = std::fs::read_to_string(umpire_blackbox::repo_root().join("Cargo.toml"))
-        .expect("Cargo.toml");
-    let quoted =
-        |s: &str| -> Vec<String> { s.split('"').skip(1).step_by(2).map(str::to_owned).collect() };
+    let out = std::process::Command::new(umpire_blackbox::python())
+        .args(["-c", LOAD_ROUTER])
+        .arg(umpire_blackbox::repo_root().join("Cargo.toml"))
+        .output()
+        .expect("python3 (3.11+, for tomllib)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let router = umpire_core::json::parse(&out.stdout).expect("router JSON");
     let mut routes = BTreeSet::new();
-    let mut path = String::new();
-    let mut inside = false;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') && !line.starts_with("[{") {
-            inside = line == "[workspace.metadata.lambda.watch.router]";
-            continue;
-        }
-        if !inside || line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let q = quoted(line);
-        if line.starts_with('{') {
-            // { method = "GET", function = "status" },
-            routes.insert((path.clone(), q[0].clone(), q[1].clone()));
-        } else if line.ends_with('[') {
-            path = q[0].clone();
-        } else if q.len() == 2 {
-            routes.insert((q[0].clone(), "*".into(), q[1].clone()));
+    for (path, target) in router.as_object().expect("a table of paths") {
+        match target {
+            Value::String(function) => {
+                routes.insert((path.clone(), "*".into(), function.clone()));
+            }
+            Value::Array(entries) => {
+                for e in entries {
+                    let field = |k: &str| str_at(e, &[k]).expect("method and function").to_owned();
+                    routes.insert((path.clone(), field("method"), field("function")));
+                }
+            }
+            other => panic!("{path}: unexpected router entry {other:?}"),
         }
     }
     routes

@@ -451,14 +451,7 @@ fn read_request(conn: &mut TcpStream) -> Option<Received> {
 
 /// Percent-encodes everything but unreserved characters, for query strings.
 pub fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    umpire_core::urlenc::component(s)
 }
 
 /// Runs `umpire` with arguments, returning (exit code, stdout, stderr).

@@ -25,13 +25,17 @@ pub fn health(state: &AppState) -> Response {
     )
 }
 
-pub fn key(state: &AppState) -> Response {
+/// The published key document: the active key, then the retired ones.
+fn published_keys(state: &AppState) -> Value {
     let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
-    let r = respond::json(
-        200,
-        &key_document(&state.config.issuer, &active, &state.retired_keys),
-    );
-    respond::cache(r, "public, max-age=300")
+    key_document(&state.config.issuer, &active, &state.retired_keys)
+}
+
+pub fn key(state: &AppState) -> Response {
+    respond::cache(
+        respond::json(200, &published_keys(state)),
+        "public, max-age=300",
+    )
 }
 
 pub async fn quote(state: &AppState, req: &Request) -> Response {
@@ -245,9 +249,7 @@ const VERIFY_PAGE: &str = include_str!("verify.html");
 
 /// `GET /verify`: one self-contained HTML page (no external assets, no network).
 pub fn verify_page(state: &AppState) -> Response {
-    let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
-    let keys =
-        key_document(&state.config.issuer, &active, &state.retired_keys).to_canonical_string();
+    let keys = published_keys(state).to_canonical_string();
     // Inside <script>, "</" could end the element; "<\/" is the same JSON string.
     let page = VERIFY_PAGE.replace("__PUBLISHED_KEYS__", &keys.replace("</", "<\\/"));
     let mut r = http::Response::new(bytes::Bytes::from(page));

@@ -9,9 +9,10 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
+use umpire_chain::claim::Outcome;
 use umpire_core::json::{Value, parse, parse_str};
+use umpire_core::product::Tier;
 use umpire_core::spec::parse_deliverable;
-use umpire_core::{ApiError, ErrorCode};
 
 use crate::limits::{self, CountedAsMcp};
 use crate::{AppState, ClientIp, Request, Response, respond};
@@ -30,7 +31,7 @@ const TOOLS: &[(&str, &str, &str, &str)] = &[
         "validate",
         "Validate a would-be purchase",
         "Checks a spec (and optionally deliverable, webhook_url, job_ref) for a tier exactly as a purchase would, without paying: every problem with a hint, URL-policy verdicts, the normalized spec and its spec_hash. Free.",
-        r#"{"type":"object","properties":{"tier":{"type":"string","enum":["witness","basic","probe","sworn"]},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string"},"job_ref":{"type":"string"}},"required":["tier","spec"]}"#,
+        r#"{"type":"object","properties":{"tier":{"type":"string"},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string"},"job_ref":{"type":"string"}},"required":["tier","spec"]}"#,
     ),
     (
         "quote",
@@ -54,7 +55,7 @@ const TOOLS: &[(&str, &str, &str, &str)] = &[
         "submit_feedback",
         "Leave payment-verified feedback",
         "Records feedback on a merchant, proven by a USDC payment from payer to merchant on Base (tx_hash) and the payer's EIP-191 signature over the contract's message. Free; one feedback per transaction.",
-        r#"{"type":"object","properties":{"merchant":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"payer":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"tx_hash":{"type":"string","pattern":"^0x[0-9a-fA-F]{64}$"},"outcome":{"type":"string","enum":["fulfilled","partial","failed"]},"would_repeat":{"type":"boolean"},"latency_ms":{"type":"integer","minimum":0},"signature":{"type":"string"}},"required":["merchant","payer","tx_hash","outcome","signature"],"additionalProperties":false}"#,
+        r#"{"type":"object","properties":{"merchant":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"payer":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"tx_hash":{"type":"string","pattern":"^0x[0-9a-fA-F]{64}$"},"outcome":{"type":"string"},"would_repeat":{"type":"boolean"},"latency_ms":{"type":"integer","minimum":0},"signature":{"type":"string"}},"required":["merchant","payer","tx_hash","outcome","signature"],"additionalProperties":false}"#,
     ),
     (
         "verify_document",
@@ -64,6 +65,32 @@ const TOOLS: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// A tool's input schema, with the enums the contract defines filled in from their
+/// one source (tiers, feedback outcomes) rather than spelled out again in the text.
+fn input_schema(text: &str) -> Value {
+    let mut schema = parse_str(text).unwrap_or_else(|_| Value::object());
+    let mut set_enum = |field: &str, values: Vec<Value>| {
+        if let Value::Object(root) = &mut schema
+            && let Some(Value::Object(props)) = root.get_mut("properties")
+            && let Some(Value::Object(prop)) = props.get_mut(field)
+        {
+            prop.insert("enum".into(), Value::Array(values));
+        }
+    };
+    set_enum(
+        "tier",
+        Tier::ALL.iter().map(|t| Value::from(t.as_str())).collect(),
+    );
+    set_enum(
+        "outcome",
+        Outcome::ALL
+            .iter()
+            .map(|o| Value::from(o.as_str()))
+            .collect(),
+    );
+    schema
+}
+
 fn tools_list() -> Value {
     let tools: Vec<Value> = TOOLS
         .iter()
@@ -72,10 +99,7 @@ fn tools_list() -> Value {
                 .with("name", *name)
                 .with("title", *title)
                 .with("description", *description)
-                .with(
-                    "inputSchema",
-                    parse_str(schema).unwrap_or_else(|_| Value::object()),
-                )
+                .with("inputSchema", input_schema(schema))
         })
         .collect();
     Value::object().with("tools", Value::Array(tools))
@@ -109,19 +133,6 @@ fn json_response(status: u16, body: &Value) -> Response {
 
 /// The MCP endpoint.
 pub async fn mcp(state: &AppState, req: &Request) -> Response {
-    if req.method() != Method::POST {
-        let mut r = respond::error(&ApiError::new(
-            ErrorCode::MethodNotAllowed,
-            "this MCP server opens no server-to-client stream",
-            "POST JSON-RPC messages to /mcp (streamable HTTP transport); answers come in the response.",
-        ));
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return r;
-    }
-    if let Err(e) = limits::enforce(state, "mcp", ClientIp::of(req)).await {
-        return respond::error(&e);
-    }
     if let Some(v) = req.headers().get("mcp-protocol-version")
         && !PROTOCOL_VERSIONS
             .iter()
@@ -148,6 +159,17 @@ pub async fn mcp(state: &AppState, req: &Request) -> Response {
             );
         }
     };
+    // The contract's mcp limit counts calls: every request of a batch (at least one per
+    // POST), so a batch cannot carry more calls than the limit allows.
+    let requests = match &body {
+        Value::Array(batch) => batch.iter().filter(|m| m.get("id").is_some()).count(),
+        _ => 1,
+    };
+    for _ in 0..requests.max(1) {
+        if let Err(e) = limits::enforce(state, "mcp", ClientIp::of(req)).await {
+            return respond::error(&e);
+        }
+    }
     match body {
         Value::Array(batch) if batch.is_empty() => json_response(
             400,
@@ -273,7 +295,7 @@ fn internal(
 
 /// A route's answer as a tool result: its JSON as text and as structured content;
 /// error answers (4xx/5xx) are tool errors the model can read and act on.
-async fn route_result(response: Response) -> Value {
+fn route_result(response: Response) -> Value {
     let status = response.status().as_u16();
     let body = response.into_body();
     let parsed =
@@ -297,17 +319,6 @@ fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
     args.get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| format!("argument {name:?} (a string) is required"))
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Value, String> {
@@ -338,7 +349,7 @@ async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Va
             let r = internal(
                 req,
                 Method::GET,
-                &format!("/v1/verdicts/{}", urlencode(id)),
+                &format!("/v1/verdicts/{}", umpire_core::urlenc::component(id)),
                 &[("authorization", format!("Bearer {secret}"))],
                 None,
             )?;
@@ -347,8 +358,8 @@ async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Va
         "find" => {
             let uri = format!(
                 "/v1/find?spec_hash={}&webhook={}",
-                urlencode(string_arg(&args, "spec_hash")?),
-                urlencode(string_arg(&args, "webhook")?)
+                umpire_core::urlenc::component(string_arg(&args, "spec_hash")?),
+                umpire_core::urlenc::component(string_arg(&args, "webhook")?)
             );
             let r = internal(req, Method::GET, &uri, &[], None)?;
             crate::lookup::find(state, &r).await
@@ -365,7 +376,7 @@ async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Va
             ));
         }
     };
-    Ok(route_result(response).await)
+    Ok(route_result(response))
 }
 
 /// The contract's recipe, step by step, as a tool result.

@@ -130,50 +130,58 @@ pub fn worker_loop(input: impl BufRead, mut output: impl Write) -> std::io::Resu
             continue;
         }
         match decode_request(&line) {
-            Ok(Decoded {
-                checks,
-                deliverable,
-                fetched,
-                start,
-                end,
-            }) => {
-                for (i, check) in checks
-                    .iter()
-                    .enumerate()
-                    .skip(start)
-                    .take(end.saturating_sub(start))
-                {
-                    let fetched_i = fetched.get(i).and_then(Option::as_ref);
-                    let o = evaluate(check, &deliverable, fetched_i);
-                    let answer = Value::object()
-                        .with("index", i)
-                        .with("passed", o.passed)
-                        .with("reason", o.reason);
-                    let mut bytes = answer.to_canonical_vec();
-                    bytes.push(b'\n');
-                    output.write_all(&bytes)?;
-                    output.flush()?;
-                }
-            }
-            Err(e) => {
-                let answer = Value::object().with("error", e);
-                let mut bytes = answer.to_canonical_vec();
-                bytes.push(b'\n');
-                output.write_all(&bytes)?;
-                output.flush()?;
-            }
+            Ok(request) => answer(request, &mut output)?,
+            Err(e) => write_line(&mut output, &Value::object().with("error", e))?,
         }
     }
     Ok(())
 }
 
-/// Judges one request line in this process and returns the answer lines: the body of
-/// the checker Lambda, whose own timeout is the hard limit around it.
-pub fn judge_line(request: &str) -> String {
+/// Judges the requested checks in order, one answer line each, flushed as it is known
+/// (the parent's deadline is per check).
+fn answer(request: Decoded, output: &mut impl Write) -> std::io::Result<()> {
+    let Decoded {
+        checks,
+        deliverable,
+        fetched,
+        start,
+        end,
+    } = request;
+    for (i, check) in checks
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take(end.saturating_sub(start))
+    {
+        let fetched_i = fetched.get(i).and_then(Option::as_ref);
+        let o = evaluate(check, &deliverable, fetched_i);
+        write_line(
+            output,
+            &Value::object()
+                .with("index", i)
+                .with("passed", o.passed)
+                .with("reason", o.reason),
+        )?;
+    }
+    Ok(())
+}
+
+fn write_line(output: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    let mut bytes = v.to_canonical_vec();
+    bytes.push(b'\n');
+    output.write_all(&bytes)?;
+    output.flush()
+}
+
+/// Judges one request line in this process and returns the answer lines, or why the
+/// request cannot be read: the body of the checker Lambda, whose own timeout is the
+/// hard limit around it.
+pub fn judge_line(request: &str) -> Result<String, String> {
+    let decoded = decode_request(request)?;
     let mut out = Vec::new();
     // Writing to a Vec cannot fail.
-    let _ = worker_loop(request.as_bytes(), &mut out);
-    String::from_utf8_lossy(&out).into_owned()
+    let _ = answer(decoded, &mut out);
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Entry point for a binary acting as a worker: serve stdin/stdout until stdin closes.

@@ -13,6 +13,7 @@ pub mod product;
 pub mod signer;
 pub mod spec;
 pub mod time;
+pub mod urlenc;
 
 pub use errors::{ApiError, ErrorCode};
 pub use json::Value;

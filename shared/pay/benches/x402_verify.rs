@@ -22,7 +22,7 @@ fn rail() -> Rail {
         scheme: "exact".into(),
         network: "eip155:8453".into(),
         v1_network: Some("base".into()),
-        asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+        asset: umpire_core::product::BASE_USDC.into(),
         pay_to: "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC".into(),
         extra,
         pricing: RailPricing::Stablecoin { decimals: 6 },

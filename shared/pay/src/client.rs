@@ -6,10 +6,10 @@
 use alloy::primitives::{Address, B256, U256};
 use alloy::signers::SignerSync as _;
 use alloy::signers::local::PrivateKeySigner;
-use alloy::sol_types::{Eip712Domain, SolStruct as _};
+use alloy::sol_types::SolStruct as _;
 use serde_json::json;
 
-use crate::evm::{TransferWithAuthorization, chain_id};
+use crate::evm::{TransferWithAuthorization, chain_id, token_domain};
 use crate::types::{PaymentRequired, PaymentRequirements};
 
 /// How far back `validAfter` is set, as the reference client does (clock skew).
@@ -33,33 +33,14 @@ pub fn sign_exact_evm(
     now: u64,
     nonce: [u8; 32],
 ) -> Result<String, String> {
-    let chain = chain_id(&accepted.network)
-        .ok_or_else(|| format!("{} is not an EVM network", accepted.network))?;
-    let text = |k: &str| {
-        accepted
-            .extra
-            .get(k)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("the requirements lack extra.{k}"))
-    };
-    let token: Address = accepted
-        .asset
-        .parse()
-        .map_err(|_| format!("asset {} is not an address", accepted.asset))?;
+    let domain = token_domain(&accepted.network, &accepted.asset, &accepted.extra)
+        .map_err(|e| format!("cannot pay these requirements: {e}"))?;
     let pay_to: Address = accepted
         .pay_to
         .parse()
         .map_err(|_| format!("payTo {} is not an address", accepted.pay_to))?;
     let value = U256::from_str_radix(&accepted.amount, 10)
         .map_err(|_| format!("amount {} is not an integer", accepted.amount))?;
-    let domain = Eip712Domain::new(
-        Some(text("name")?.into()),
-        Some(text("version")?.into()),
-        Some(U256::from(chain)),
-        Some(token),
-        None,
-    );
     let valid_after = now.saturating_sub(VALID_AFTER_SLACK_SECS);
     let valid_before = now + accepted.max_timeout_seconds;
     let authorization = TransferWithAuthorization {

@@ -95,19 +95,26 @@ fn uint(field: &str, s: &str) -> Result<U256, PaymentFailure> {
 /// The EIP-712 domain of a rail's token: name and version from `extra`, the chain from
 /// the CAIP-2 network, the token as verifying contract.
 pub fn domain(rail: &Rail) -> Result<Eip712Domain, PaymentFailure> {
-    let chain_id = chain_id(&rail.network)
-        .ok_or_else(|| PaymentFailure::config(format!("{} is not eip155:<id>", rail.network)))?;
+    token_domain(&rail.network, &rail.asset, &rail.extra).map_err(PaymentFailure::config)
+}
+
+/// [`domain`] from the parts of a rail or of a requirements entry (what a payer signs).
+pub fn token_domain(
+    network: &str,
+    asset: &str,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Eip712Domain, String> {
+    let chain_id = chain_id(network).ok_or_else(|| format!("{network} is not eip155:<id>"))?;
     let text = |k: &str| {
-        rail.extra
+        extra
             .get(k)
             .and_then(serde_json::Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| PaymentFailure::config(format!("rail extra.{k} is missing")))
+            .ok_or_else(|| format!("extra.{k} is missing"))
     };
-    let verifying_contract = rail
-        .asset
+    let verifying_contract = asset
         .parse::<Address>()
-        .map_err(|_| PaymentFailure::config(format!("asset {} is not an address", rail.asset)))?;
+        .map_err(|_| format!("asset {asset} is not an address"))?;
     Ok(Eip712Domain::new(
         Some(text("name")?.into()),
         Some(text("version")?.into()),
