@@ -3,11 +3,12 @@
 // {"status", "headers": {...}, "body": <text>}.
 //
 //   node tests/js/buy.mjs --devnet devnet.json --url http://127.0.0.1:8080/v1/verdicts/basic \
-//     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only]
+//     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only [--count N]]
 //   node tests/js/buy.mjs --devnet devnet.json --method GET --url 'http://127.0.0.1:8080/v1/reputation?merchant=0x..'
 //
 // --sign-only asks for the 402, signs a payment for it and prints {"header": <PAYMENT-SIGNATURE>}
-// without sending it (for tests that replay or race one payment).
+// without sending it (for tests that replay or race one payment); with --count N it signs
+// N distinct payments for the same 402 and prints {"headers": [...]}.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { x402Client, x402HTTPClient } from "@x402/core/client";
@@ -24,6 +25,7 @@ const { values: args } = parseArgs({
     key: { type: "string" },
     "private-key": { type: "string" },
     "sign-only": { type: "boolean", default: false },
+    count: { type: "string" },
   },
 });
 const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
@@ -51,9 +53,15 @@ if (args["sign-only"]) {
     process.exit(1);
   }
   const required = http.getPaymentRequiredResponse((n) => unpaid.headers.get(n), JSON.parse(text));
-  const payload = await client.createPaymentPayload(required);
-  const encoded = http.encodePaymentSignatureHeader(payload);
-  console.log(JSON.stringify({ header: encoded["PAYMENT-SIGNATURE"] }));
+  const sign = async () =>
+    http.encodePaymentSignatureHeader(await client.createPaymentPayload(required))["PAYMENT-SIGNATURE"];
+  if (args.count === undefined) {
+    console.log(JSON.stringify({ header: await sign() }));
+  } else {
+    const headers = [];
+    for (let i = 0; i < Number(args.count); i++) headers.push(await sign());
+    console.log(JSON.stringify({ headers }));
+  }
 } else {
   const pay = wrapFetchWithPayment(fetch, client);
   const res = await pay(args.url, init);

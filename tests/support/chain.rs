@@ -380,3 +380,32 @@ pub fn sign_payment(devnet: &Devnet, url: &str, body: &str) -> String {
         .unwrap_or_else(|| panic!("no payment header: {v}"))
         .to_owned()
 }
+
+/// `count` distinct PAYMENT-SIGNATURE headers (each its own EIP-3009 nonce) for the
+/// same 402, signed by the reference client in one run.
+pub fn sign_payments(devnet: &Devnet, url: &str, body: &str, count: usize) -> Vec<String> {
+    let dn = devnet.devnet_json();
+    let n = count.to_string();
+    let v = node_json(
+        "tests/js/buy.mjs",
+        &[
+            "--devnet",
+            &dn,
+            "--url",
+            url,
+            "--body",
+            body,
+            "--sign-only",
+            "--count",
+            &n,
+        ],
+    );
+    let headers: Vec<String> = v["headers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no payment headers: {v}"))
+        .iter()
+        .filter_map(|h| h.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(headers.len(), count, "{v}");
+    headers
+}
