@@ -1,11 +1,14 @@
-//! Load and fault tests, bounded in count and time, loopback only: many paid requests
-//! at once on the devnet, and hostile specs mixed with health checks.
+//! Load tests, bounded in count and time, loopback only: many paid requests at once on
+//! the devnet, and hostile specs mixed with health checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, Settlement, sign_payments};
 use umpire_blackbox::{Reply, Server, request};
+use umpire_core::json::Value;
 
 const PRICE_BASIC: u128 = 1_000_000;
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
@@ -115,4 +118,130 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
     let moved = PRICE_BASIC * KEYS as u128;
     assert_eq!(devnet.balance(&payer), payer0 - moved, "20 settlements");
     assert_eq!(devnet.balance(&pay_to), pay_to0 + moved);
+}
+
+/// Passes the guard (no repetition around the lookahead) but rescans the rest of the
+/// text at every `a`: quadratic, far past any limit on 100 KB (see tests/hostile.rs).
+const HOSTILE: &str = "a(?=a*$)b";
+/// The per-check limit the hostile load runs under.
+const HOSTILE_LIMIT_MS: &str = "300";
+
+/// p-th percentile (0..=100) of sorted durations.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+/// 100 paid verdicts at once, each with a pattern that passes the guard and would run
+/// for minutes, while a client asks /healthz over and over: every hostile check fails
+/// at its limit (the other check of each spec keeps its true outcome), every purchase
+/// is answered, health always answers. Its latency is printed; `make bench` runs this
+/// against a release build with `UMPIRE_HEALTH_P99_MS=100` to hold the p99 to it
+/// (timings are not asserted in `make test` on a noisy machine).
+#[test]
+fn a_hundred_hostile_purchases_end_at_their_limit_while_health_answers() {
+    const N: usize = 100;
+    let devnet = Devnet::start();
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_CHECK_LIMIT_MS", HOSTILE_LIMIT_MS)],
+    ));
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let body = Arc::new(format!(
+        r#"{{"spec":{{"checks":[{{"type":"regex","pattern":"{HOSTILE}"}},{{"type":"length","min":1}}]}},"deliverable":{{"text":"{}"}}}}"#,
+        "a".repeat(100_000)
+    ));
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payments = sign_payments(&devnet, &url, &body, N);
+
+    let done = Arc::new(AtomicBool::new(false));
+    let health = {
+        let (server, done) = (server.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut latencies = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let t = Instant::now();
+                let r = request(server.addr, "GET", "/healthz", &[], None);
+                latencies.push(t.elapsed());
+                assert_eq!(r.status, 200, "health failed under load");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            latencies
+        })
+    };
+    let started = Instant::now();
+    let buyers: Vec<_> = payments
+        .into_iter()
+        .map(|payment| {
+            let (server, body) = (server.clone(), body.clone());
+            std::thread::spawn(move || {
+                let key = umpire_core::hash::random_id("hostile");
+                request(
+                    server.addr,
+                    "POST",
+                    "/v1/verdicts/basic",
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("PAYMENT-SIGNATURE", &payment),
+                        ("Idempotency-Key", &key),
+                    ],
+                    Some(body.as_bytes()),
+                )
+            })
+        })
+        .collect();
+    let replies: Vec<Reply> = buyers
+        .into_iter()
+        .map(|t| t.join().expect("buyer"))
+        .collect();
+    let all_answered = started.elapsed();
+    done.store(true, Ordering::SeqCst);
+    let mut latencies = health.join().expect("health thread");
+
+    for r in &replies {
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        let doc = r.json().get("document").cloned().expect("document");
+        let results = doc
+            .get("results")
+            .and_then(Value::as_array)
+            .expect("results")
+            .clone();
+        let reason = |i: usize| {
+            results[i]
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let passed = |i: usize| results[i].get("passed").and_then(Value::as_bool);
+        assert_eq!(passed(0), Some(false));
+        assert!(reason(0).contains("time limit"), "{}", reason(0));
+        assert_eq!(passed(1), Some(true), "{}", reason(1));
+    }
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - PRICE_BASIC * N as u128,
+        "every purchase settled once"
+    );
+
+    latencies.sort();
+    let p99 = percentile(&latencies, 99);
+    eprintln!(
+        "hostile load: {N} purchases answered in {:.1} s; /healthz {} answers, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        all_answered.as_secs_f64(),
+        latencies.len(),
+        percentile(&latencies, 50).as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        latencies.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+    );
+    assert!(latencies.len() >= 10, "health was asked too rarely");
+    if let Some(limit) = std::env::var("UMPIRE_HEALTH_P99_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        assert!(
+            p99 < Duration::from_millis(limit),
+            "health p99 {p99:?} over {limit} ms"
+        );
+    }
 }

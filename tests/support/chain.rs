@@ -2,14 +2,17 @@
 //! EIP-3009 token deployed by `infra/devnet/deploy.mjs`, plus the reference x402 tools
 //! in `tests/js/` run with node. Everything is stopped by PID on drop.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::{Server, TempDir, repo_root, request};
+use crate::{Server, TempDir, read_request, repo_root, request};
 
 /// anvil: `$UMPIRE_ANVIL`, else the npm package's binary under node_modules.
 pub fn anvil_bin() -> PathBuf {
@@ -86,7 +89,11 @@ impl Devnet {
         let out = dir.path().join("devnet.json");
         let rpc = format!("http://{addr}");
         let out_s = out.to_string_lossy().into_owned();
-        let info = node_json("infra/devnet/deploy.mjs", &["--rpc", &rpc, "--out", &out_s]);
+        // 1,000 test USDC for the payer: room for a few hundred purchases per test.
+        let info = node_json(
+            "infra/devnet/deploy.mjs",
+            &["--rpc", &rpc, "--out", &out_s, "--mint", "1000000000"],
+        );
         assert!(info.get("asset").is_some(), "deploy failed: {info}");
         Devnet { anvil, dir, info }
     }
@@ -106,7 +113,7 @@ impl Devnet {
             .into_owned()
     }
 
-    fn rpc_addr(&self) -> SocketAddr {
+    pub fn rpc_addr(&self) -> SocketAddr {
         self.get("rpc_url")
             .trim_start_matches("http://")
             .parse()
@@ -245,11 +252,22 @@ impl Devnet {
 
     /// `umpire serve` selling on this chain.
     pub fn serve(&self, settlement: Settlement, extra: &[(&str, &str)]) -> Server {
+        self.serve_in(TempDir::new("serve"), settlement, extra)
+    }
+
+    /// `umpire serve` selling on this chain from an existing data directory (a
+    /// restart after [`Server::crash`]).
+    pub fn serve_in(
+        &self,
+        data: TempDir,
+        settlement: Settlement,
+        extra: &[(&str, &str)],
+    ) -> Server {
         let env = self.server_env(settlement);
         let mut all: Vec<(&str, &str)> =
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         all.extend_from_slice(extra);
-        Server::start_with(&all)
+        Server::start_in(data, &all)
     }
 }
 
@@ -408,4 +426,106 @@ pub fn sign_payments(devnet: &Devnet, url: &str, body: &str, count: usize) -> Ve
         .collect();
     assert_eq!(headers.len(), count, "{v}");
     headers
+}
+
+/// A JSON-RPC proxy in front of anvil that can lose the chain on purpose: refuse every
+/// connection, forward a call and drop its answer (the transaction went out, the reply
+/// never came back), or hold transaction receipts (a settlement broadcast and not yet
+/// confirmed). Lives as long as the test process.
+pub struct RpcProxy {
+    pub url: String,
+    ctl: Arc<ProxyControl>,
+}
+
+#[derive(Default)]
+struct ProxyControl {
+    down: AtomicBool,
+    receipt_delay_ms: AtomicU64,
+    lose_answers_of: Mutex<Option<String>>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl RpcProxy {
+    pub fn start(devnet: &Devnet) -> RpcProxy {
+        let upstream = devnet.rpc_addr();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let ctl = Arc::new(ProxyControl::default());
+        let shared = ctl.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let ctl = shared.clone();
+                std::thread::spawn(move || ctl.serve(conn, upstream));
+            }
+        });
+        RpcProxy { url, ctl }
+    }
+
+    /// While down, every connection is closed unanswered.
+    pub fn set_down(&self, down: bool) {
+        self.ctl.down.store(down, Ordering::SeqCst);
+    }
+
+    pub fn delay_receipts(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.ctl.receipt_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Calls of `method` reach the chain, their answers are dropped.
+    pub fn lose_answers_of(&self, method: Option<&str>) {
+        *lock(&self.ctl.lose_answers_of) = method.map(str::to_owned);
+    }
+
+    /// How many calls of `method` came through so far.
+    pub fn calls_of(&self, method: &str) -> usize {
+        lock(&self.ctl.calls)
+            .iter()
+            .filter(|m| *m == method)
+            .count()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ProxyControl {
+    fn serve(&self, mut conn: std::net::TcpStream, upstream: SocketAddr) {
+        // One call per connection: the answer says Connection: close.
+        if self.down.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(req) = read_request(&mut conn) else {
+            return;
+        };
+        let method = serde_json::from_slice::<Value>(&req.body)
+            .ok()
+            .and_then(|v| v["method"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        lock(&self.calls).push(method.clone());
+        if self.down.load(Ordering::SeqCst) {
+            return;
+        }
+        let delay = self.receipt_delay_ms.load(Ordering::SeqCst);
+        if method == "eth_getTransactionReceipt" && delay > 0 {
+            std::thread::sleep(Duration::from_millis(delay));
+        }
+        let answer = request(
+            upstream,
+            "POST",
+            "/",
+            &[("Content-Type", "application/json")],
+            Some(&req.body),
+        );
+        if lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
+            return;
+        }
+        let _ = write!(
+            conn,
+            "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            answer.status,
+            answer.body.len()
+        );
+        let _ = conn.write_all(&answer.body);
+    }
 }

@@ -137,6 +137,9 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        if self.0.as_os_str().is_empty() {
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -170,6 +173,14 @@ impl Server {
         let mut all = vec![("RUST_LOG", "debug")];
         all.extend_from_slice(env);
         Server::spawn(data, &all, Stdio::from(log))
+    }
+
+    /// Kills the process with SIGKILL (no shutdown of any kind) and hands back its
+    /// data directory, to start another server on it.
+    pub fn crash(mut self) -> TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::replace(&mut self.data, TempDir(PathBuf::new()))
     }
 
     /// What the server logged so far (only for [`Server::start_logged`]).
@@ -405,7 +416,7 @@ impl Scripted {
     }
 }
 
-fn read_request(conn: &mut TcpStream) -> Option<Received> {
+pub(crate) fn read_request(conn: &mut TcpStream) -> Option<Received> {
     conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 8192];

@@ -4,9 +4,6 @@
 //! settlement that fails after the checks ran voids the purchase (no document kept,
 //! no record, the key reusable) and answers 402 with `PAYMENT-RESPONSE success:false`.
 
-use std::time::Duration;
-
-use http::HeaderValue;
 use umpire_core::document::CheckResult;
 use umpire_core::hash::{random_bytes, random_id, sha256_hex};
 use umpire_core::json::{Value, parse};
@@ -15,14 +12,10 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
-use crate::checkout::{self, Checkout, Product, Void, settlement_value};
+use crate::checkout::{self, Checkout, Prepared, Product, Void};
 use crate::handlers::json_body;
 use crate::purchase::{Envelope, Purchase, assess};
 use crate::{AppState, Request, Response, respond, sworn, verdict};
-
-/// Tries to persist a settled verdict before giving up on the status link (the
-/// customer paid: the document is answered even if it cannot be stored).
-const PERSIST_ATTEMPTS: u32 = 3;
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
     let name = crate::routes::last_segment(req);
@@ -89,7 +82,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         path: format!("/v1/verdicts/{}", tier.as_str()),
         name: format!("a {} verdict", tier.as_str()),
     };
-    let checkout = checkout::begin(state, req, product).await?;
+    let mut checkout = checkout::begin(state, req, product).await?;
 
     // Judge in the isolated checker (pass 1 of a sworn verdict).
     let results = match verdict::judge(state, &purchase).await {
@@ -99,12 +92,12 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let verdict_id = random_id("vrd");
     let secret = format!("sec_{}", hex::encode(random_bytes::<32>()));
     let status_url = format!("{}/v1/verdicts/{verdict_id}", state.config.issuer);
-    let paid = Paid {
+    let mut paid = Paid {
         state,
         verdict_id: &verdict_id,
         secret: &secret,
         status_url: &status_url,
-        checkout: &checkout,
+        checkout: &mut checkout,
     };
     let answer = if tier == Tier::Sworn {
         paid.sworn(&purchase, &results).await
@@ -114,15 +107,15 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     Ok(checkout.finish(answer).await)
 }
 
-struct Paid<'a> {
+struct Paid<'a, 'c> {
     state: &'a AppState,
     verdict_id: &'a str,
     secret: &'a str,
     status_url: &'a str,
-    checkout: &'a Checkout<'a>,
+    checkout: &'a mut Checkout<'c>,
 }
 
-impl Paid<'_> {
+impl Paid<'_, '_> {
     fn record(&self, purchase: &Purchase, now: u64) -> VerdictRecord {
         VerdictRecord {
             verdict_id: self.verdict_id.to_owned(),
@@ -138,36 +131,27 @@ impl Paid<'_> {
         }
     }
 
-    fn respond(&self, status: u16, body: Value, settlement: &SettlementResponse) -> Response {
-        let mut r = self.checkout.with_settlement(
-            respond::cache(respond::json(status, &body), "no-store"),
-            settlement,
-        );
-        if let Ok(v) = HeaderValue::from_str(self.status_url) {
-            r.headers_mut().insert(http::header::LOCATION, v);
+    /// The answer as it will be given once paid (the settlement goes in `settlement`).
+    fn prepared(&self, status: u16, body: &Value, record: Option<VerdictRecord>) -> Prepared {
+        Prepared {
+            location: Some(self.status_url.to_owned()),
+            record,
+            ..Prepared::new(status, body, &["settlement"])
         }
-        r
     }
 
     /// witness, basic, probe: sign, settle, store, answer 201 with the document.
     async fn immediate(
-        &self,
+        &mut self,
         purchase: &Purchase,
         results: &[CheckResult],
-    ) -> Result<Response, Void> {
+    ) -> Result<(Prepared, SettlementResponse), Void> {
         let document = verdict::signed_verdict(self.state, purchase, self.verdict_id, results);
-        let settlement = self
-            .state
-            .payments
-            .settle(&self.checkout.ctx)
-            .await
-            .map_err(Void::Settlement)?;
         let now = umpire_core::time::now_unix();
         let record = VerdictRecord {
             document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
             ..self.record(purchase, now)
         };
-        let stored = persist(self.state, &record).await;
         let body = Value::object()
             .with("verdict_id", self.verdict_id)
             .with("tier", purchase.tier.as_str())
@@ -178,25 +162,23 @@ impl Paid<'_> {
             )
             .with("document", document)
             .with("status_url", self.status_url)
-            .with(
-                "secret",
-                if stored {
-                    Value::from(self.secret)
-                } else {
-                    Value::Null
-                },
-            )
+            .with("secret", self.secret)
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
-            .with("payer", self.checkout.payer.as_str())
-            .with("settlement", settlement_value(&settlement));
+            .with("payer", self.checkout.payer.as_str());
+        let prepared = self.prepared(201, &body, Some(record));
+        let settlement = self.checkout.settle(&prepared).await?;
         crate::metrics::record(crate::metrics::Metric::VerdictIssued);
-        Ok(self.respond(201, body, &settlement))
+        Ok((prepared, settlement))
     }
 
     /// sworn: store the pending verdict and queue pass 2 before settling (so a paid
     /// verdict always has its pass 2), then settle; a failed settlement deletes the
     /// record, and the queued pass 2 finds nothing and ends. 202 with pass 1.
-    async fn sworn(&self, purchase: &Purchase, results: &[CheckResult]) -> Result<Response, Void> {
+    async fn sworn(
+        &mut self,
+        purchase: &Purchase,
+        results: &[CheckResult],
+    ) -> Result<(Prepared, SettlementResponse), Void> {
         let queue = self
             .state
             .queue
@@ -221,13 +203,6 @@ impl Paid<'_> {
             self.forget(self.verdict_id).await;
             return Err(Void::Internal(crate::internal(e)));
         }
-        let settlement = match self.state.payments.settle(&self.checkout.ctx).await {
-            Ok(s) => s,
-            Err(f) => {
-                self.forget(self.verdict_id).await;
-                return Err(Void::Settlement(f));
-            }
-        };
         let body = Value::object()
             .with("verdict_id", self.verdict_id)
             .with("tier", "sworn")
@@ -238,10 +213,17 @@ impl Paid<'_> {
             .with("webhook_url", purchase.webhook_url.clone())
             .with("final_due_at", umpire_core::time::rfc3339(due))
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
-            .with("payer", self.checkout.payer.as_str())
-            .with("settlement", settlement_value(&settlement));
+            .with("payer", self.checkout.payer.as_str());
+        let prepared = self.prepared(202, &body, None);
+        let settlement = match self.checkout.settle(&prepared).await {
+            Ok(s) => s,
+            Err(v) => {
+                self.forget(self.verdict_id).await;
+                return Err(v);
+            }
+        };
         crate::metrics::record(crate::metrics::Metric::VerdictIssued);
-        Ok(self.respond(202, body, &settlement))
+        Ok((prepared, settlement))
     }
 
     async fn forget(&self, verdict_id: &str) {
@@ -249,19 +231,6 @@ impl Paid<'_> {
             tracing::error!(error = %e, verdict_id, "could not delete a voided sworn verdict");
         }
     }
-}
-
-async fn persist(state: &AppState, record: &VerdictRecord) -> bool {
-    for attempt in 1..=PERSIST_ATTEMPTS {
-        match state.store.put_verdict(record).await {
-            Ok(()) => return true,
-            Err(e) => {
-                tracing::error!(error = %e, attempt, verdict_id = record.verdict_id, "could not store a settled verdict");
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
-            }
-        }
-    }
-    false
 }
 
 /// The stored document back as a value (for tests and replays).

@@ -4,11 +4,19 @@
 //! one purchase). The caller then does its work, settles through [`Checkout::ctx`], and
 //! hands its answer to [`Checkout::finish`], which records it for replays, or releases
 //! every claim when the purchase was voided.
+//!
+//! Crash safety: the answer is written down ([`Prepared`], under the payment's key)
+//! before the payment settles. A process that dies after settling and before recording
+//! leaves that note; the customer's retry (the same request and payment, once the
+//! in-progress claim expired) finds the payment spent, finds the note, confirms on
+//! chain that this very authorization paid us, and gets the prepared answer: no
+//! settled payment without its document, no document without a settled payment.
 
 use http::HeaderValue;
 use umpire_core::hash::sha256_hex;
 use umpire_core::product::Price;
 use umpire_core::{ApiError, ErrorCode, Value};
+use umpire_pay::evm::REASON_NONCE_USED;
 use umpire_pay::rails::SolRate;
 use umpire_pay::settle::payer_named_in;
 use umpire_pay::{
@@ -16,7 +24,7 @@ use umpire_pay::{
     HEADER_X_PAYMENT_RESPONSE, PaymentContext, PaymentFailure, PaymentPayload, PaymentRequired,
     PaymentRequirementsV1, ResourceInfo, SettlementResponse, decode_header, encode_header,
 };
-use umpire_store::{Claim, IdempotencyState};
+use umpire_store::{Claim, IdempotencyState, StoreError, StoredResponse, VerdictRecord};
 
 use crate::idempotency::{self, Decision, IdempotencyKey};
 use crate::{AppState, ClientIp, Request, Response, limits, payment, respond};
@@ -131,11 +139,7 @@ impl Sale<'_> {
         }
         if failure.kind == FailureKind::Unavailable && !voided {
             tracing::warn!(error = %failure, "payment could not be verified");
-            return respond::error(&ApiError::new(
-                ErrorCode::ChainUnavailable,
-                "the payment could not be checked right now (chain or facilitator unreachable)",
-                "Retry the identical request in a few seconds; nothing was charged.",
-            ));
+            return respond::error(&chain_unavailable());
         }
         let (message, hint) = if voided {
             (
@@ -192,6 +196,102 @@ struct Claims<'a> {
     held: Vec<(String, String)>,
 }
 
+/// Tries to persist a settled verdict before giving up on the status link (the
+/// customer paid: the answer is given even if the record cannot be stored).
+const PERSIST_ATTEMPTS: u32 = 3;
+
+/// Where the prepared answer of a purchase paid with `payment_key` is written down.
+fn intent_key(payment_key: &str) -> String {
+    format!("settling|{payment_key}")
+}
+
+/// A purchase's answer as it will be given, written down before the payment settles:
+/// the response without its settlement, and the verdict to store once paid.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Prepared {
+    pub status: u16,
+    /// The `Location` header, if any.
+    pub location: Option<String>,
+    /// The body without the settlement (stable JSON text).
+    pub body: String,
+    /// Where the settlement goes in the body, e.g. `["settlement"]`.
+    pub settlement_at: Vec<String>,
+    /// A verdict to store once the payment settled; `secret` in the body is withheld
+    /// when it cannot be stored (there would be no status to use it on).
+    pub record: Option<VerdictRecord>,
+}
+
+impl Prepared {
+    pub fn new(status: u16, body: &Value, settlement_at: &[&str]) -> Prepared {
+        Prepared {
+            status,
+            location: None,
+            body: String::from_utf8_lossy(&body.to_canonical_vec()).into_owned(),
+            settlement_at: settlement_at.iter().map(|s| (*s).to_owned()).collect(),
+            record: None,
+        }
+    }
+}
+
+/// Stores a settled verdict, a few times if the store falters; `true` once it is there
+/// (also when an earlier attempt stored it and lost the answer).
+async fn persist(state: &AppState, record: &VerdictRecord) -> bool {
+    for attempt in 1..=PERSIST_ATTEMPTS {
+        match state.store.put_verdict(record).await {
+            Ok(()) | Err(StoreError::AlreadyExists) => return true,
+            Err(e) => {
+                tracing::error!(error = %e, attempt, verdict_id = record.verdict_id, "could not store a settled verdict");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                    .await;
+            }
+        }
+    }
+    false
+}
+
+/// The answer of a settled purchase: its verdict stored, the settlement in the body
+/// and in the x402 header.
+async fn deliver(
+    state: &AppState,
+    version: u32,
+    prepared: Prepared,
+    settlement: &SettlementResponse,
+) -> Response {
+    let stored = match &prepared.record {
+        Some(record) => persist(state, record).await,
+        None => true,
+    };
+    let mut body = umpire_core::json::parse(prepared.body.as_bytes()).unwrap_or(Value::Null);
+    if !stored {
+        body = body.with("secret", Value::Null);
+    }
+    body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
+    let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");
+    if let Some(v) = prepared
+        .location
+        .as_deref()
+        .and_then(|l| HeaderValue::from_str(l).ok())
+    {
+        r.headers_mut().insert(http::header::LOCATION, v);
+    }
+    if let (name, Some(v)) = settlement_header(version, settlement) {
+        r.headers_mut().insert(name, v);
+    }
+    r
+}
+
+/// `value` placed at `path` inside `body` (objects along the way).
+fn set_at(body: Value, path: &[String], value: Value) -> Value {
+    match path {
+        [] => value,
+        [last] => body.with(last.as_str(), value),
+        [first, rest @ ..] => {
+            let inner = body.get(first).cloned().unwrap_or_else(Value::object);
+            body.with(first.as_str(), set_at(inner, rest, value))
+        }
+    }
+}
+
 impl Claims<'_> {
     async fn release(&mut self) {
         for (key, hash) in self.held.drain(..) {
@@ -243,7 +343,7 @@ async fn claim_payment(
             payment_key,
             request_hash,
             now,
-            now + idempotency::IN_PROGRESS_SECS,
+            now + u64::from(state.config.in_progress_secs),
             now + idempotency::COMPLETED_SECS,
         )
         .await
@@ -269,6 +369,10 @@ pub struct Checkout<'a> {
     /// The verified payer.
     pub payer: String,
     claims: Claims<'a>,
+    payment_key: String,
+    request_hash: String,
+    /// Whether an answer was written down under [`intent_key`].
+    prepared: bool,
 }
 
 impl Checkout<'_> {
@@ -293,18 +397,65 @@ impl Checkout<'_> {
 
     /// Gives every claim back after our own failure: nothing was settled.
     pub async fn abandon(mut self, e: ApiError) -> Response {
+        self.forget_prepared().await;
         self.claims.release().await;
         respond::error(&e)
     }
 
-    /// Records a delivered answer for replays, or releases the claims of a voided one.
-    pub async fn finish(mut self, answer: Result<Response, Void>) -> Response {
-        match answer {
-            Ok(r) => {
+    /// Writes the answer down, then settles: a crash from here on leaves what the
+    /// customer's retry needs (see the module notes).
+    pub async fn settle(&mut self, prepared: &Prepared) -> Result<SettlementResponse, Void> {
+        let note =
+            serde_json::to_string(prepared).map_err(|e| Void::Internal(crate::internal(e)))?;
+        write_note(
+            self.claims.state,
+            &intent_key(&self.payment_key),
+            &self.request_hash,
+            note,
+        )
+        .await
+        .map_err(Void::Internal)?;
+        self.prepared = true;
+        self.claims
+            .state
+            .payments
+            .settle(&self.ctx)
+            .await
+            .map_err(Void::Settlement)
+    }
+
+    async fn forget_prepared(&mut self) {
+        if std::mem::take(&mut self.prepared) {
+            forget_note(self.claims.state, &self.payment_key).await;
+        }
+    }
+
+    /// Answers a settled purchase and records the answer for replays, or releases the
+    /// claims of a voided one.
+    pub async fn finish(
+        mut self,
+        answer: Result<(Prepared, SettlementResponse), Void>,
+    ) -> Response {
+        let response = match answer {
+            Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 crate::metrics::record(crate::metrics::Metric::Settlement);
+                let r = deliver(self.claims.state, self.version, prepared, &settlement).await;
                 self.claims.complete(&r).await;
                 r
+            }
+            Err(Void::Settlement(f)) if f.kind == FailureKind::Unavailable => {
+                // The transfer may have gone through with its answer lost: keep the
+                // prepared answer, so the identical retry either finds the payment
+                // spent and gets it, or finds it unspent and buys afresh.
+                tracing::warn!(error = %f, "settlement outcome unknown");
+                self.claims.release().await;
+                return respond::error(&ApiError::new(
+                    ErrorCode::ChainUnavailable,
+                    "the payment could not be settled right now (chain or facilitator unreachable)",
+                    "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice.",
+                )
+                .with_detail("retry_after_seconds", RETRY_AFTER_SECS));
             }
             Err(Void::Settlement(f)) => {
                 crate::metrics::record(crate::metrics::Metric::Void);
@@ -317,8 +468,170 @@ impl Checkout<'_> {
                 self.claims.release().await;
                 respond::error(&e)
             }
+        };
+        self.forget_prepared().await;
+        response
+    }
+}
+
+/// Writes a purchase's prepared answer under `key`, replacing a note an interrupted
+/// earlier attempt left (its payment never settled, or this request would not run).
+async fn write_note(
+    state: &AppState,
+    key: &str,
+    request_hash: &str,
+    note: String,
+) -> Result<(), ApiError> {
+    let now = umpire_core::time::now_unix();
+    let until = now + idempotency::COMPLETED_SECS;
+    let store = &state.store;
+    store
+        .delete_idempotency(key)
+        .await
+        .map_err(crate::internal)?;
+    match store
+        .claim_idempotency(key, request_hash, now, until, until)
+        .await
+        .map_err(crate::internal)?
+    {
+        Claim::Won => {}
+        Claim::Held(_) => {
+            return Err(crate::internal(
+                "a prepared answer appeared under a held payment",
+            ));
         }
     }
+    let stored = StoredResponse {
+        status: 0,
+        headers: Vec::new(),
+        body: note,
+    };
+    store
+        .complete_idempotency(key, request_hash, &stored, until)
+        .await
+        .map_err(crate::internal)
+}
+
+async fn forget_note(state: &AppState, payment_key: &str) {
+    if let Err(e) = state
+        .store
+        .delete_idempotency(&intent_key(payment_key))
+        .await
+    {
+        // Harmless if left: a spent payment's purchase is never recovered twice.
+        tracing::warn!(error = %e, "could not remove a prepared answer");
+    }
+}
+
+/// A retry of a purchase whose process died after settling: if `ctx`'s payment has a
+/// prepared answer for this very request and the chain shows that authorization paid
+/// us, the answer (stored and recorded now); `None` when there is nothing to recover.
+async fn recover(
+    state: &AppState,
+    scoped: Option<&String>,
+    payment_key: &str,
+    request_hash: &str,
+    ctx: &PaymentContext,
+    version: u32,
+) -> Option<Response> {
+    let err = |e: ApiError| Some(respond::error(&e));
+    let now = umpire_core::time::now_unix();
+    let note = match state
+        .store
+        .get_idempotency(&intent_key(payment_key), now)
+        .await
+    {
+        Ok(Some(rec)) if rec.request_hash == request_hash => rec,
+        Ok(_) => return None,
+        Err(e) => return err(crate::internal(e)),
+    };
+    let IdempotencyState::Completed(stored) = note.state else {
+        return None;
+    };
+    let prepared: Prepared = match serde_json::from_str(&stored.body) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "an unreadable prepared answer");
+            return None;
+        }
+    };
+    // Take the payment and the key as the purchase itself would.
+    let mut claims = Claims {
+        state,
+        held: Vec::new(),
+    };
+    match claim_payment(state, payment_key, request_hash).await {
+        Ok(()) => claims
+            .held
+            .push((payment_key.to_owned(), request_hash.to_owned())),
+        // Its purchase completed: the key it came with replays it, others are refused.
+        Err(PaymentClaimError::Spent) => return None,
+        Err(PaymentClaimError::InUse) => return err(payment_in_use()),
+        Err(PaymentClaimError::Store(e)) => return err(e),
+    }
+    if let Some(scoped) = scoped {
+        match idempotency::claim(state, scoped, request_hash).await {
+            Ok(Decision::Proceed) => claims.held.push((scoped.clone(), request_hash.to_owned())),
+            Ok(Decision::Replay(r)) => {
+                claims.release().await;
+                return Some(r);
+            }
+            Err(e) => {
+                claims.release().await;
+                return err(e);
+            }
+        }
+    }
+    match state.payments.find_settlement(ctx).await {
+        Ok(Some(settlement)) => {
+            tracing::warn!(
+                transaction = settlement.transaction,
+                "delivering a purchase interrupted after settlement"
+            );
+            crate::metrics::record(crate::metrics::Metric::Settlement);
+            let r = deliver(state, version, prepared, &settlement).await;
+            claims.complete(&r).await;
+            forget_note(state, payment_key).await;
+            Some(r)
+        }
+        Ok(None) => {
+            // The token said "used" a moment ago; a lagging RPC node says otherwise.
+            claims.release().await;
+            err(chain_unavailable())
+        }
+        Err(f) if f.kind == FailureKind::Unavailable => {
+            tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
+            claims.release().await;
+            err(chain_unavailable())
+        }
+        Err(f) => {
+            tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
+            claims.release().await;
+            forget_note(state, payment_key).await;
+            None
+        }
+    }
+}
+
+fn chain_unavailable() -> ApiError {
+    ApiError::new(
+        ErrorCode::ChainUnavailable,
+        "the payment could not be checked right now (chain or facilitator unreachable)",
+        "Retry the identical request in a few seconds; nothing was charged.",
+    )
+    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+}
+
+/// What a 502 `chain_unavailable` asks the client to wait before retrying.
+const RETRY_AFTER_SECS: u64 = 2;
+
+fn payment_in_use() -> ApiError {
+    ApiError::new(
+        ErrorCode::InFlight,
+        "this payment is being used by another request right now",
+        "Wait a few seconds and retry with the same Idempotency-Key to get that request's response.",
+    )
+    .with_detail("retry_after_seconds", 2u64)
 }
 
 /// Everything up to a verified, claimed payment; `Err` is the answer to give instead
@@ -392,6 +705,12 @@ pub async fn begin<'a>(
         requirements,
         requirements_v1,
     };
+    let payment_key = format!(
+        "payment|{}",
+        sha256_hex(
+            &Value::from(header.raw.get("payload").cloned().unwrap_or_default()).to_canonical_vec()
+        )
+    );
     let now = umpire_core::time::now_unix();
     let verified = match state.payments.verify(&ctx, now).await {
         Ok(v) => v,
@@ -404,6 +723,20 @@ pub async fn begin<'a>(
                     Ok(Decision::Replay(r)) => return Err(r),
                     Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
                     _ => {}
+                }
+            }
+            if f.reason == REASON_NONCE_USED {
+                let recovered = recover(
+                    state,
+                    scoped.as_ref(),
+                    &payment_key,
+                    &request_hash,
+                    &ctx,
+                    header.version,
+                )
+                .await;
+                if let Some(r) = recovered {
+                    return Err(r);
                 }
             }
             return Err(sale.refused(header.version, &network, wallet, &f, false));
@@ -423,12 +756,6 @@ pub async fn begin<'a>(
             Err(e) => return Err(err(e)),
         }
     }
-    let payment_key = format!(
-        "payment|{}",
-        sha256_hex(
-            &Value::from(header.raw.get("payload").cloned().unwrap_or_default()).to_canonical_vec()
-        )
-    );
     if let Err(f) = claim_payment(state, &payment_key, &request_hash).await {
         claims.release().await;
         return Err(match f {
@@ -437,21 +764,18 @@ pub async fn begin<'a>(
                 &network,
                 wallet,
                 &PaymentFailure::invalid(
-                    "invalid_exact_evm_payload_authorization_nonce_used",
+                    REASON_NONCE_USED,
                     "this payment was already used for another purchase",
                 ),
                 false,
             ),
-            PaymentClaimError::InUse => err(ApiError::new(
-                ErrorCode::InFlight,
-                "this payment is being used by another request right now",
-                "Wait a few seconds and retry with the same Idempotency-Key to get that request's response.",
-            )
-            .with_detail("retry_after_seconds", 2u64)),
+            PaymentClaimError::InUse => err(payment_in_use()),
             PaymentClaimError::Store(e) => err(e),
         });
     }
-    claims.held.push((payment_key, request_hash));
+    claims
+        .held
+        .push((payment_key.clone(), request_hash.clone()));
     Ok(Checkout {
         sale,
         version: header.version,
@@ -460,5 +784,8 @@ pub async fn begin<'a>(
         ctx,
         payer: verified.payer,
         claims,
+        payment_key,
+        request_hash,
+        prepared: false,
     })
 }

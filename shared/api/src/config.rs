@@ -18,6 +18,9 @@ pub struct Config {
     pub sworn_delay_secs: u32,
     /// The first webhook retry waits this long; each next one twice as long.
     pub webhook_retry_base_secs: u32,
+    /// How long a paid request holds its Idempotency-Key and payment; a process that
+    /// dies mid-purchase frees them after this. Longer than any purchase can run.
+    pub in_progress_secs: u32,
 }
 
 impl Default for Config {
@@ -32,6 +35,7 @@ impl Default for Config {
             },
             sworn_delay_secs: SWORN_PASS2_DELAY_SECS as u32,
             webhook_retry_base_secs: 30,
+            in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
         }
     }
 }
@@ -70,7 +74,8 @@ impl Config {
         )
     }
 
-    /// `UMPIRE_ISSUER`, `UMPIRE_CHECK_LIMIT_MS`, `UMPIRE_RATE_LIMITS(_*)`; unset means the default.
+    /// `UMPIRE_ISSUER`, `UMPIRE_CHECK_LIMIT_MS`, `UMPIRE_RATE_LIMITS(_*)`, the
+    /// `UMPIRE_*_SECONDS` timings; unset means the default.
     pub fn from_env() -> Result<Config, ConfigError> {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("UMPIRE_ISSUER") {
@@ -121,6 +126,7 @@ impl Config {
             1..=900,
             c.webhook_retry_base_secs,
         )?;
+        c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;
         c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
             name: e.name,
             value: std::env::var(e.name).unwrap_or_default(),

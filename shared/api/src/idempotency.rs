@@ -14,7 +14,9 @@ use umpire_store::{Claim, IdempotencyRecord, IdempotencyState, StoredResponse};
 
 use crate::{AppState, Response};
 
-/// How long a claim holds the key while its request runs (checks, signing, settlement).
+/// How long a claim holds the key while its request runs (checks, signing, settlement),
+/// unless `UMPIRE_IN_PROGRESS_SECONDS` says otherwise; longer than the verdicts
+/// function's timeout.
 pub const IN_PROGRESS_SECS: u64 = 120;
 /// How long a completed response is replayed.
 pub const COMPLETED_SECS: u64 = 24 * 3600;
@@ -104,6 +106,8 @@ fn conflict(rec: &IdempotencyRecord, request_hash: &str, now: u64) -> Result<Dec
             "this Idempotency-Key was used for a different request",
             "Send a new Idempotency-Key for a new request; reuse a key only to retry the identical request (same path and body).",
         )),
+        // A claim whose holder died: free for the next request (the claim takes it over).
+        IdempotencyState::InProgress { until } if *until <= now => Ok(Decision::Proceed),
         IdempotencyState::InProgress { until } => {
             if rec.request_hash != request_hash {
                 return Err(ApiError::new(
@@ -154,7 +158,7 @@ pub async fn claim(
             scoped_key,
             request_hash,
             now,
-            now + IN_PROGRESS_SECS,
+            now + u64::from(state.config.in_progress_secs),
             now + COMPLETED_SECS,
         )
         .await
@@ -308,6 +312,16 @@ mod tests {
             check(&s, key, &h2).await.expect_err("reuse").code,
             ErrorCode::IdempotencyKeyReuse
         );
+
+        // A claim whose holder died is free once it expires.
+        let stale = "anon|0123456789stale";
+        let now = umpire_core::time::now_unix();
+        s.store
+            .claim_idempotency(stale, &h1, now - 10, now - 1, now + COMPLETED_SECS)
+            .await
+            .expect("stale claim");
+        assert!(matches!(check(&s, stale, &h2).await, Ok(Decision::Proceed)));
+        assert!(matches!(claim(&s, stale, &h1).await, Ok(Decision::Proceed)));
 
         // A voided purchase frees its key.
         let other = "anon|fedcba9876543210";

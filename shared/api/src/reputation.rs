@@ -20,7 +20,7 @@ use umpire_core::product::{
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{FeedbackRow, Store, StoreError};
 
-use crate::checkout::{self, Product, Void, settlement_value};
+use crate::checkout::{self, Prepared, Product};
 use crate::feedback::usdc_decimal;
 use crate::{AppState, Request, Response, respond};
 
@@ -305,7 +305,7 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         path: "/v1/reputation".into(),
         name: "a reputation report".into(),
     };
-    let checkout = match checkout::begin(state, req, product).await {
+    let mut checkout = match checkout::begin(state, req, product).await {
         Ok(c) => c,
         Err(r) => return r,
     };
@@ -316,22 +316,17 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         Err(e) => return checkout.abandon(crate::internal(e)).await,
     };
     let report = signed_report(state, &merchant, &ledger, now);
-    let answer = match state.payments.settle(&checkout.ctx).await {
-        Ok(settlement) => {
-            let receipt = Value::object()
-                .with("price_usd", REPUTATION_PRICE.usd_decimal())
-                .with("payer", checkout.payer.as_str())
-                .with("settlement", settlement_value(&settlement));
-            let body = Value::object()
-                .with("report", report)
-                .with("receipt", receipt);
-            Ok(checkout.with_settlement(
-                respond::cache(respond::json(200, &body), "no-store"),
-                &settlement,
-            ))
-        }
-        Err(f) => Err(Void::Settlement(f)),
-    };
+    let receipt = Value::object()
+        .with("price_usd", REPUTATION_PRICE.usd_decimal())
+        .with("payer", checkout.payer.as_str());
+    let body = Value::object()
+        .with("report", report)
+        .with("receipt", receipt);
+    let prepared = Prepared::new(200, &body, &["receipt", "settlement"]);
+    let answer = checkout
+        .settle(&prepared)
+        .await
+        .map(|settlement| (prepared, settlement));
     checkout.finish(answer).await
 }
 

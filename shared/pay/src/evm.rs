@@ -13,10 +13,10 @@ use std::time::Duration;
 use alloy::network::{EthereumWallet, TransactionBuilder};
 use alloy::primitives::{Address, B256, Bytes, Signature, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::rpc::types::TransactionRequest;
+use alloy::rpc::types::{Filter, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol;
-use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
+use alloy::sol_types::{Eip712Domain, SolCall, SolEvent, SolStruct};
 
 use crate::rails::Rail;
 use crate::settle::PaymentFailure;
@@ -40,12 +40,22 @@ sol! {
         function balanceOf(address account) external view returns (uint256);
         function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external;
         function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, bytes signature) external;
+        event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+        event Transfer(address indexed from, address indexed to, uint256 value);
     }
 }
 
 /// A validity window must stay open at least this long past "now": settlement needs
 /// time to land, and the token refuses an authorization at `validBefore`.
 pub const VALID_BEFORE_MARGIN_SECS: u64 = 6;
+
+/// How far back [`EvmChain::find_settlement`] looks for the transfer that used an
+/// authorization: about 5.5 hours of Base blocks, inside the 10,000-block range most
+/// RPC providers allow for `eth_getLogs`.
+pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
+
+/// The x402 reason for an authorization whose nonce the token already marked used.
+pub const REASON_NONCE_USED: &str = "invalid_exact_evm_payload_authorization_nonce_used";
 
 /// A plain EOA signature: r, s and v.
 const EOA_SIGNATURE_LEN: usize = 65;
@@ -294,7 +304,27 @@ pub struct EvmChain {
     settler: Option<Address>,
     chain_id: u64,
     receipt_timeout: Duration,
+    /// The settler's next transaction nonce, kept here rather than by alloy's filler
+    /// so it can be re-read from the chain when it goes wrong (a crash left a gap,
+    /// another process used the key, a broadcast's answer was lost).
+    next_nonce: std::sync::Arc<tokio::sync::Mutex<Option<u64>>>,
 }
+
+/// Nonce trouble the settler recovers from by re-reading its nonce and sending again.
+fn is_nonce_error(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "nonce too low",
+        "nonce too high",
+        "already known",
+        "replacement transaction underpriced",
+    ]
+    .iter()
+    .any(|needle| m.contains(needle))
+}
+
+/// How many times a settlement is re-sent after nonce trouble.
+const NONCE_ATTEMPTS: u32 = 3;
 
 impl std::fmt::Debug for EvmChain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -349,6 +379,7 @@ impl EvmChain {
             settler,
             chain_id,
             receipt_timeout,
+            next_nonce: Default::default(),
         })
     }
 
@@ -403,7 +434,7 @@ impl EvmChain {
         let a = &payment.authorization;
         if self.authorization_used(token, a.from, a.nonce).await? {
             return Err(invalid(
-                "invalid_exact_evm_payload_authorization_nonce_used",
+                REASON_NONCE_USED,
                 "this authorization's nonce was already used or canceled: the payment was spent",
             ));
         }
@@ -438,6 +469,85 @@ impl EvmChain {
         Ok(())
     }
 
+    /// The settler's nonce for the next transaction: the chain's pending count the
+    /// first time (and after [`EvmChain::forget_nonce`]), then counted here.
+    async fn take_nonce(&self, settler: Address) -> Result<u64, PaymentFailure> {
+        let mut next = self.next_nonce.lock().await;
+        let nonce = match *next {
+            Some(n) => n,
+            None => self
+                .provider
+                .get_transaction_count(settler)
+                .pending()
+                .await
+                .map_err(|e| rpc_error("eth_getTransactionCount", e))?,
+        };
+        *next = Some(nonce + 1);
+        Ok(nonce)
+    }
+
+    async fn forget_nonce(&self) {
+        *self.next_nonce.lock().await = None;
+    }
+
+    /// The transaction that executed this very authorization as a transfer to `pay_to`,
+    /// if one did: `None` while its nonce is unused. A nonce used by something else (a
+    /// cancellation, or another authorization with the same nonce) is an `invalid`
+    /// failure: the payment cannot be ours any more. For a purchase whose settlement
+    /// outcome was lost (a crash between broadcast and record).
+    pub async fn find_settlement(
+        &self,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+    ) -> Result<Option<B256>, PaymentFailure> {
+        let a = &payment.authorization;
+        if !self.authorization_used(token, a.from, a.nonce).await? {
+            return Ok(None);
+        }
+        let latest = self
+            .provider
+            .get_block_number()
+            .await
+            .map_err(|e| rpc_error("eth_blockNumber", e))?;
+        let filter = Filter::new()
+            .address(token)
+            .event_signature(IEip3009::AuthorizationUsed::SIGNATURE_HASH)
+            .topic1(a.from.into_word())
+            .topic2(a.nonce)
+            .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS))
+            .to_block(latest);
+        let logs = self
+            .provider
+            .get_logs(&filter)
+            .await
+            .map_err(|e| rpc_error("eth_getLogs", e))?;
+        for tx in logs.iter().filter_map(|l| l.transaction_hash) {
+            let receipt = self
+                .provider
+                .get_transaction_receipt(tx)
+                .await
+                .map_err(|e| rpc_error("eth_getTransactionReceipt", e))?;
+            let Some(receipt) = receipt.filter(|r| r.status()) else {
+                continue;
+            };
+            let paid_us = receipt.inner.logs().iter().any(|log| {
+                log.address() == token
+                    && log.log_decode::<IEip3009::Transfer>().is_ok_and(|t| {
+                        let t = t.inner.data;
+                        t.from == a.from && t.to == pay_to && t.value == a.value
+                    })
+            });
+            if paid_us {
+                return Ok(Some(tx));
+            }
+        }
+        Err(invalid(
+            REASON_NONCE_USED,
+            "this authorization's nonce was used, but not by a transfer of this payment to us",
+        ))
+    }
+
     /// Submits the transfer and waits for its receipt. A receipt that does not come
     /// within the timeout is reported as pending with its hash: the transfer was
     /// broadcast and may still land, so the purchase is not voided.
@@ -446,24 +556,41 @@ impl EvmChain {
         token: Address,
         payment: &Eip3009Payment,
     ) -> Result<Submitted, PaymentFailure> {
-        if self.settler.is_none() {
+        let Some(settler) = self.settler else {
             return Err(PaymentFailure::config("no settler key is configured"));
-        }
-        let tx = TransactionRequest::default()
-            .with_to(token)
-            .with_input(payment.transfer_calldata()?);
-        let pending = match self.provider.send_transaction(tx).await {
-            Ok(p) => p,
-            Err(e) if e.as_error_resp().is_some() => {
-                // Say why in the payer's terms when the chain can tell (funds moved
-                // away, authorization used or canceled since verification).
-                self.check_onchain(token, payment).await?;
-                return Err(invalid(
-                    "settlement_failed",
-                    format!("the chain refused the transfer: {e}"),
-                ));
+        };
+        let mut attempt = 0;
+        let pending = loop {
+            attempt += 1;
+            let nonce = self.take_nonce(settler).await?;
+            let tx = TransactionRequest::default()
+                .with_to(token)
+                .with_nonce(nonce)
+                .with_input(payment.transfer_calldata()?);
+            match self.provider.send_transaction(tx).await {
+                Ok(p) => break p,
+                Err(e) if e.as_error_resp().is_some() => {
+                    let text = e.to_string();
+                    if is_nonce_error(&text) && attempt < NONCE_ATTEMPTS {
+                        tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
+                        self.forget_nonce().await;
+                        continue;
+                    }
+                    self.forget_nonce().await;
+                    // Say why in the payer's terms when the chain can tell (funds moved
+                    // away, authorization used or canceled since verification).
+                    self.check_onchain(token, payment).await?;
+                    return Err(invalid(
+                        "settlement_failed",
+                        format!("the chain refused the transfer: {text}"),
+                    ));
+                }
+                Err(e) => {
+                    // The transaction may or may not have arrived: ask the chain next time.
+                    self.forget_nonce().await;
+                    return Err(rpc_error("eth_sendRawTransaction", e));
+                }
             }
-            Err(e) => return Err(rpc_error("eth_sendTransaction", e)),
         };
         let hash = *pending.tx_hash();
         match pending
@@ -472,10 +599,15 @@ impl EvmChain {
             .await
         {
             Ok(receipt) if receipt.status() => Ok(Submitted::Confirmed(hash)),
-            Ok(_) => Err(invalid(
-                "settlement_failed",
-                format!("the transfer {hash} reverted on chain"),
-            )),
+            Ok(_) => {
+                // Reverted: most likely the authorization was executed first by
+                // another transaction; say so if the chain can tell.
+                self.check_onchain(token, payment).await?;
+                Err(invalid(
+                    "settlement_failed",
+                    format!("the transfer {hash} reverted on chain"),
+                ))
+            }
             Err(e) => {
                 tracing::warn!(%hash, error = %e, "settlement receipt did not arrive in time");
                 Ok(Submitted::Pending(hash))

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::evm::{Eip3009Payment, EvmChain, Submitted};
+use crate::evm::{Eip3009Payment, EvmChain, REASON_NONCE_USED, Submitted};
 use crate::rails::Rail;
 use crate::types::{
     EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, SettlementResponse,
@@ -131,6 +131,12 @@ pub trait Settler: Send + Sync {
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure>;
     /// Moves the money. Called once per verified purchase, after the work is done.
     async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure>;
+    /// The settlement of this payment if it already happened (`None` if not): for a
+    /// purchase whose process died between settling and recording.
+    async fn find_settlement(
+        &self,
+        ctx: &PaymentContext,
+    ) -> Result<Option<SettlementResponse>, PaymentFailure>;
 }
 
 /// Settles EVM payments ourselves: chain reads and simulation to verify, then
@@ -167,8 +173,15 @@ impl Settler for SelfSettler {
 
     async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        let hash = match self.chain.submit(token_of(&ctx.rail)?, &p).await? {
-            Submitted::Confirmed(h) | Submitted::Pending(h) => h,
+        let hash = match self.chain.submit(token_of(&ctx.rail)?, &p).await {
+            Ok(Submitted::Confirmed(h) | Submitted::Pending(h)) => h,
+            // Already executed: by a transfer of ours an earlier process broadcast and
+            // never recorded (then this purchase is paid), or by something else.
+            Err(f) if f.reason == REASON_NONCE_USED => match self.find_settlement(ctx).await? {
+                Some(done) => return Ok(done),
+                None => return Err(f),
+            },
+            Err(f) => return Err(f),
         };
         Ok(SettlementResponse {
             success: true,
@@ -177,6 +190,27 @@ impl Settler for SelfSettler {
             payer: Some(p.payer().to_string()),
             error_reason: None,
         })
+    }
+
+    async fn find_settlement(
+        &self,
+        ctx: &PaymentContext,
+    ) -> Result<Option<SettlementResponse>, PaymentFailure> {
+        let p = eip3009_or_unsupported(ctx)?;
+        let pay_to = ctx.rail.pay_to.parse().map_err(|_| {
+            PaymentFailure::config(format!("payTo {} is not an address", ctx.rail.pay_to))
+        })?;
+        let found = self
+            .chain
+            .find_settlement(token_of(&ctx.rail)?, &p, pay_to)
+            .await?;
+        Ok(found.map(|hash| SettlementResponse {
+            success: true,
+            transaction: hash.to_string(),
+            network: ctx.rail.network.clone(),
+            payer: Some(p.payer().to_string()),
+            error_reason: None,
+        }))
     }
 }
 
@@ -357,6 +391,16 @@ impl Settler for FacilitatorClient {
             error_reason: None,
         })
     }
+
+    /// The x402 facilitator API has no lookup, and this deployment reads no chain.
+    async fn find_settlement(
+        &self,
+        _ctx: &PaymentContext,
+    ) -> Result<Option<SettlementResponse>, PaymentFailure> {
+        Err(PaymentFailure::unavailable(
+            "an interrupted purchase settled through the facilitator cannot be looked up (no chain access here)",
+        ))
+    }
 }
 
 /// How payments are verified and settled on this deployment.
@@ -403,6 +447,13 @@ impl Payments {
 
     pub async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
         self.settler_for(&ctx.rail)?.settle(ctx).await
+    }
+
+    pub async fn find_settlement(
+        &self,
+        ctx: &PaymentContext,
+    ) -> Result<Option<SettlementResponse>, PaymentFailure> {
+        self.settler_for(&ctx.rail)?.find_settlement(ctx).await
     }
 
     /// What the facilitator's `/supported` contradicts in our configuration: rails it

@@ -642,6 +642,17 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn delete_idempotency(&self, key: &str) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(sdk)
+    }
+
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
         let item = self
             .get_item(&self.names.idempotency, "idem_key", key)

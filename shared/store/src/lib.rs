@@ -61,7 +61,7 @@ impl VerdictStatus {
 }
 
 /// A verdict as stored: no deliverable, only hashes and the signed documents.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerdictRecord {
     pub verdict_id: String,
     pub tier: String,
@@ -194,6 +194,8 @@ pub trait Store: Send + Sync {
     ) -> Result<()>;
     /// Gives a claim back (a voided purchase): the key may be used again.
     async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
+    /// Removes a record whatever its state (a note its writer no longer needs).
+    async fn delete_idempotency(&self, key: &str) -> Result<()>;
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
 
     /// Counts one request in a fixed window; returns the count including this one.

@@ -411,6 +411,13 @@ impl Store for SqliteStore {
         .map(|_| ())
     }
 
+    async fn delete_idempotency(&self, key: &str) -> Result<()> {
+        let k = key.to_owned();
+        self.run(move |c| c.execute("DELETE FROM idempotency WHERE key = ?1", params![k]))
+            .await
+            .map(|_| ())
+    }
+
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
         let k = key.to_owned();
         let row = self

@@ -246,9 +246,24 @@ async fn idempotency_lifecycle(store: &dyn Store) {
         }
         Claim::Won => panic!("a completed key was claimed again"),
     }
-    // Releasing a completed record does nothing.
+    // Releasing a completed record does nothing; deleting it removes it.
     store.release_idempotency(k, "h1").await.expect("release");
     assert!(store.get_idempotency(k, NOW).await.expect("get").is_some());
+    let note = "settling|payment-note-0000";
+    store
+        .claim_idempotency(note, "n", NOW, NOW + 60, NOW + 3600)
+        .await
+        .expect("claim");
+    store
+        .complete_idempotency(note, "n", &response("{}"), NOW + 3600)
+        .await
+        .expect("complete");
+    store.delete_idempotency(note).await.expect("delete");
+    assert_eq!(store.get_idempotency(note, NOW).await.expect("get"), None);
+    store
+        .delete_idempotency(note)
+        .await
+        .expect("deleting nothing is fine");
     // Past its expiry the key is free again.
     assert_eq!(
         store.get_idempotency(k, NOW + 86_400).await.expect("get"),

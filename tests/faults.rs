@@ -1,0 +1,312 @@
+//! Fault tests: `umpire serve` killed with SIGKILL in the middle of purchases, and the
+//! chain RPC lost before, during and after settlement. Whatever happens, every payment
+//! that settled has its document, every document has its settled payment, nothing is
+//! charged twice, and what failed says it is safe to retry.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
+use umpire_blackbox::{Reply, Server, python, request};
+use umpire_core::json::Value;
+
+const PRICE_BASIC: u128 = 1_000_000;
+const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+/// How long a crashed purchase holds its key and payment in these tests.
+const IN_PROGRESS_SECS: u64 = 5;
+
+fn buy(server: &Server, payment: &str, key: &str) -> Reply {
+    request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/basic",
+        &[
+            ("Content-Type", "application/json"),
+            ("PAYMENT-SIGNATURE", payment),
+            ("Idempotency-Key", key),
+        ],
+        Some(BODY.as_bytes()),
+    )
+}
+
+fn text(r: &Reply) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+/// The stored document of a purchase, read back through its status URL and secret.
+fn stored_document(server: &Server, purchase: &Value) -> Value {
+    let id = purchase
+        .get("verdict_id")
+        .and_then(Value::as_str)
+        .expect("id");
+    let secret = purchase
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("secret");
+    let bearer = format!("Bearer {secret}");
+    let r = request(
+        server.addr,
+        "GET",
+        &format!("/v1/verdicts/{id}"),
+        &[("Authorization", &bearer)],
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", text(&r));
+    r.json().get("document").cloned().expect("a final document")
+}
+
+/// How many verdicts the embedded store holds (read with Python's sqlite3 while no
+/// server runs on it).
+fn verdicts_in_store(data: &std::path::Path) -> usize {
+    let db = data.join(umpire_store::sqlite::FILE_NAME);
+    let out = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM verdicts').fetchone()[0])",
+        ])
+        .arg(&db)
+        .output()
+        .expect("python");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Retries the identical purchase until it is answered for good; `in_flight` is
+/// allowed only until the crashed claim's expiry (plus slack for a slow machine).
+fn retry_until_answered(server: &Server, payment: &str, key: &str, deadline: Instant) -> Reply {
+    loop {
+        let r = buy(server, payment, key);
+        if r.status != 409 {
+            return r;
+        }
+        assert_eq!(r.error_code(), "in_flight", "{}", text(&r));
+        assert!(
+            Instant::now() < deadline,
+            "key {key} still in flight past its in-progress expiry: {}",
+            text(&r)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_document() {
+    const N: usize = 12;
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let in_progress = IN_PROGRESS_SECS.to_string();
+    let env = [
+        ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+        ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
+    ];
+    let server = devnet.serve(Settlement::SelfSettle, &env);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payments = sign_payments(&devnet, &url, BODY, N);
+    let keys: Vec<String> = (0..N)
+        .map(|_| umpire_core::hash::random_id("crash"))
+        .collect();
+
+    // Settlements go out and are mined, their receipts are held: the server is between
+    // moving the money and recording the purchase when it dies.
+    proxy.delay_receipts(Duration::from_secs(30));
+    let addr = server.addr;
+    let inflight: Vec<_> = payments
+        .iter()
+        .zip(&keys)
+        .map(|(p, k)| {
+            let (p, k) = (p.clone(), k.clone());
+            std::thread::spawn(move || {
+                // The connection dies with the server; no answer is expected.
+                std::panic::catch_unwind(|| {
+                    request(
+                        addr,
+                        "POST",
+                        "/v1/verdicts/basic",
+                        &[
+                            ("Content-Type", "application/json"),
+                            ("PAYMENT-SIGNATURE", &p),
+                            ("Idempotency-Key", &k),
+                        ],
+                        Some(BODY.as_bytes()),
+                    )
+                })
+                .ok()
+                .map(|r| r.status)
+            })
+        })
+        .collect();
+    let waited = Instant::now();
+    while proxy.calls_of("eth_getTransactionReceipt") < N / 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "settlements did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let data = server.crash();
+    let crashed_at = Instant::now();
+    for t in inflight {
+        let answered = t.join().expect("thread");
+        assert!(
+            answered.is_none(),
+            "a purchase was answered before the crash: {answered:?}"
+        );
+    }
+    let settled_at_crash = (payer0 - devnet.balance(&payer)) / PRICE_BASIC;
+    eprintln!("{settled_at_crash} of {N} payments had settled when the server was killed");
+    assert!(settled_at_crash >= (N / 2) as u128);
+    assert_eq!(verdicts_in_store(data.path()), 0, "nothing was recorded");
+
+    proxy.delay_receipts(Duration::ZERO);
+    let server = devnet.serve_in(data, Settlement::SelfSettle, &env);
+    let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
+    let mut verdict_ids = Vec::new();
+    for (payment, key) in payments.iter().zip(&keys) {
+        let r = retry_until_answered(&server, payment, key, deadline);
+        assert_eq!(r.status, 201, "{}", text(&r));
+        let purchase = r.json();
+        let document = purchase.get("document").cloned().expect("document");
+        assert_eq!(
+            stored_document(&server, &purchase),
+            document,
+            "the answered document is the stored one"
+        );
+        verdict_ids.push(
+            purchase
+                .get("verdict_id")
+                .and_then(Value::as_str)
+                .expect("id")
+                .to_owned(),
+        );
+        // Asked again, the purchase replays.
+        let again = buy(&server, payment, key);
+        assert_eq!(again.status, 201);
+        assert_eq!(again.body, r.body);
+    }
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - PRICE_BASIC * N as u128,
+        "every payment settled exactly once"
+    );
+    verdict_ids.sort();
+    verdict_ids.dedup();
+    assert_eq!(verdict_ids.len(), N, "one verdict per purchase");
+    let data = server.crash();
+    assert_eq!(
+        verdicts_in_store(data.path()),
+        N,
+        "no document without its settled payment"
+    );
+}
+
+#[test]
+fn the_chain_unreachable_before_settlement_is_a_502_to_retry_and_nothing_is_charged() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let key = umpire_core::hash::random_id("rpc");
+
+    proxy.set_down(true);
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 502, "{}", text(&r));
+    assert_eq!(r.error_code(), "chain_unavailable");
+    assert!(r.header("retry-after").is_some(), "says when to retry");
+    assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
+
+    proxy.set_down(false);
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 201, "the key was left free: {}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let key = umpire_core::hash::random_id("lost");
+
+    // The transfer reaches the chain; its answer never comes back.
+    proxy.lose_answers_of(Some("eth_sendRawTransaction"));
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 502, "{}", text(&r));
+    assert_eq!(r.error_code(), "chain_unavailable");
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - PRICE_BASIC,
+        "the money moved although the server could not tell"
+    );
+
+    // The identical retry finds the payment spent by this very purchase and gets it.
+    proxy.lose_answers_of(None);
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let purchase = r.json();
+    let settlement = purchase.get("settlement").expect("settlement");
+    assert_eq!(
+        settlement.get("success").and_then(Value::as_bool),
+        Some(true)
+    );
+    let tx = settlement
+        .get("transaction")
+        .and_then(Value::as_str)
+        .expect("transaction");
+    let receipt = devnet.rpc("eth_getTransactionReceipt", serde_json::json!([tx]));
+    assert_eq!(receipt["status"], "0x1", "the settlement named is on chain");
+    assert!(r.header("payment-response").is_some());
+    let document = purchase.get("document").cloned().expect("document");
+    assert_eq!(stored_document(&server, &purchase), document);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+
+    // Under another key the spent payment buys nothing more.
+    let other = buy(&server, &payment, &umpire_core::hash::random_id("lost"));
+    assert_eq!(other.status, 402, "{}", text(&other));
+}
+
+#[test]
+fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry() {
+    let devnet = Devnet::start();
+    let proxy = Arc::new(RpcProxy::start(&devnet));
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+            ("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS", "2"),
+        ],
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let key = umpire_core::hash::random_id("rcpt");
+
+    // Broadcast, then the chain goes away before a receipt: the transfer is pending
+    // as far as the server knows, so it delivers (the payment cannot be taken back).
+    proxy.lose_answers_of(Some("eth_getTransactionReceipt"));
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    proxy.lose_answers_of(None);
+    let again = buy(&server, &payment, &key);
+    assert_eq!(again.body, r.body, "replayed");
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+}
