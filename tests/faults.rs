@@ -310,3 +310,126 @@ fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry()
     assert_eq!(again.body, r.body, "replayed");
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
 }
+
+/// Another process holding the embedded store's write lock: every write of the server
+/// fails after its busy timeout (reads go on, as WAL allows). Released on drop.
+struct StoreWriteLock(std::process::Child);
+
+impl StoreWriteLock {
+    fn take(data: &std::path::Path) -> StoreWriteLock {
+        use std::io::BufRead;
+        let db = data.join(umpire_store::sqlite::FILE_NAME);
+        let mut child = std::process::Command::new(python())
+            .args([
+                "-c",
+                "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); sys.stdin.read()",
+            ])
+            .arg(&db)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("lock line");
+        assert_eq!(line.trim(), "locked");
+        StoreWriteLock(child)
+    }
+}
+
+impl Drop for StoreWriteLock {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The purchase in a thread, so the test can act while the server is mid-request.
+fn buy_in_background(
+    server: &Arc<Server>,
+    payment: &str,
+    key: &str,
+) -> std::thread::JoinHandle<Reply> {
+    let (server, payment, key) = (server.clone(), payment.to_owned(), key.to_owned());
+    std::thread::spawn(move || buy(&server, &payment, &key))
+}
+
+#[test]
+fn the_store_lost_before_the_claim_is_a_500_to_retry_and_nothing_is_charged() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
+    ));
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let key = umpire_core::hash::random_id("store");
+
+    // The key was looked up; the payment is being verified when the store goes.
+    let mut purchase = None;
+    let paused = proxy.pause_next("eth_call", || {
+        purchase = Some(buy_in_background(&server, &payment, &key));
+    });
+    let store_lock = StoreWriteLock::take(server.data.path());
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
+    assert_eq!(r.status, 500, "{}", text(&r));
+    assert_eq!(r.error_code(), "internal");
+    assert!(r.header("retry-after").is_some(), "marked safe to retry");
+    assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
+
+    drop(store_lock);
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+#[test]
+fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let in_progress = IN_PROGRESS_SECS.to_string();
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+            ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
+        ],
+    ));
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let key = umpire_core::hash::random_id("store");
+
+    // The money moves while the store is gone: the customer paid and gets the
+    // document, without a secret (there is no stored verdict to use it on).
+    let mut purchase = None;
+    let paused = proxy.pause_next("eth_sendRawTransaction", || {
+        purchase = Some(buy_in_background(&server, &payment, &key));
+    });
+    let store_lock = StoreWriteLock::take(server.data.path());
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let first = r.json();
+    assert_eq!(first.get("secret"), Some(&Value::Null), "{}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+
+    // The store is back: the identical retry (once the unrecorded claim lapsed) gets
+    // the same verdict, now stored, with its secret.
+    drop(store_lock);
+    let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
+    let r = retry_until_answered(&server, &payment, &key, deadline);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let second = r.json();
+    assert_eq!(second.get("verdict_id"), first.get("verdict_id"));
+    assert_eq!(second.get("document"), first.get("document"));
+    let document = second.get("document").cloned().expect("document");
+    assert_eq!(stored_document(&server, &second), document);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+}

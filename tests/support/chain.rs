@@ -443,6 +443,31 @@ struct ProxyControl {
     receipt_delay_ms: AtomicU64,
     lose_answers_of: Mutex<Option<String>>,
     calls: Mutex<Vec<String>>,
+    /// The next call of this method waits until [`Paused::resume`].
+    pause_on: Mutex<Option<String>>,
+    paused: Mutex<PauseState>,
+    paused_changed: std::sync::Condvar,
+}
+
+#[derive(Default, PartialEq)]
+enum PauseState {
+    #[default]
+    None,
+    Holding,
+    Released,
+}
+
+/// A call held by the proxy: the server is in the middle of a request.
+pub struct Paused<'a> {
+    ctl: &'a ProxyControl,
+}
+
+impl Paused<'_> {
+    /// Lets the held call go on to the chain.
+    pub fn resume(self) {
+        *lock(&self.ctl.paused) = PauseState::Released;
+        self.ctl.paused_changed.notify_all();
+    }
 }
 
 impl RpcProxy {
@@ -476,6 +501,25 @@ impl RpcProxy {
         *lock(&self.ctl.lose_answers_of) = method.map(str::to_owned);
     }
 
+    /// Holds the next call of `method` (the server stops mid-request there) and returns
+    /// once it arrived; the call goes on after [`Paused::resume`].
+    pub fn pause_next(&self, method: &str, trigger: impl FnOnce()) -> Paused<'_> {
+        *lock(&self.ctl.paused) = PauseState::None;
+        *lock(&self.ctl.pause_on) = Some(method.to_owned());
+        trigger();
+        let mut state = lock(&self.ctl.paused);
+        while *state != PauseState::Holding {
+            let (next, timeout) = self
+                .ctl
+                .paused_changed
+                .wait_timeout(state, Duration::from_secs(60))
+                .unwrap_or_else(|p| p.into_inner());
+            assert!(!timeout.timed_out(), "no {method} call came");
+            state = next;
+        }
+        Paused { ctl: &self.ctl }
+    }
+
     /// How many calls of `method` came through so far.
     pub fn calls_of(&self, method: &str) -> usize {
         lock(&self.ctl.calls)
@@ -503,6 +547,25 @@ impl ProxyControl {
             .and_then(|v| v["method"].as_str().map(str::to_owned))
             .unwrap_or_default();
         lock(&self.calls).push(method.clone());
+        let hold = {
+            let mut on = lock(&self.pause_on);
+            let hit = on.as_deref() == Some(method.as_str());
+            if hit {
+                *on = None;
+            }
+            hit
+        };
+        if hold {
+            let mut state = lock(&self.paused);
+            *state = PauseState::Holding;
+            self.paused_changed.notify_all();
+            while *state != PauseState::Released {
+                state = self
+                    .paused_changed
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
         if self.down.load(Ordering::SeqCst) {
             return;
         }

@@ -277,7 +277,8 @@ pub fn request(
     body: Option<&[u8]>,
 ) -> Reply {
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
+    // Long enough for a purchase whose store writes all wait out their busy timeouts.
+    s.set_read_timeout(Some(Duration::from_secs(90)))
         .expect("timeout");
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {

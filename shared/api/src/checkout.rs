@@ -8,9 +8,11 @@
 //! Crash safety: the answer is written down ([`Prepared`], under the payment's key)
 //! before the payment settles. A process that dies after settling and before recording
 //! leaves that note; the customer's retry (the same request and payment, once the
-//! in-progress claim expired) finds the payment spent, finds the note, confirms on
-//! chain that this very authorization paid us, and gets the prepared answer: no
-//! settled payment without its document, no document without a settled payment.
+//! in-progress claim expired) finds the note before any verification (by then the
+//! authorization is spent, and may be past its validity window), confirms on chain
+//! that this very authorization paid us, and gets the prepared answer; if it did not
+//! pay, the retry is an ordinary purchase. No settled payment without its document,
+//! no document without a settled payment.
 
 use http::HeaderValue;
 use umpire_core::hash::sha256_hex;
@@ -523,9 +525,10 @@ async fn forget_note(state: &AppState, payment_key: &str) {
     }
 }
 
-/// A retry of a purchase whose process died after settling: if `ctx`'s payment has a
-/// prepared answer for this very request and the chain shows that authorization paid
-/// us, the answer (stored and recorded now); `None` when there is nothing to recover.
+/// A retry of a purchase whose process died (or lost its answer) after preparing it:
+/// if `ctx`'s payment has a prepared answer for this very request and the chain shows
+/// that authorization paid us, the answer (stored and recorded now); `None` when there
+/// is nothing to recover and the request goes on as a new purchase.
 async fn recover(
     state: &AppState,
     scoped: Option<&String>,
@@ -595,9 +598,9 @@ async fn recover(
             Some(r)
         }
         Ok(None) => {
-            // The token said "used" a moment ago; a lagging RPC node says otherwise.
+            // Never settled: the purchase goes ahead (or is refused) as a new one.
             claims.release().await;
-            err(chain_unavailable())
+            None
         }
         Err(f) if f.kind == FailureKind::Unavailable => {
             tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
@@ -711,6 +714,21 @@ pub async fn begin<'a>(
             &Value::from(header.raw.get("payload").cloned().unwrap_or_default()).to_canonical_vec()
         )
     );
+    // A purchase with this very payment and request was interrupted after its answer
+    // was prepared: deliver it if the payment went through. Before verification,
+    // because by now the authorization may be spent or past its validity window.
+    if let Some(r) = recover(
+        state,
+        scoped.as_ref(),
+        &payment_key,
+        &request_hash,
+        &ctx,
+        header.version,
+    )
+    .await
+    {
+        return Err(r);
+    }
     let now = umpire_core::time::now_unix();
     let verified = match state.payments.verify(&ctx, now).await {
         Ok(v) => v,
@@ -723,20 +741,6 @@ pub async fn begin<'a>(
                     Ok(Decision::Replay(r)) => return Err(r),
                     Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
                     _ => {}
-                }
-            }
-            if f.reason == REASON_NONCE_USED {
-                let recovered = recover(
-                    state,
-                    scoped.as_ref(),
-                    &payment_key,
-                    &request_hash,
-                    &ctx,
-                    header.version,
-                )
-                .await;
-                if let Some(r) = recovered {
-                    return Err(r);
                 }
             }
             return Err(sale.refused(header.version, &network, wallet, &f, false));
