@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
-use umpire_blackbox::{Reply, Server, python, request};
+use umpire_blackbox::{Reply, Scripted, Server, python, request, urlencode};
 use umpire_core::json::Value;
 
 const PRICE_BASIC: u128 = 1_000_000;
@@ -432,4 +432,148 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     let document = second.get("document").cloned().expect("document");
     assert_eq!(stored_document(&server, &second), document);
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+}
+
+/// A sworn purchase killed after pass 2 was queued and before its payment went out:
+/// pass 2 waits instead of finishing a verdict nobody paid for; the customer's retry
+/// buys afresh, and only the verdict sold is finished, delivered and found.
+#[test]
+fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
+    let hook = Scripted::start(vec![(200, "thanks")]);
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let in_progress = IN_PROGRESS_SECS.to_string();
+    let env = [
+        ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+        ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
+        ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
+        ("UMPIRE_WEBHOOK_RETRY_BASE_SECONDS", "1"),
+        ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+    ];
+    let server = devnet.serve(Settlement::SelfSettle, &env);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let webhook = format!("http://{}/hook", hook.addr);
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"regex","pattern":"^ready"}}]}},"deliverable":{{"text":"ready to ship"}},"webhook_url":"{webhook}"}}"#
+    );
+    let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+    let payment = sign_payments(&devnet, &url, &body, 1).remove(0);
+    let key = umpire_core::hash::random_id("sworn");
+    let send = |server: &Server| {
+        request(
+            server.addr,
+            "POST",
+            "/v1/verdicts/sworn",
+            &[
+                ("Content-Type", "application/json"),
+                ("PAYMENT-SIGNATURE", &payment),
+                ("Idempotency-Key", &key),
+            ],
+            Some(body.as_bytes()),
+        )
+    };
+
+    // Killed with the settlement on its way to the chain; it never arrives.
+    let addr = server.addr;
+    let paused = proxy.pause_next("eth_sendRawTransaction", || {
+        let (payment, key, body) = (payment.clone(), key.clone(), body.clone());
+        std::thread::spawn(move || {
+            std::panic::catch_unwind(|| {
+                request(
+                    addr,
+                    "POST",
+                    "/v1/verdicts/sworn",
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("PAYMENT-SIGNATURE", &payment),
+                        ("Idempotency-Key", &key),
+                    ],
+                    Some(body.as_bytes()),
+                )
+            })
+        });
+    });
+    let data = server.crash();
+    let crashed_at = Instant::now();
+    proxy.set_down(true);
+    paused.resume();
+    std::thread::sleep(Duration::from_millis(200));
+    proxy.set_down(false);
+    assert_eq!(devnet.balance(&payer), payer0, "nothing settled");
+
+    // Restarted: the queued pass 2 of the unsold verdict comes due and waits.
+    let server = devnet.serve_in(data, Settlement::SelfSettle, &env);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        hook.received().is_empty(),
+        "no webhook for an unsold verdict"
+    );
+
+    // The customer retries: a new purchase, paid once.
+    let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
+    let r = loop {
+        let r = send(&server);
+        if r.status != 409 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "still in flight: {}", text(&r));
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(r.status, 202, "{}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - 5_000_000, "paid once");
+    let sold = r
+        .json()
+        .get("verdict_id")
+        .and_then(Value::as_str)
+        .expect("id")
+        .to_owned();
+    let secret = r
+        .json()
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("secret")
+        .to_owned();
+
+    // Exactly one webhook delivery, for the verdict sold; the other was deleted.
+    let started = Instant::now();
+    while hook.received().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no webhook");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    let deliveries = hook.received();
+    assert_eq!(deliveries.len(), 1, "{deliveries:?}");
+    let delivered = umpire_core::json::parse(&deliveries[0].body).expect("webhook JSON");
+    assert_eq!(
+        delivered.get("verdict_id").and_then(Value::as_str),
+        Some(sold.as_str()),
+        "{delivered:?}"
+    );
+    let bearer = format!("Bearer {secret}");
+    let status = request(
+        server.addr,
+        "GET",
+        &format!("/v1/verdicts/{sold}"),
+        &[("Authorization", &bearer)],
+        None,
+    )
+    .json();
+    let spec_hash = status
+        .get("document")
+        .and_then(|d| d.get("spec_hash"))
+        .and_then(Value::as_str)
+        .expect("final document")
+        .to_owned();
+    let found = server
+        .get(&format!(
+            "/v1/find?spec_hash={spec_hash}&webhook={}",
+            urlencode(&webhook)
+        ))
+        .json();
+    assert_eq!(
+        found.get("verdict_ids"),
+        Some(&Value::Array(vec![Value::from(sold.as_str())])),
+        "only the verdict sold exists"
+    );
 }

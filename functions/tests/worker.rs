@@ -26,7 +26,7 @@ use umpire_functions::worker::handle_batch;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
-use umpire_store::{Job, JobQueue, Store, VerdictRecord, VerdictStatus};
+use umpire_store::{Job, JobQueue, Store, StoredResponse, VerdictRecord, VerdictStatus};
 
 const SECRET: &str = "sec_exactly_once_test";
 
@@ -119,7 +119,28 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
         })
         .await
         .expect("put verdict");
-    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now);
+    // The purchase that sold it, as the paid path records it (pass 2 asks).
+    let payment_key = format!("payment|{}", sha256_hex(verdict_id.as_bytes()));
+    state
+        .store
+        .claim_idempotency(&payment_key, "h", now, now + 60, now + 86_400)
+        .await
+        .expect("claim the payment");
+    state
+        .store
+        .complete_idempotency(
+            &payment_key,
+            "h",
+            &StoredResponse {
+                status: 202,
+                headers: Vec::new(),
+                body: format!(r#"{{"verdict_id":"{verdict_id}"}}"#),
+            },
+            now + 86_400,
+        )
+        .await
+        .expect("record the sale");
+    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now, &payment_key);
     (verdict_id, job)
 }
 

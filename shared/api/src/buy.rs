@@ -9,7 +9,7 @@ use umpire_core::hash::{random_bytes, random_id, sha256_hex};
 use umpire_core::json::{Value, parse};
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
-use umpire_pay::SettlementResponse;
+use umpire_pay::{FailureKind, SettlementResponse};
 use umpire_store::{VerdictRecord, VerdictStatus};
 
 use crate::checkout::{self, Checkout, Prepared, Product, Void};
@@ -173,7 +173,8 @@ impl Paid<'_, '_> {
 
     /// sworn: store the pending verdict and queue pass 2 before settling (so a paid
     /// verdict always has its pass 2), then settle; a failed settlement deletes the
-    /// record, and the queued pass 2 finds nothing and ends. 202 with pass 1.
+    /// record, and the queued pass 2 finds nothing and ends. Pass 2 also asks whether
+    /// the purchase went through (a process may die before settling). 202 with pass 1.
     async fn sworn(
         &mut self,
         purchase: &Purchase,
@@ -198,7 +199,13 @@ impl Paid<'_, '_> {
             .put_verdict(&record)
             .await
             .map_err(|e| Void::Internal(crate::internal(e)))?;
-        let job = sworn::pass2_job(self.verdict_id, purchase, results, now);
+        let job = sworn::pass2_job(
+            self.verdict_id,
+            purchase,
+            results,
+            now,
+            self.checkout.payment_key(),
+        );
         if let Err(e) = queue.enqueue(&job, delay).await {
             self.forget(self.verdict_id).await;
             return Err(Void::Internal(crate::internal(e)));
@@ -217,6 +224,10 @@ impl Paid<'_, '_> {
         let prepared = self.prepared(202, &body, None);
         let settlement = match self.checkout.settle(&prepared).await {
             Ok(s) => s,
+            // Settled or not, nobody knows yet: pass 2 waits for the retry to tell.
+            Err(Void::Settlement(f)) if f.kind == FailureKind::Unavailable => {
+                return Err(Void::Settlement(f));
+            }
             Err(v) => {
                 self.forget(self.verdict_id).await;
                 return Err(v);

@@ -426,6 +426,12 @@ impl Checkout<'_> {
             .map_err(Void::Settlement)
     }
 
+    /// The store key of this purchase's payment (pass 2 of a sworn verdict asks it
+    /// whether the purchase went through).
+    pub fn payment_key(&self) -> &str {
+        &self.payment_key
+    }
+
     async fn forget_prepared(&mut self) {
         if std::mem::take(&mut self.prepared) {
             forget_note(self.claims.state, &self.payment_key).await;
@@ -614,6 +620,75 @@ async fn recover(
             None
         }
     }
+}
+
+/// Whether the purchase that minted `verdict_id` with the payment under `payment_key`
+/// went through, as pass 2 of a sworn verdict needs to know before finishing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurchaseOutcome {
+    /// Settled and recorded with this verdict.
+    Paid,
+    /// Still running, or interrupted with its answer prepared: the customer's retry
+    /// settles the question (see the module notes).
+    Unresolved,
+    /// Voided, or the payment bought another verdict: this one was never sold.
+    NotSold,
+}
+
+fn verdict_id_in(body: &str) -> Option<String> {
+    umpire_core::json::parse(body.as_bytes())
+        .ok()?
+        .get("verdict_id")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+pub async fn purchase_outcome(
+    state: &AppState,
+    payment_key: &str,
+    verdict_id: &str,
+) -> Result<PurchaseOutcome, ApiError> {
+    let now = umpire_core::time::now_unix();
+    let store = &state.store;
+    let sale = store
+        .get_idempotency(payment_key, now)
+        .await
+        .map_err(crate::internal)?;
+    match sale.map(|rec| rec.state) {
+        Some(IdempotencyState::Completed(answer)) => {
+            return Ok(
+                if verdict_id_in(&answer.body).as_deref() == Some(verdict_id) {
+                    PurchaseOutcome::Paid
+                } else {
+                    PurchaseOutcome::NotSold
+                },
+            );
+        }
+        Some(IdempotencyState::InProgress { until }) if until > now => {
+            return Ok(PurchaseOutcome::Unresolved);
+        }
+        // Never claimed, released, or its holder died: the prepared answer tells.
+        _ => {}
+    }
+    let note = store
+        .get_idempotency(&intent_key(payment_key), now)
+        .await
+        .map_err(crate::internal)?;
+    let prepared_for_us = note.is_some_and(|rec| match rec.state {
+        IdempotencyState::Completed(stored) => {
+            serde_json::from_str::<Prepared>(&stored.body)
+                .ok()
+                .and_then(|p| verdict_id_in(&p.body))
+                .as_deref()
+                == Some(verdict_id)
+        }
+        IdempotencyState::InProgress { .. } => false,
+    });
+    Ok(if prepared_for_us {
+        PurchaseOutcome::Unresolved
+    } else {
+        PurchaseOutcome::NotSold
+    })
 }
 
 fn chain_unavailable() -> ApiError {

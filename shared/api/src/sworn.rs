@@ -24,6 +24,7 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{Claim, Finalize, IdempotencyState, Job, MAX_DELAY_SECS, StoredResponse};
 
 use crate::AppState;
+use crate::checkout::{PurchaseOutcome, purchase_outcome};
 use crate::purchase::Purchase;
 use crate::verdict;
 
@@ -53,6 +54,7 @@ pub fn pass2_job(
     purchase: &Purchase,
     pass1: &[CheckResult],
     created_at: u64,
+    payment_key: &str,
 ) -> Job {
     let payload = Value::object()
         .with("verdict_id", verdict_id)
@@ -64,7 +66,8 @@ pub fn pass2_job(
             "pass1",
             Value::Array(pass1.iter().map(CheckResult::to_value).collect()),
         )
-        .with("created_at", created_at);
+        .with("created_at", created_at)
+        .with("payment_key", payment_key);
     Job {
         kind: JOB_PASS2.into(),
         payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
@@ -73,9 +76,15 @@ pub fn pass2_job(
 
 /// Refuses (before payment) a sworn purchase whose pass-2 job could not be queued.
 pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
-    let size = pass2_job("vrd_00000000000000000000000000000000", purchase, &[], 0)
-        .payload
-        .len();
+    let size = pass2_job(
+        "vrd_00000000000000000000000000000000",
+        purchase,
+        &[],
+        0,
+        &format!("payment|{}", "0".repeat(64)),
+    )
+    .payload
+    .len();
     if size > PASS2_JOB_MAX_BYTES {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -175,6 +184,42 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
     if record.document.is_some() {
         // A duplicate: the final document exists; make sure its webhook is on its way.
         return schedule_webhook(state, verdict_id, record.webhook_url.is_some(), 1, 0).await;
+    }
+    // Only a verdict that was paid for is finished (its purchase may have died before
+    // settling, or lost the settlement's answer).
+    if let Some(payment_key) = p.get("payment_key").and_then(Value::as_str) {
+        match purchase_outcome(state, payment_key, verdict_id)
+            .await
+            .map_err(|e| retry(e.message))?
+        {
+            PurchaseOutcome::Paid => {}
+            PurchaseOutcome::Unresolved => {
+                // Asked again a pass-2 delay later (an interrupted purchase is settled
+                // by its customer's retry, or its prepared answer lapses).
+                tracing::info!(verdict_id, "pass 2 waits for its purchase to settle");
+                let queue = state
+                    .queue
+                    .as_ref()
+                    .ok_or_else(|| retry("no job queue configured"))?;
+                let again = Job {
+                    kind: JOB_PASS2.into(),
+                    payload: String::from_utf8_lossy(&p.to_canonical_vec()).into_owned(),
+                };
+                return queue
+                    .enqueue(&again, state.config.sworn_delay_secs.min(MAX_DELAY_SECS))
+                    .await
+                    .map_err(retry);
+            }
+            PurchaseOutcome::NotSold => {
+                tracing::warn!(verdict_id, "pass 2 for a verdict never sold; deleted");
+                state
+                    .store
+                    .delete_verdict(verdict_id)
+                    .await
+                    .map_err(retry)?;
+                return Ok(());
+            }
+        }
     }
     let spec_v = p
         .get("spec")
