@@ -77,13 +77,22 @@ fmt:
 # One run, every figure: criterion (Rust), the reference TypeScript verifier and the
 # contract's Python recipe on the same inputs, as ratios, and wrk (Debian) against a
 # release `umpire serve` (bench/report.py).
+# Cold starts are measured on x86_64 release builds of these functions (the shipped
+# ones are arm64: `make lambda-build`), each answering its first event through a local
+# Runtime API (bench/cold_start.py). The hostile-load test holds /healthz's p99 to 100 ms
+# against the release server.
 BENCH_DIR := $(CACHE)/bench
+BENCH_FUNCTIONS := health key validate verdicts checker worker
 bench: build $(PY_DEPS) $(NODE_DEPS)
 	command -v wrk >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y --no-install-recommends wrk
 	cargo build --release -p umpire-cli
+	cargo build --release -p umpire-functions $(addprefix --bin ,$(BENCH_FUNCTIONS))
 	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire \
 	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay
-	$(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
+	set -o pipefail; UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
+	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"
+	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/release \
+	  $(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
 
 # libFuzzer targets (fuzz/, its own workspace, nightly for the sanitizer flags). A crash
 # stops the run and leaves its input in fuzz/artifacts/<target>/; make it a regression test.

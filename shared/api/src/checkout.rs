@@ -609,8 +609,14 @@ async fn recover(
             None
         }
         Err(f) if f.kind == FailureKind::Unavailable => {
-            tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
             claims.release().await;
+            // No lookup (a facilitator settles, or the chain is unreachable): a payment
+            // that still verifies was never settled, so the retry is a new purchase.
+            let now = umpire_core::time::now_unix();
+            if state.payments.verify(ctx, now).await.is_ok() {
+                return None;
+            }
+            tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
             err(chain_unavailable())
         }
         Err(f) => {
