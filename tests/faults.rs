@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
-use umpire_blackbox::{Reply, Scripted, Server, python, request, urlencode};
+use umpire_blackbox::{Reply, Scripted, Server, post_paid, python, urlencode};
 use umpire_core::json::Value;
 
 const PRICE_BASIC: u128 = 1_000_000;
@@ -16,17 +16,7 @@ const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"
 const IN_PROGRESS_SECS: u64 = 5;
 
 fn buy(server: &Server, payment: &str, key: &str) -> Reply {
-    request(
-        server.addr,
-        "POST",
-        "/v1/verdicts/basic",
-        &[
-            ("Content-Type", "application/json"),
-            ("PAYMENT-SIGNATURE", payment),
-            ("Idempotency-Key", key),
-        ],
-        Some(BODY.as_bytes()),
-    )
+    post_paid(server.addr, "/v1/verdicts/basic", BODY, payment, key)
 }
 
 fn text(r: &Reply) -> String {
@@ -43,14 +33,7 @@ fn stored_document(server: &Server, purchase: &Value) -> Value {
         .get("secret")
         .and_then(Value::as_str)
         .expect("secret");
-    let bearer = format!("Bearer {secret}");
-    let r = request(
-        server.addr,
-        "GET",
-        &format!("/v1/verdicts/{id}"),
-        &[("Authorization", &bearer)],
-        None,
-    );
+    let r = server.verdict_status(id, secret);
     assert_eq!(r.status, 200, "{}", text(&r));
     r.json().get("document").cloned().expect("a final document")
 }
@@ -121,21 +104,9 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
             let (p, k) = (p.clone(), k.clone());
             std::thread::spawn(move || {
                 // The connection dies with the server; no answer is expected.
-                std::panic::catch_unwind(|| {
-                    request(
-                        addr,
-                        "POST",
-                        "/v1/verdicts/basic",
-                        &[
-                            ("Content-Type", "application/json"),
-                            ("PAYMENT-SIGNATURE", &p),
-                            ("Idempotency-Key", &k),
-                        ],
-                        Some(BODY.as_bytes()),
-                    )
-                })
-                .ok()
-                .map(|r| r.status)
+                std::panic::catch_unwind(|| post_paid(addr, "/v1/verdicts/basic", BODY, &p, &k))
+                    .ok()
+                    .map(|r| r.status)
             })
         })
         .collect();
@@ -203,62 +174,105 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     );
 }
 
+/// One basic purchase about to be made: anvil behind an [`RpcProxy`], `umpire serve`
+/// selling through that proxy, one payment signed by the reference client, one key.
+struct Shop {
+    devnet: Devnet,
+    proxy: RpcProxy,
+    server: Arc<Server>,
+    payer: String,
+    payer0: u128,
+    payment: String,
+    key: String,
+}
+
+impl Shop {
+    fn open(extra: &[(&str, &str)]) -> Shop {
+        let devnet = Devnet::start();
+        let proxy = RpcProxy::start(&devnet);
+        let mut env = vec![("UMPIRE_EVM_RPC_URL", proxy.url.as_str())];
+        env.extend_from_slice(extra);
+        let server = Arc::new(devnet.serve(Settlement::SelfSettle, &env));
+        let payer = devnet.get("payer");
+        let payer0 = devnet.balance(&payer);
+        let url = format!("http://{}/v1/verdicts/basic", server.addr);
+        let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+        Shop {
+            payer,
+            payer0,
+            payment,
+            key: umpire_core::hash::random_id("shop"),
+            server,
+            proxy,
+            devnet,
+        }
+    }
+
+    fn buy(&self) -> Reply {
+        buy(&self.server, &self.payment, &self.key)
+    }
+
+    /// The purchase in a thread, so the test can act while the server is mid-request.
+    fn buy_in_background(&self) -> std::thread::JoinHandle<Reply> {
+        let (server, payment, key) = (self.server.clone(), self.payment.clone(), self.key.clone());
+        std::thread::spawn(move || buy(&server, &payment, &key))
+    }
+
+    /// Buys, taking the store's write lock away just as the purchase sends `method` to
+    /// the chain; the answer, and the lock (dropping it gives the store back).
+    fn buy_losing_the_store_at(&self, method: &str) -> (Reply, StoreWriteLock) {
+        let mut purchase = None;
+        let paused = self.proxy.pause_next(method, || {
+            purchase = Some(self.buy_in_background());
+        });
+        let lock = StoreWriteLock::take(self.server.data.path());
+        paused.resume();
+        let answer = purchase.expect("started").join().expect("buyer");
+        (answer, lock)
+    }
+
+    /// What the payer paid so far, read from the chain.
+    fn charged(&self) -> u128 {
+        self.payer0 - self.devnet.balance(&self.payer)
+    }
+}
+
 #[test]
 fn the_chain_unreachable_before_settlement_is_a_502_to_retry_and_nothing_is_charged() {
-    let devnet = Devnet::start();
-    let proxy = RpcProxy::start(&devnet);
-    let server = devnet.serve(
-        Settlement::SelfSettle,
-        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
-    );
-    let payer = devnet.get("payer");
-    let payer0 = devnet.balance(&payer);
-    let url = format!("http://{}/v1/verdicts/basic", server.addr);
-    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
-    let key = umpire_core::hash::random_id("rpc");
+    let shop = Shop::open(&[]);
 
-    proxy.set_down(true);
-    let r = buy(&server, &payment, &key);
+    shop.proxy.set_down(true);
+    let r = shop.buy();
     assert_eq!(r.status, 502, "{}", text(&r));
     assert_eq!(r.error_code(), "chain_unavailable");
     assert!(r.header("retry-after").is_some(), "says when to retry");
-    assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
+    assert_eq!(shop.charged(), 0, "nothing charged");
 
-    proxy.set_down(false);
-    let r = buy(&server, &payment, &key);
+    shop.proxy.set_down(false);
+    let r = shop.buy();
     assert_eq!(r.status, 201, "the key was left free: {}", text(&r));
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    assert_eq!(shop.charged(), PRICE_BASIC);
 }
 
 #[test]
 fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once() {
-    let devnet = Devnet::start();
-    let proxy = RpcProxy::start(&devnet);
-    let server = devnet.serve(
-        Settlement::SelfSettle,
-        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
-    );
-    let payer = devnet.get("payer");
-    let payer0 = devnet.balance(&payer);
-    let url = format!("http://{}/v1/verdicts/basic", server.addr);
-    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
-    let key = umpire_core::hash::random_id("lost");
+    let shop = Shop::open(&[]);
 
     // The transfer reaches the chain; its answer never comes back.
-    proxy.lose_answers_of(Some("eth_sendRawTransaction"));
-    let r = buy(&server, &payment, &key);
+    shop.proxy.lose_answers_of(Some("eth_sendRawTransaction"));
+    let r = shop.buy();
     assert_eq!(r.status, 502, "{}", text(&r));
     assert_eq!(r.error_code(), "chain_unavailable");
     assert!(r.header("retry-after").is_some());
     assert_eq!(
-        devnet.balance(&payer),
-        payer0 - PRICE_BASIC,
+        shop.charged(),
+        PRICE_BASIC,
         "the money moved although the server could not tell"
     );
 
     // The identical retry finds the payment spent by this very purchase and gets it.
-    proxy.lose_answers_of(None);
-    let r = buy(&server, &payment, &key);
+    shop.proxy.lose_answers_of(None);
+    let r = shop.buy();
     assert_eq!(r.status, 201, "{}", text(&r));
     let purchase = r.json();
     let settlement = purchase.get("settlement").expect("settlement");
@@ -270,45 +284,39 @@ fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once(
         .get("transaction")
         .and_then(Value::as_str)
         .expect("transaction");
-    let receipt = devnet.rpc("eth_getTransactionReceipt", serde_json::json!([tx]));
+    let receipt = shop
+        .devnet
+        .rpc("eth_getTransactionReceipt", serde_json::json!([tx]));
     assert_eq!(receipt["status"], "0x1", "the settlement named is on chain");
     assert!(r.header("payment-response").is_some());
     let document = purchase.get("document").cloned().expect("document");
-    assert_eq!(stored_document(&server, &purchase), document);
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+    assert_eq!(stored_document(&shop.server, &purchase), document);
+    assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 
     // Under another key the spent payment buys nothing more.
-    let other = buy(&server, &payment, &umpire_core::hash::random_id("lost"));
+    let other = buy(
+        &shop.server,
+        &shop.payment,
+        &umpire_core::hash::random_id("lost"),
+    );
     assert_eq!(other.status, 402, "{}", text(&other));
 }
 
 #[test]
 fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry() {
-    let devnet = Devnet::start();
-    let proxy = Arc::new(RpcProxy::start(&devnet));
-    let server = devnet.serve(
-        Settlement::SelfSettle,
-        &[
-            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
-            ("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS", "2"),
-        ],
-    );
-    let payer = devnet.get("payer");
-    let payer0 = devnet.balance(&payer);
-    let url = format!("http://{}/v1/verdicts/basic", server.addr);
-    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
-    let key = umpire_core::hash::random_id("rcpt");
+    let shop = Shop::open(&[("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS", "2")]);
 
     // Broadcast, then the chain goes away before a receipt: the transfer is pending
     // as far as the server knows, so it delivers (the payment cannot be taken back).
-    proxy.lose_answers_of(Some("eth_getTransactionReceipt"));
-    let r = buy(&server, &payment, &key);
+    shop.proxy
+        .lose_answers_of(Some("eth_getTransactionReceipt"));
+    let r = shop.buy();
     assert_eq!(r.status, 201, "{}", text(&r));
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
-    proxy.lose_answers_of(None);
-    let again = buy(&server, &payment, &key);
+    assert_eq!(shop.charged(), PRICE_BASIC);
+    shop.proxy.lose_answers_of(None);
+    let again = shop.buy();
     assert_eq!(again.body, r.body, "replayed");
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+    assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 }
 
 /// Another process holding the embedded store's write lock: every write of the server
@@ -345,93 +353,48 @@ impl Drop for StoreWriteLock {
     }
 }
 
-/// The purchase in a thread, so the test can act while the server is mid-request.
-fn buy_in_background(
-    server: &Arc<Server>,
-    payment: &str,
-    key: &str,
-) -> std::thread::JoinHandle<Reply> {
-    let (server, payment, key) = (server.clone(), payment.to_owned(), key.to_owned());
-    std::thread::spawn(move || buy(&server, &payment, &key))
-}
-
 #[test]
 fn the_store_lost_before_the_claim_is_a_500_to_retry_and_nothing_is_charged() {
-    let devnet = Devnet::start();
-    let proxy = RpcProxy::start(&devnet);
-    let server = Arc::new(devnet.serve(
-        Settlement::SelfSettle,
-        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
-    ));
-    let payer = devnet.get("payer");
-    let payer0 = devnet.balance(&payer);
-    let url = format!("http://{}/v1/verdicts/basic", server.addr);
-    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
-    let key = umpire_core::hash::random_id("store");
+    let shop = Shop::open(&[]);
 
     // The key was looked up; the payment is being verified when the store goes.
-    let mut purchase = None;
-    let paused = proxy.pause_next("eth_call", || {
-        purchase = Some(buy_in_background(&server, &payment, &key));
-    });
-    let store_lock = StoreWriteLock::take(server.data.path());
-    paused.resume();
-    let r = purchase.expect("started").join().expect("buyer");
+    let (r, store_lock) = shop.buy_losing_the_store_at("eth_call");
     assert_eq!(r.status, 500, "{}", text(&r));
     assert_eq!(r.error_code(), "internal");
     assert!(r.header("retry-after").is_some(), "marked safe to retry");
-    assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
+    assert_eq!(shop.charged(), 0, "nothing charged");
 
     drop(store_lock);
-    let r = buy(&server, &payment, &key);
+    let r = shop.buy();
     assert_eq!(r.status, 201, "{}", text(&r));
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    assert_eq!(shop.charged(), PRICE_BASIC);
 }
 
 #[test]
 fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
-    let devnet = Devnet::start();
-    let proxy = RpcProxy::start(&devnet);
     let in_progress = IN_PROGRESS_SECS.to_string();
-    let server = Arc::new(devnet.serve(
-        Settlement::SelfSettle,
-        &[
-            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
-            ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
-        ],
-    ));
-    let payer = devnet.get("payer");
-    let payer0 = devnet.balance(&payer);
-    let url = format!("http://{}/v1/verdicts/basic", server.addr);
-    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
-    let key = umpire_core::hash::random_id("store");
+    let shop = Shop::open(&[("UMPIRE_IN_PROGRESS_SECONDS", &in_progress)]);
 
     // The money moves while the store is gone: the customer paid and gets the
     // document, without a secret (there is no stored verdict to use it on).
-    let mut purchase = None;
-    let paused = proxy.pause_next("eth_sendRawTransaction", || {
-        purchase = Some(buy_in_background(&server, &payment, &key));
-    });
-    let store_lock = StoreWriteLock::take(server.data.path());
-    paused.resume();
-    let r = purchase.expect("started").join().expect("buyer");
+    let (r, store_lock) = shop.buy_losing_the_store_at("eth_sendRawTransaction");
     assert_eq!(r.status, 201, "{}", text(&r));
     let first = r.json();
     assert_eq!(first.get("secret"), Some(&Value::Null), "{}", text(&r));
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    assert_eq!(shop.charged(), PRICE_BASIC);
 
     // The store is back: the identical retry (once the unrecorded claim lapsed) gets
     // the same verdict, now stored, with its secret.
     drop(store_lock);
     let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
-    let r = retry_until_answered(&server, &payment, &key, deadline);
+    let r = retry_until_answered(&shop.server, &shop.payment, &shop.key, deadline);
     assert_eq!(r.status, 201, "{}", text(&r));
     let second = r.json();
     assert_eq!(second.get("verdict_id"), first.get("verdict_id"));
     assert_eq!(second.get("document"), first.get("document"));
     let document = second.get("document").cloned().expect("document");
-    assert_eq!(stored_document(&server, &second), document);
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+    assert_eq!(stored_document(&shop.server, &second), document);
+    assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 }
 
 /// A sworn purchase killed after pass 2 was queued and before its payment went out:
@@ -460,19 +423,8 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
     let url = format!("http://{}/v1/verdicts/sworn", server.addr);
     let payment = sign_payments(&devnet, &url, &body, 1).remove(0);
     let key = umpire_core::hash::random_id("sworn");
-    let send = |server: &Server| {
-        request(
-            server.addr,
-            "POST",
-            "/v1/verdicts/sworn",
-            &[
-                ("Content-Type", "application/json"),
-                ("PAYMENT-SIGNATURE", &payment),
-                ("Idempotency-Key", &key),
-            ],
-            Some(body.as_bytes()),
-        )
-    };
+    let send =
+        |server: &Server| post_paid(server.addr, "/v1/verdicts/sworn", &body, &payment, &key);
 
     // Killed with the settlement on its way to the chain; it never arrives.
     let addr = server.addr;
@@ -480,17 +432,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
         let (payment, key, body) = (payment.clone(), key.clone(), body.clone());
         std::thread::spawn(move || {
             std::panic::catch_unwind(|| {
-                request(
-                    addr,
-                    "POST",
-                    "/v1/verdicts/sworn",
-                    &[
-                        ("Content-Type", "application/json"),
-                        ("PAYMENT-SIGNATURE", &payment),
-                        ("Idempotency-Key", &key),
-                    ],
-                    Some(body.as_bytes()),
-                )
+                post_paid(addr, "/v1/verdicts/sworn", &body, &payment, &key)
             })
         });
     });
@@ -550,15 +492,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
         Some(sold.as_str()),
         "{delivered:?}"
     );
-    let bearer = format!("Bearer {secret}");
-    let status = request(
-        server.addr,
-        "GET",
-        &format!("/v1/verdicts/{sold}"),
-        &[("Authorization", &bearer)],
-        None,
-    )
-    .json();
+    let status = server.verdict_status(&sold, &secret).json();
     let spec_hash = status
         .get("document")
         .and_then(|d| d.get("spec_hash"))

@@ -7,24 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, Settlement, sign_payments};
-use umpire_blackbox::{Reply, Server, request};
+use umpire_blackbox::{Reply, Server, post_paid, request};
 use umpire_core::json::Value;
 
 const PRICE_BASIC: u128 = 1_000_000;
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 
 fn buy(server: &Server, payment: &str, key: &str) -> Reply {
-    request(
-        server.addr,
-        "POST",
-        "/v1/verdicts/basic",
-        &[
-            ("Content-Type", "application/json"),
-            ("PAYMENT-SIGNATURE", payment),
-            ("Idempotency-Key", key),
-        ],
-        Some(BODY.as_bytes()),
-    )
+    post_paid(server.addr, "/v1/verdicts/basic", BODY, payment, key)
 }
 
 fn verdict_id(r: &Reply) -> String {
@@ -176,17 +166,7 @@ fn a_hundred_hostile_purchases_end_at_their_limit_while_health_answers() {
             let (server, body) = (server.clone(), body.clone());
             std::thread::spawn(move || {
                 let key = umpire_core::hash::random_id("hostile");
-                request(
-                    server.addr,
-                    "POST",
-                    "/v1/verdicts/basic",
-                    &[
-                        ("Content-Type", "application/json"),
-                        ("PAYMENT-SIGNATURE", &payment),
-                        ("Idempotency-Key", &key),
-                    ],
-                    Some(body.as_bytes()),
-                )
+                post_paid(server.addr, "/v1/verdicts/basic", &body, &payment, &key)
             })
         })
         .collect();

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, Settlement, buy_v2, node_json};
-use umpire_blackbox::{Scripted, Server, TempDir, python_recipe, request, urlencode};
+use umpire_blackbox::{Scripted, Server, TempDir, python_recipe, urlencode};
 use umpire_core::json::{Value, parse};
 
 const FAST: &[(&str, &str)] = &[
@@ -28,15 +28,8 @@ fn sworn_body(page: &Scripted, hook: &Scripted) -> String {
 /// Polls the status link until the verdict is final.
 fn final_status(server: &Server, id: &str, secret: &str, within: Duration) -> Value {
     let started = Instant::now();
-    let bearer = format!("Bearer {secret}");
     loop {
-        let r = request(
-            server.addr,
-            "GET",
-            &format!("/v1/verdicts/{id}"),
-            &[("Authorization", &bearer)],
-            None,
-        );
+        let r = server.verdict_status(id, secret);
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         let v = r.json();
         if v.get("status").and_then(Value::as_str) == Some("final") {

@@ -29,7 +29,11 @@ async fn invoke_with(
     route: Route,
     fixture: &str,
 ) -> (u16, Value, http::HeaderMap) {
-    let path = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/{fixture}",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     let text = std::fs::read_to_string(&path).expect("fixture exists");
     let req = lambda_http::request::from_str(&text).expect("a valid API Gateway v2 event");
     let resp = umpire_functions::invoke(state, route, req).await;
@@ -157,7 +161,11 @@ fn hex_of(b: &[u8]) -> String {
 
 #[tokio::test]
 async fn the_client_ip_comes_from_the_request_context_not_headers() {
-    let path = format!("{}/tests/fixtures/health.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/health.json",
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
+    );
     let text = std::fs::read_to_string(&path).expect("fixture");
     let req = lambda_http::request::from_str(&text).expect("event");
     assert_eq!(

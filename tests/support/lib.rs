@@ -62,11 +62,19 @@ pub fn python() -> String {
     std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// The repository root (tests/ is one level down).
+/// The repository root: the nearest directory holding Cargo.lock above the running
+/// test's crate. Found at run time: a test binary cargo reuses from another checkout's
+/// build (a shared target directory, identical sources) carries that checkout's path in
+/// `env!`, and the support crate serves tests of other crates too.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo root")
+    let start = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    );
+    start
+        .ancestors()
+        .find(|d| d.join("Cargo.lock").exists())
+        .unwrap_or(&start)
         .to_owned()
 }
 
@@ -219,6 +227,18 @@ impl Server {
         request(self.addr, "GET", path, &[], None)
     }
 
+    /// `GET /v1/verdicts/{id}` with its one-time secret.
+    pub fn verdict_status(&self, id: &str, secret: &str) -> Reply {
+        let bearer = format!("Bearer {secret}");
+        request(
+            self.addr,
+            "GET",
+            &format!("/v1/verdicts/{id}"),
+            &[("Authorization", &bearer)],
+            None,
+        )
+    }
+
     pub fn post_json(&self, path: &str, body: &str) -> Reply {
         request(
             self.addr,
@@ -266,6 +286,22 @@ impl Reply {
             .unwrap_or("")
             .to_owned()
     }
+}
+
+/// A paid POST as an x402 client sends it: a JSON body, the v2 payment header and an
+/// Idempotency-Key.
+pub fn post_paid(addr: SocketAddr, path: &str, body: &str, payment: &str, key: &str) -> Reply {
+    request(
+        addr,
+        "POST",
+        path,
+        &[
+            ("Content-Type", "application/json"),
+            ("PAYMENT-SIGNATURE", payment),
+            ("Idempotency-Key", key),
+        ],
+        Some(body.as_bytes()),
+    )
 }
 
 /// One HTTP/1.1 exchange with `Connection: close`.

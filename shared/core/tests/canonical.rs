@@ -12,8 +12,14 @@ fn shared_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("UMPIRE_SHARED_DIR") {
         return PathBuf::from(d);
     }
-    // shared/core -> repo root -> the team's shared/ beside the repo.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+    // shared/core -> repo root -> the team's shared/ beside the repo. At run time first:
+    // a test binary cargo reuses from another checkout's build (a shared target
+    // directory, identical sources) carries that checkout's path in env!.
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
+    )
+    .join("../../../shared")
 }
 
 fn python() -> String {
