@@ -511,3 +511,61 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
         "only the verdict sold exists"
     );
 }
+
+/// The customer comes back after the payment's own validity window closed (the
+/// authorization is spent and expired): the interrupted purchase is still theirs.
+/// Signed here with the client `umpire buy` uses, so the 10-second window starts at once.
+#[test]
+fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
+    use alloy::signers::local::PrivateKeySigner;
+    use umpire_pay::client::{pick_evm, sign_exact_evm};
+
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+            ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "10"),
+        ],
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let unpaid = server.post_json("/v1/verdicts/basic", BODY);
+    assert_eq!(unpaid.status, 402);
+    let required: umpire_pay::PaymentRequired =
+        umpire_pay::decode_header(unpaid.header("payment-required").expect("PAYMENT-REQUIRED"))
+            .expect("requirements");
+    let accepted = pick_evm(&required).expect("an EVM rail");
+    let signer: PrivateKeySigner = devnet.get("payer_private_key").parse().expect("payer key");
+    let now = umpire_core::time::now_unix();
+    let payment = sign_exact_evm(
+        &signer,
+        &required,
+        accepted,
+        now,
+        umpire_core::hash::random_bytes::<32>(),
+    )
+    .expect("signed");
+    let key = umpire_core::hash::random_id("late");
+
+    proxy.lose_answers_of(Some("eth_sendRawTransaction"));
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 502, "{}", text(&r));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    proxy.lose_answers_of(None);
+
+    // Past validBefore (now + 10 s): the payment would not verify any more.
+    let expired = now + 11;
+    while umpire_core::time::now_unix() <= expired {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let r = buy(&server, &payment, &key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let purchase = r.json();
+    assert_eq!(
+        stored_document(&server, &purchase),
+        purchase.get("document").cloned().expect("document")
+    );
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+}
