@@ -120,7 +120,8 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
         .await
         .expect("put verdict");
     // The purchase that sold it, as the paid path records it (pass 2 asks).
-    let payment_key = format!("payment|{}", sha256_hex(verdict_id.as_bytes()));
+    let payment_key =
+        umpire_api::checkout::payment_key(&serde_json::json!({ "payload": verdict_id }));
     state
         .store
         .claim_idempotency(&payment_key, "h", now, now + 60, now + 86_400)

@@ -6,10 +6,10 @@
 
 use umpire_core::document::CheckResult;
 use umpire_core::hash::{random_bytes, random_id, sha256_hex};
-use umpire_core::json::{Value, parse};
+use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
-use umpire_pay::{FailureKind, SettlementResponse};
+use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
 use crate::checkout::{self, Checkout, Prepared, Product, Void};
@@ -225,9 +225,7 @@ impl Paid<'_, '_> {
         let settlement = match self.checkout.settle(&prepared).await {
             Ok(s) => s,
             // Settled or not, nobody knows yet: pass 2 waits for the retry to tell.
-            Err(Void::Settlement(f)) if f.kind == FailureKind::Unavailable => {
-                return Err(Void::Settlement(f));
-            }
+            Err(v) if v.outcome_unknown() => return Err(v),
             Err(v) => {
                 self.forget(self.verdict_id).await;
                 return Err(v);
@@ -242,9 +240,4 @@ impl Paid<'_, '_> {
             tracing::error!(error = %e, verdict_id, "could not delete a voided sworn verdict");
         }
     }
-}
-
-/// The stored document back as a value (for tests and replays).
-pub fn document_of(response_body: &[u8]) -> Option<Value> {
-    parse(response_body).ok()?.get("document").cloned()
 }

@@ -8,11 +8,11 @@
 //! Crash safety: the answer is written down ([`Prepared`], under the payment's key)
 //! before the payment settles. A process that dies after settling and before recording
 //! leaves that note; the customer's retry (the same request and payment, once the
-//! in-progress claim expired) finds the note before any verification (by then the
-//! authorization is spent, and may be past its validity window), confirms on chain
-//! that this very authorization paid us, and gets the prepared answer; if it did not
-//! pay, the retry is an ordinary purchase. No settled payment without its document,
-//! no document without a settled payment.
+//! in-progress claim expired) is refused by verification (the authorization is spent,
+//! and may be past its validity window), finds the note, confirms on chain that this
+//! very authorization paid us, and gets the prepared answer. A payment that still
+//! verifies never settled: the retry is an ordinary purchase and replaces the note.
+//! No settled payment without its document, no document without a settled payment.
 
 use http::HeaderValue;
 use umpire_core::hash::sha256_hex;
@@ -198,9 +198,34 @@ struct Claims<'a> {
     held: Vec<(String, String)>,
 }
 
+impl Claims<'_> {
+    async fn release(&mut self) {
+        for (key, hash) in self.held.drain(..) {
+            if let Err(e) = idempotency::release(self.state, &key, &hash).await {
+                tracing::error!(error = %e.message, key, "could not release a claim");
+            }
+        }
+    }
+
+    async fn complete(&mut self, response: &Response) {
+        for (key, hash) in self.held.drain(..) {
+            if let Err(e) = idempotency::complete(self.state, &key, &hash, response).await {
+                tracing::error!(error = %e.message, key, "could not record a completed purchase");
+            }
+        }
+    }
+}
+
 /// Tries to persist a settled verdict before giving up on the status link (the
 /// customer paid: the answer is given even if the record cannot be stored).
 const PERSIST_ATTEMPTS: u32 = 3;
+
+/// The store key of one payment (its x402 `payload`): one authorization pays for one
+/// purchase, whatever Idempotency-Key it arrives under.
+pub fn payment_key(raw_payment: &serde_json::Value) -> String {
+    let payload = Value::from(raw_payment.get("payload").cloned().unwrap_or_default());
+    format!("payment|{}", sha256_hex(&payload.to_canonical_vec()))
+}
 
 /// Where the prepared answer of a purchase paid with `payment_key` is written down.
 fn intent_key(payment_key: &str) -> String {
@@ -294,32 +319,22 @@ fn set_at(body: Value, path: &[String], value: Value) -> Value {
     }
 }
 
-impl Claims<'_> {
-    async fn release(&mut self) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::release(self.state, &key, &hash).await {
-                tracing::error!(error = %e.message, key, "could not release a claim");
-            }
-        }
-    }
-
-    async fn complete(&mut self, response: &Response) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::complete(self.state, &key, &hash, response).await {
-                tracing::error!(error = %e.message, key, "could not record a completed purchase");
-            }
-        }
-    }
-}
-
 /// Why a judged purchase was voided (nothing kept, claims released).
 pub enum Void {
     Settlement(PaymentFailure),
     Internal(ApiError),
 }
 
-/// A judged purchase on its way to settlement and an answer.
-pub fn settlement_value(s: &SettlementResponse) -> Value {
+impl Void {
+    /// The settlement could not be completed nor refused (the chain or facilitator
+    /// was unreachable): the money may have moved, so nothing paid for may be undone.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, Void::Settlement(f) if f.kind == FailureKind::Unavailable)
+    }
+}
+
+/// A settlement as the body of an answer shows it.
+fn settlement_value(s: &SettlementResponse) -> Value {
     serde_json::to_value(s)
         .map(Value::from)
         .unwrap_or(Value::Null)
@@ -389,14 +404,6 @@ impl Checkout<'_> {
         )
     }
 
-    /// Adds the `PAYMENT-RESPONSE` (or v1 `X-PAYMENT-RESPONSE`) header of a settlement.
-    pub fn with_settlement(&self, mut r: Response, settlement: &SettlementResponse) -> Response {
-        if let (name, Some(v)) = settlement_header(self.version, settlement) {
-            r.headers_mut().insert(name, v);
-        }
-        r
-    }
-
     /// Gives every claim back after our own failure: nothing was settled.
     pub async fn abandon(mut self, e: ApiError) -> Response {
         self.forget_prepared().await;
@@ -445,18 +452,13 @@ impl Checkout<'_> {
         answer: Result<(Prepared, SettlementResponse), Void>,
     ) -> Response {
         let response = match answer {
-            Ok((prepared, settlement)) => {
-                // Every delivered purchase was settled first.
-                crate::metrics::record(crate::metrics::Metric::Settlement);
-                let r = deliver(self.claims.state, self.version, prepared, &settlement).await;
-                self.claims.complete(&r).await;
-                r
-            }
-            Err(Void::Settlement(f)) if f.kind == FailureKind::Unavailable => {
+            Err(v) if v.outcome_unknown() => {
                 // The transfer may have gone through with its answer lost: keep the
                 // prepared answer, so the identical retry either finds the payment
                 // spent and gets it, or finds it unspent and buys afresh.
-                tracing::warn!(error = %f, "settlement outcome unknown");
+                if let Void::Settlement(f) = &v {
+                    tracing::warn!(error = %f, "settlement outcome unknown");
+                }
                 self.claims.release().await;
                 return respond::error(&ApiError::new(
                     ErrorCode::ChainUnavailable,
@@ -464,6 +466,13 @@ impl Checkout<'_> {
                     "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice.",
                 )
                 .with_detail("retry_after_seconds", RETRY_AFTER_SECS));
+            }
+            Ok((prepared, settlement)) => {
+                // Every delivered purchase was settled first.
+                crate::metrics::record(crate::metrics::Metric::Settlement);
+                let r = deliver(self.claims.state, self.version, prepared, &settlement).await;
+                self.claims.complete(&r).await;
+                r
             }
             Err(Void::Settlement(f)) => {
                 crate::metrics::record(crate::metrics::Metric::Void);
@@ -531,10 +540,10 @@ async fn forget_note(state: &AppState, payment_key: &str) {
     }
 }
 
-/// A retry of a purchase whose process died (or lost its answer) after preparing it:
-/// if `ctx`'s payment has a prepared answer for this very request and the chain shows
-/// that authorization paid us, the answer (stored and recorded now); `None` when there
-/// is nothing to recover and the request goes on as a new purchase.
+/// A retry refused by verification, of a purchase whose process died (or lost its
+/// answer) after preparing it: if `ctx`'s payment has a prepared answer for this very
+/// request and the chain shows that authorization paid us, the answer (stored and
+/// recorded now); `None` when there is nothing to recover and the refusal stands.
 async fn recover(
     state: &AppState,
     scoped: Option<&String>,
@@ -604,19 +613,14 @@ async fn recover(
             Some(r)
         }
         Ok(None) => {
-            // Never settled: the purchase goes ahead (or is refused) as a new one.
+            // Never settled: refused for what verification found.
             claims.release().await;
             None
         }
         Err(f) if f.kind == FailureKind::Unavailable => {
-            claims.release().await;
-            // No lookup (a facilitator settles, or the chain is unreachable): a payment
-            // that still verifies was never settled, so the retry is a new purchase.
-            let now = umpire_core::time::now_unix();
-            if state.payments.verify(ctx, now).await.is_ok() {
-                return None;
-            }
+            // No lookup (a facilitator settles, or the chain is unreachable).
             tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
+            claims.release().await;
             err(chain_unavailable())
         }
         Err(f) => {
@@ -706,7 +710,7 @@ fn chain_unavailable() -> ApiError {
     .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
 }
 
-/// What a 502 `chain_unavailable` asks the client to wait before retrying.
+/// What a 502 `chain_unavailable` or a busy payment asks the client to wait.
 const RETRY_AFTER_SECS: u64 = 2;
 
 fn payment_in_use() -> ApiError {
@@ -715,7 +719,7 @@ fn payment_in_use() -> ApiError {
         "this payment is being used by another request right now",
         "Wait a few seconds and retry with the same Idempotency-Key to get that request's response.",
     )
-    .with_detail("retry_after_seconds", 2u64)
+    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
 }
 
 /// Everything up to a verified, claimed payment; `Err` is the answer to give instead
@@ -789,27 +793,7 @@ pub async fn begin<'a>(
         requirements,
         requirements_v1,
     };
-    let payment_key = format!(
-        "payment|{}",
-        sha256_hex(
-            &Value::from(header.raw.get("payload").cloned().unwrap_or_default()).to_canonical_vec()
-        )
-    );
-    // A purchase with this very payment and request was interrupted after its answer
-    // was prepared: deliver it if the payment went through. Before verification,
-    // because by now the authorization may be spent or past its validity window.
-    if let Some(r) = recover(
-        state,
-        scoped.as_ref(),
-        &payment_key,
-        &request_hash,
-        &ctx,
-        header.version,
-    )
-    .await
-    {
-        return Err(r);
-    }
+    let payment_key = payment_key(&header.raw);
     let now = umpire_core::time::now_unix();
     let verified = match state.payments.verify(&ctx, now).await {
         Ok(v) => v,
@@ -823,6 +807,20 @@ pub async fn begin<'a>(
                     Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
                     _ => {}
                 }
+            }
+            // A purchase with this very payment and request was interrupted after its
+            // answer was prepared: deliver it if the payment went through.
+            let recovered = recover(
+                state,
+                scoped.as_ref(),
+                &payment_key,
+                &request_hash,
+                &ctx,
+                header.version,
+            )
+            .await;
+            if let Some(r) = recovered {
+                return Err(r);
             }
             return Err(sale.refused(header.version, &network, wallet, &f, false));
         }

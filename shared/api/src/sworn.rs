@@ -81,7 +81,7 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         purchase,
         &[],
         0,
-        &format!("payment|{}", "0".repeat(64)),
+        &crate::checkout::payment_key(&serde_json::Value::Null),
     )
     .payload
     .len();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy::primitives::Address;
+use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -152,6 +152,23 @@ fn token_of(rail: &Rail) -> Result<Address, PaymentFailure> {
         .map_err(|_| PaymentFailure::config(format!("asset {} is not an address", rail.asset)))
 }
 
+fn pay_to_of(rail: &Rail) -> Result<Address, PaymentFailure> {
+    rail.pay_to
+        .parse()
+        .map_err(|_| PaymentFailure::config(format!("payTo {} is not an address", rail.pay_to)))
+}
+
+/// What a self-settled payment answers: the transaction that moved it.
+fn settled(ctx: &PaymentContext, p: &Eip3009Payment, hash: B256) -> SettlementResponse {
+    SettlementResponse {
+        success: true,
+        transaction: hash.to_string(),
+        network: ctx.rail.network.clone(),
+        payer: Some(p.payer().to_string()),
+        error_reason: None,
+    }
+}
+
 fn eip3009_or_unsupported(ctx: &PaymentContext) -> Result<Eip3009Payment, PaymentFailure> {
     ctx.eip3009().unwrap_or_else(|| {
         Err(PaymentFailure::config(format!(
@@ -183,13 +200,7 @@ impl Settler for SelfSettler {
             },
             Err(f) => return Err(f),
         };
-        Ok(SettlementResponse {
-            success: true,
-            transaction: hash.to_string(),
-            network: ctx.rail.network.clone(),
-            payer: Some(p.payer().to_string()),
-            error_reason: None,
-        })
+        Ok(settled(ctx, &p, hash))
     }
 
     async fn find_settlement(
@@ -197,20 +208,11 @@ impl Settler for SelfSettler {
         ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        let pay_to = ctx.rail.pay_to.parse().map_err(|_| {
-            PaymentFailure::config(format!("payTo {} is not an address", ctx.rail.pay_to))
-        })?;
         let found = self
             .chain
-            .find_settlement(token_of(&ctx.rail)?, &p, pay_to)
+            .find_settlement(token_of(&ctx.rail)?, &p, pay_to_of(&ctx.rail)?)
             .await?;
-        Ok(found.map(|hash| SettlementResponse {
-            success: true,
-            transaction: hash.to_string(),
-            network: ctx.rail.network.clone(),
-            payer: Some(p.payer().to_string()),
-            error_reason: None,
-        }))
+        Ok(found.map(|hash| settled(ctx, &p, hash)))
     }
 }
 
