@@ -321,29 +321,58 @@ fn write_string(s: &str, out: &mut String) {
     out.push('"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            0x00..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        match escape {
-            Some(e) => out.push_str(e),
-            None => {
-                let _ = write!(out, "\\u{:04x}", b);
-            }
+    let mut i = 0;
+    while i < bytes.len() {
+        // Verdict documents are mostly clean strings (keys, reasons, patterns, URLs):
+        // eight bytes are tested at once, and only a word holding something to escape is
+        // walked byte by byte.
+        if let Some(word) = bytes.get(i..i + 8)
+            && let Ok(word) = <[u8; 8]>::try_from(word)
+            && !word_needs_escape(u64::from_le_bytes(word))
+        {
+            i += 8;
+            continue;
         }
-        start = i + 1;
+        if needs_escape(bytes[i]) {
+            // An escaped byte is ASCII, so both slice ends sit on char boundaries.
+            out.push_str(&s[start..i]);
+            push_escape(bytes[i], out);
+            start = i + 1;
+        }
+        i += 1;
     }
     out.push_str(&s[start..]);
     out.push('"');
+}
+
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Whether any of the eight bytes needs escaping (the classic "has a byte less than n"
+/// word trick: exact for whether one exists, for n up to 128).
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = ONES * 0x80;
+    let has_byte_below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS != 0;
+    has_byte_below(word, 0x20)
+        || has_byte_below(word ^ (ONES * u64::from(b'"')), 1)
+        || has_byte_below(word ^ (ONES * u64::from(b'\\')), 1)
+}
+
+fn push_escape(b: u8, out: &mut String) {
+    match b {
+        b'"' => out.push_str("\\\""),
+        b'\\' => out.push_str("\\\\"),
+        b'\n' => out.push_str("\\n"),
+        b'\r' => out.push_str("\\r"),
+        b'\t' => out.push_str("\\t"),
+        0x08 => out.push_str("\\b"),
+        0x0c => out.push_str("\\f"),
+        _ => {
+            let _ = write!(out, "\\u{b:04x}");
+        }
+    }
 }
 
 /// The shortest digits that round-trip, as (negative, digits, decpt) with
@@ -849,6 +878,38 @@ pub fn json_equal(a: &Value, b: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn word_test_agrees_with_the_byte_test_everywhere() {
+        for b in 0..=255u8 {
+            for position in 0..8 {
+                let mut word = [b'a'; 8];
+                word[position] = b;
+                assert_eq!(
+                    word_needs_escape(u64::from_le_bytes(word)),
+                    needs_escape(b),
+                    "byte {b:#04x} at {position}"
+                );
+            }
+        }
+        // Escapes at every offset of long strings, around the word boundaries.
+        for len in 0..40 {
+            for at in 0..len {
+                let mut text = "é".repeat(len / 2) + &"x".repeat(len - len / 2);
+                let index = text.char_indices().nth(at).map(|(i, _)| i);
+                if let Some(i) = index {
+                    text.replace_range(
+                        i..i + text[i..].chars().next().map_or(1, char::len_utf8),
+                        "\"\n\u{1}",
+                    );
+                }
+                let mut out = String::new();
+                write_string(&text, &mut out);
+                // serde_json escapes exactly Python's ensure_ascii=False set, lowercase hex.
+                assert_eq!(out, serde_json::to_string(&text).expect("serde"));
+            }
+        }
+    }
 
     fn canon(s: &str) -> String {
         parse_str(s)

@@ -1,8 +1,10 @@
 //! Ed25519 signing behind one trait, and the published key document.
 
+use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+use ed25519_dalek::VerifyingKey;
+use zeroize::Zeroizing;
 
 use crate::json::Value;
 
@@ -22,15 +24,26 @@ pub fn key_id_for(public_key: &[u8; 32]) -> String {
 
 /// A signer holding the 32-byte seed in memory.
 pub struct LocalSigner {
-    key: SigningKey,
+    seed: Zeroizing<[u8; 32]>,
+    key: Ed25519KeyPair,
+    public_key: [u8; 32],
     key_id: String,
 }
 
 impl LocalSigner {
     pub fn from_seed(seed: [u8; 32]) -> LocalSigner {
-        let key = SigningKey::from_bytes(&seed);
-        let key_id = key_id_for(&key.verifying_key().to_bytes());
-        LocalSigner { key, key_id }
+        // Every 32 bytes are an Ed25519 seed (RFC 8032 hashes it); AWS-LC refuses only
+        // other lengths.
+        let key = Ed25519KeyPair::from_seed_unchecked(&seed)
+            .expect("AWS-LC accepts every 32-byte Ed25519 seed");
+        let mut public_key = [0u8; 32];
+        public_key.copy_from_slice(key.public_key().as_ref());
+        LocalSigner {
+            seed: Zeroizing::new(seed),
+            key,
+            public_key,
+            key_id: key_id_for(&public_key),
+        }
     }
 
     /// From the seed as 64 hex characters (key files, the Lambda environment).
@@ -44,7 +57,7 @@ impl LocalSigner {
     }
 
     pub fn seed(&self) -> [u8; 32] {
-        self.key.to_bytes()
+        *self.seed
     }
 }
 
@@ -54,11 +67,13 @@ impl Signer for LocalSigner {
     }
 
     fn public_key(&self) -> [u8; 32] {
-        self.key.verifying_key().to_bytes()
+        self.public_key
     }
 
     fn sign(&self, message: &[u8]) -> [u8; 64] {
-        self.key.sign(message).to_bytes()
+        let mut signature = [0u8; 64];
+        signature.copy_from_slice(self.key.sign(message).as_ref());
+        signature
     }
 }
 
@@ -185,5 +200,46 @@ pub fn keys_from_document(v: &Value) -> Vec<PublicKey> {
     match v.get("keys").and_then(Value::as_array) {
         Some(keys) => keys.iter().filter_map(PublicKey::from_value).collect(),
         None => PublicKey::from_value(v).into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::Signer as _;
+
+    fn unhex<const N: usize>(text: &str) -> [u8; N] {
+        hex::decode(text).expect("hex").try_into().expect("length")
+    }
+
+    #[test]
+    fn signs_rfc8032_test_1() {
+        let signer = LocalSigner::from_seed(unhex(
+            "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+        ));
+        assert_eq!(
+            signer.public_key(),
+            unhex::<32>("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+        );
+        assert_eq!(
+            hex::encode(signer.sign(b"")),
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155\
+             5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"
+        );
+        assert_eq!(signer.seed()[0], 0x9d);
+    }
+
+    #[test]
+    fn signatures_match_ed25519_dalek_and_verify_strictly() {
+        for (seed_byte, len) in [(1u8, 0usize), (7, 1), (42, 2762), (255, 70_000)] {
+            let seed = [seed_byte; 32];
+            let message: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let ours = LocalSigner::from_seed(seed);
+            let dalek = ed25519_dalek::SigningKey::from_bytes(&seed);
+            assert_eq!(ours.public_key(), dalek.verifying_key().to_bytes());
+            let signature = ours.sign(&message);
+            assert_eq!(signature, dalek.sign(&message).to_bytes());
+            assert!(PublicKey::of(&ours).verify(&message, &signature));
+        }
     }
 }
