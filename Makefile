@@ -88,6 +88,7 @@ bench: build $(PY_DEPS) $(NODE_DEPS)
 	cargo build --release -p umpire-cli
 	cargo build --release -p umpire-functions $(addprefix --bin ,$(BENCH_FUNCTIONS))
 	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire \
+	  UMPIRE_LAMBDA_WORKER_BIN=$(CARGO_TARGET_DIR)/release/worker \
 	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay
 	set -o pipefail; UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
 	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"

@@ -36,8 +36,11 @@ if sign and floor:
     rows.append(("stable JSON + Ed25519 sign, typical verdict", us(sign), f"{sign / floor:.2f}x the sha256+sign floor ({us(floor)}); the encoder alone {us(encode)}", "<= 1.2x", sign / floor <= 1.2))
 judge = median_ns("judge_10_checks_200kb_in_process")
 worker = median_ns("judge_10_checks_200kb_warm_worker")
+lambda_worker = median_ns("judge_10_checks_200kb_warm_lambda_worker")
 if judge and worker:
     rows.append(("judge 10 checks / 200 KB, warm isolated worker", us(worker), f"in-process {us(judge)}; the worker's share {100 * (1 - judge / worker):.0f}%", "<= 5 ms", worker <= 5e6))
+if lambda_worker:
+    rows.append(("the same, in the worker function's checker (built for size)", us(lambda_worker), f"{lambda_worker / worker:.2f}x the umpire binary's worker" if worker else "", "<= 5 ms", lambda_worker <= 5e6))
 x402 = median_ns("x402_verify_eip3009_offline")
 payloads = os.path.join(bench_dir, "x402_payloads.json")
 if x402 and os.path.exists(payloads):

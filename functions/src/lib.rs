@@ -9,7 +9,9 @@ pub mod worker;
 pub use aws_lambda_events;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,6 +24,7 @@ use umpire_core::signer::{LocalSigner, PublicKey, PublicKeyOnly, Signer};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
+use umpire_store::{JobQueue, NoStore, Store};
 
 /// What a function does, and so what its cold start builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,15 @@ impl Role {
         matches!(self, Role::Api(Route::Buy | Route::Reputation))
     }
 
+    /// Every route but the static documents (health, key, OpenAPI, verify page) reads
+    /// or writes storage, if only to count requests against rate limits.
+    pub const fn stores(self) -> bool {
+        !matches!(
+            self,
+            Role::Api(Route::Health | Route::Key | Route::OpenApi | Route::VerifyPage)
+        )
+    }
+
     /// Feedback proofs read the chain; reports name it.
     pub const fn reads_chain(self) -> bool {
         matches!(
@@ -70,7 +82,12 @@ impl Role {
 
 /// What a function's cold start builds, known at compile time: each binary names its
 /// own marker type, so the `if const { ... }` branches it does not need (payments,
-/// the chain reader, the fetcher, KMS, the checker client) are not even linked into it.
+/// the chain reader, the fetcher, KMS, the checker client, the AWS SDK) are not even
+/// linked into it.
+///
+/// An async fn keeps every `.await` it contains in its state machine, reachable or not,
+/// so a gated part that awaits is built by a [`Part`] chosen in a const branch: the
+/// branch not taken, and everything only it awaits, then really is dead code.
 pub trait Needs {
     const ROLE: Role;
 }
@@ -136,18 +153,25 @@ pub const RETIRED_KEYS_ENV: &str = "UMPIRE_RETIRED_PUBLIC_KEYS";
 /// A plain seed in hex: local runs only (`cargo lambda watch`, tests), never in AWS.
 pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
 
+/// A cold-start part that awaits, boxed so that a const branch can leave it out.
+pub type Part<'a, T> = Pin<Box<dyn Future<Output = Result<T, lambda_http::Error>> + Send + 'a>>;
+
+fn ready_part<'a, T: Send + 'a>(value: T) -> Part<'a, T> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
 /// The signing key this function may hold: functions that sign open the sealed seed
 /// with KMS once, here, at cold start; the others hold only the public key, so they
-/// need (and get) no kms:Decrypt.
+/// need (and get) no kms:Decrypt. `aws` is None in functions without AWS clients.
 pub async fn signer_from_env<N: Needs>(
-    aws: &aws_config::SdkConfig,
+    aws: Option<&aws_config::SdkConfig>,
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
     signer_from_vars::<N>(aws, &|name| std::env::var(name).ok()).await
 }
 
 /// [`signer_from_env`] with the variables looked up by `var`.
 pub async fn signer_from_vars<N: Needs>(
-    aws: &aws_config::SdkConfig,
+    aws: Option<&aws_config::SdkConfig>,
     var: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
     let env_nonempty = |name: &str| var(name).filter(|v| !v.trim().is_empty());
@@ -175,7 +199,7 @@ pub async fn signer_from_vars<N: Needs>(
         return Ok((Arc::new(PublicKeyOnly(public)), retired));
     }
     let signer = match (env_nonempty(SEED_CIPHERTEXT_ENV), local) {
-        (Some(sealed), _) => umpire_keys::open(&aws_sdk_kms::Client::new(aws), &sealed).await?,
+        (Some(sealed), _) => open_sealed_seed::<N>(aws, sealed).await?,
         (None, Some(local)) => {
             tracing::warn!("signing with a plain seed from {SEED_HEX_ENV}: for local runs only");
             local
@@ -193,37 +217,93 @@ pub async fn signer_from_vars<N: Needs>(
     Ok((Arc::new(signer), retired))
 }
 
+/// The sealed seed opened with KMS; only signing functions link the KMS client.
+fn open_sealed_seed<'a, N: Needs>(
+    aws: Option<&'a aws_config::SdkConfig>,
+    sealed: String,
+) -> Part<'a, LocalSigner> {
+    match aws {
+        Some(aws) if const { N::ROLE.signs() } => Box::pin(async move {
+            Ok(umpire_keys::open(&aws_sdk_kms::Client::new(aws), &sealed).await?)
+        }),
+        _ => Box::pin(std::future::ready(Err(format!(
+            "{SEED_CIPHERTEXT_ENV} is set, but this function has no KMS client"
+        )
+        .into()))),
+    }
+}
+
+/// One AWS configuration (region, credentials, endpoint) for every client; None in
+/// functions that use no AWS service.
+fn aws_config_for<N: Needs>() -> Part<'static, Option<aws_config::SdkConfig>> {
+    if const { N::ROLE.stores() } {
+        Box::pin(async {
+            Ok(Some(
+                aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
+            ))
+        })
+    } else {
+        ready_part(None)
+    }
+}
+
+/// The isolated checker, for functions that judge.
+fn checker_for<'a, N: Needs>(
+    aws: Option<&'a aws_config::SdkConfig>,
+    config: &'a Config,
+) -> Part<'a, Option<Arc<dyn Judge>>> {
+    if const { !N::ROLE.judges() } {
+        return ready_part(None);
+    }
+    Box::pin(async move {
+        let judge: Arc<dyn Judge> = match (std::env::var(checker::CHECKER_FUNCTION_ENV), aws) {
+            // In AWS: the checker function, whose timeout is the check limit.
+            (Ok(function), Some(aws)) => Arc::new(checker::LambdaChecker::new(
+                aws_sdk_lambda::Client::new(aws),
+                function,
+                config.check_limit,
+            )),
+            // Without one (cargo lambda watch, tests): this same binary re-run as a child
+            // process killed at the check limit.
+            _ => {
+                let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
+                pool.prewarm(1).await?;
+                Arc::new(pool)
+            }
+        };
+        Ok(Some(judge))
+    })
+}
+
+/// Payments and the SOL price feed, for functions that sell.
+fn payments_for<'a, N: Needs>(
+    config: &'a Config,
+) -> Part<
+    'a,
+    (
+        umpire_pay::Payments,
+        Option<Arc<umpire_pay::price::SolPriceFeed>>,
+    ),
+> {
+    if const { !N::ROLE.sells() } {
+        return ready_part((umpire_pay::Payments::default(), None));
+    }
+    Box::pin(async move {
+        Ok((
+            umpire_pay::config::payments_from_env(&config.rails).await?,
+            umpire_pay::config::sol_price_from_env(&config.rails)?,
+        ))
+    })
+}
+
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
-    // One AWS configuration (region, credentials, endpoint) for every client.
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let (signer, retired_keys) = signer_from_env::<N>(&aws).await?;
-    let checker: Option<Arc<dyn Judge>> = if const { !N::ROLE.judges() } {
-        None
-    } else if let Ok(function) = std::env::var(checker::CHECKER_FUNCTION_ENV) {
-        // In AWS: the checker function, whose timeout is the check limit.
-        Some(Arc::new(checker::LambdaChecker::new(
-            aws_sdk_lambda::Client::new(&aws),
-            function,
-            config.check_limit,
-        )))
-    } else {
-        // Without one (cargo lambda watch, tests): this same binary re-run as a child
-        // process killed at the check limit.
-        let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
-        pool.prewarm(1).await?;
-        Some(Arc::new(pool))
-    };
-    let (payments, sol_price) = if const { N::ROLE.sells() } {
-        (
-            umpire_pay::config::payments_from_env(&config.rails).await?,
-            umpire_pay::config::sol_price_from_env(&config.rails)?,
-        )
-    } else {
-        (umpire_pay::Payments::default(), None)
-    };
+    let aws = aws_config_for::<N>().await?;
+    let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;
+    let checker = checker_for::<N>(aws.as_ref(), &config).await?;
+    let (payments, sol_price) = payments_for::<N>(&config).await?;
     let fetcher = if const { N::ROLE.reaches_out() } {
         Some(Arc::new(umpire_fetch::Fetcher::from_env()?))
     } else {
@@ -238,16 +318,23 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     } else {
         None
     };
+    let (store, queue): (Arc<dyn Store>, Option<Arc<dyn JobQueue>>) = match &aws {
+        Some(aws) if const { N::ROLE.stores() } => (
+            Arc::new(DynamoStore::from_config(aws, TableNames::from_env())),
+            match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
+                Ok(url) => Some(Arc::new(SqsQueue::from_config(aws, url))),
+                Err(_) => None,
+            },
+        ),
+        _ => (Arc::new(NoStore), None),
+    };
     Ok(AppState {
         config,
         signer,
         retired_keys,
         checker,
-        store: Arc::new(DynamoStore::from_config(&aws, TableNames::from_env())),
-        queue: match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
-            Ok(url) => Some(Arc::new(SqsQueue::from_config(&aws, url))),
-            Err(_) => None,
-        },
+        store,
+        queue,
         payments,
         sol_price,
         fetcher,
@@ -329,15 +416,25 @@ where
 
 /// JSON logs without timestamps: CloudWatch adds its own.
 pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    // RUST_LOG as `level` or `target=level,...` directives: `Targets` reads them without
+    // EnvFilter's regex engine, which no bootstrap should carry just for logging.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|text| text.parse::<tracing_subscriber::filter::Targets>().ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+        });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_current_span(false)
+                .with_ansi(false)
+                .without_time(),
         )
-        .with_current_span(false)
-        .with_ansi(false)
-        .without_time()
+        .with(filter)
         .init();
 }
 

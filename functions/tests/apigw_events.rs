@@ -220,3 +220,30 @@ async fn the_paid_and_feedback_routes_read_their_events() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(s(&body, &["error", "code"]), Some("unavailable"));
 }
+
+/// The functions built without a store (Role::stores) serve their routes from the
+/// configuration and the key alone; a route that does store refuses without one.
+#[tokio::test]
+async fn the_static_routes_answer_without_a_store() {
+    use umpire_functions::Role;
+    let state = AppState {
+        store: std::sync::Arc::new(umpire_store::NoStore),
+        ..state()
+    };
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/health.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("fixture");
+    for route in [Route::Health, Route::Key, Route::OpenApi, Route::VerifyPage] {
+        assert!(!Role::Api(route).stores(), "{route:?}");
+        let req = lambda_http::request::from_str(&text).expect("event");
+        let resp = umpire_functions::invoke(&state, route, req).await;
+        assert_eq!(resp.status().as_u16(), 200, "{route:?}");
+    }
+    // (Rate limits fail open, so a route that only counts requests would still answer.)
+    assert!(Role::Api(Route::Status).stores());
+    let (status, body, _) = invoke_with(&state, Route::Status, "status.json").await;
+    assert_eq!(status, 500);
+    assert_eq!(s(&body, &["error", "code"]), Some("internal"));
+}

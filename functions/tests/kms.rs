@@ -83,7 +83,7 @@ async fn open<N: Needs>(
     aws: &aws_config::SdkConfig,
     vars: &HashMap<String, String>,
 ) -> Result<(std::sync::Arc<dyn Signer>, Vec<PublicKey>), String> {
-    signer_from_vars::<N>(aws, &|name| vars.get(name).cloned())
+    signer_from_vars::<N>(Some(aws), &|name| vars.get(name).cloned())
         .await
         .map_err(|e| e.to_string())
 }

@@ -232,3 +232,76 @@ pub trait JobQueue: Send + Sync {
 
 /// SQS's longest message delay.
 pub const MAX_DELAY_SECS: u32 = 900;
+
+/// The store of a function whose one route never touches storage (health, the key
+/// document, the OpenAPI document, the verify page): it links no database client at all.
+/// Every call is refused as unavailable, so a wiring mistake shows up as a logged
+/// `500 internal`, never as a silently lost write.
+pub struct NoStore;
+
+impl NoStore {
+    fn refuse<T>() -> Result<T> {
+        Err(StoreError::Unavailable(
+            "this function is built without a store (its route never needs one)".to_owned(),
+        ))
+    }
+}
+
+#[async_trait]
+impl Store for NoStore {
+    async fn put_verdict(&self, _: &VerdictRecord) -> Result<()> {
+        Self::refuse()
+    }
+    async fn get_verdict(&self, _: &str, _: Unix) -> Result<Option<VerdictRecord>> {
+        Self::refuse()
+    }
+    async fn finalize_verdict(&self, _: &str, _: &str) -> Result<Finalize> {
+        Self::refuse()
+    }
+    async fn delete_verdict(&self, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn find_verdicts(&self, _: &str, _: &str, _: Unix) -> Result<Vec<String>> {
+        Self::refuse()
+    }
+    async fn claim_idempotency(
+        &self,
+        _: &str,
+        _: &str,
+        _: Unix,
+        _: Unix,
+        _: Unix,
+    ) -> Result<Claim> {
+        Self::refuse()
+    }
+    async fn complete_idempotency(
+        &self,
+        _: &str,
+        _: &str,
+        _: &StoredResponse,
+        _: Unix,
+    ) -> Result<()> {
+        Self::refuse()
+    }
+    async fn release_idempotency(&self, _: &str, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn delete_idempotency(&self, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn get_idempotency(&self, _: &str, _: Unix) -> Result<Option<IdempotencyRecord>> {
+        Self::refuse()
+    }
+    async fn count_request(&self, _: &str, _: Unix) -> Result<u64> {
+        Self::refuse()
+    }
+    async fn put_feedback(&self, _: &FeedbackRow) -> Result<()> {
+        Self::refuse()
+    }
+    async fn feedback_for_merchant(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
+        Self::refuse()
+    }
+    async fn feedback_by_payer(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
+        Self::refuse()
+    }
+}
