@@ -4,11 +4,9 @@
 //! merchant that was paid, and buy its reputation report. Refusals exit 1 and explain.
 
 use umpire_blackbox::chain::{Devnet, Settlement};
-use umpire_blackbox::{Server, TempDir, run_umpire};
+use umpire_blackbox::{PRICE_BASIC, PRICE_SWORN, Server, TempDir, run_umpire};
 use umpire_core::json::{Value, parse_str};
 
-const PRICE_BASIC: u128 = 1_000_000;
-const PRICE_SWORN: u128 = 5_000_000;
 const PRICE_REPORT: u128 = 10_000;
 
 struct Setup {

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
-use umpire_blackbox::{Reply, Scripted, Server, post_paid, python, urlencode};
+use umpire_blackbox::{
+    PRICE_BASIC, PRICE_SWORN, Reply, Scripted, Server, post_paid, python, urlencode,
+};
 use umpire_core::json::Value;
 
-const PRICE_BASIC: u128 = 1_000_000;
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 /// How long a crashed purchase holds its key and payment in these tests.
 const IN_PROGRESS_SECS: u64 = 5;
@@ -56,18 +57,18 @@ fn verdicts_in_store(data: &std::path::Path) -> usize {
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// Retries the identical purchase until it is answered for good; `in_flight` is
-/// allowed only until the crashed claim's expiry (plus slack for a slow machine).
-fn retry_until_answered(server: &Server, payment: &str, key: &str, deadline: Instant) -> Reply {
+/// Retries the identical purchase (`send`) until it is answered for good; `in_flight`
+/// is allowed only until the crashed claim's expiry (plus slack for a slow machine).
+fn retry_until_answered(deadline: Instant, send: impl Fn() -> Reply) -> Reply {
     loop {
-        let r = buy(server, payment, key);
+        let r = send();
         if r.status != 409 {
             return r;
         }
         assert_eq!(r.error_code(), "in_flight", "{}", text(&r));
         assert!(
             Instant::now() < deadline,
-            "key {key} still in flight past its in-progress expiry: {}",
+            "still in flight past its in-progress expiry: {}",
             text(&r)
         );
         std::thread::sleep(Duration::from_millis(300));
@@ -137,7 +138,7 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
     let mut verdict_ids = Vec::new();
     for (payment, key) in payments.iter().zip(&keys) {
-        let r = retry_until_answered(&server, payment, key, deadline);
+        let r = retry_until_answered(deadline, || buy(&server, payment, key));
         assert_eq!(r.status, 201, "{}", text(&r));
         let purchase = r.json();
         let document = purchase.get("document").cloned().expect("document");
@@ -387,7 +388,7 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     // the same verdict, now stored, with its secret.
     drop(store_lock);
     let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
-    let r = retry_until_answered(&shop.server, &shop.payment, &shop.key, deadline);
+    let r = retry_until_answered(deadline, || buy(&shop.server, &shop.payment, &shop.key));
     assert_eq!(r.status, 201, "{}", text(&r));
     let second = r.json();
     assert_eq!(second.get("verdict_id"), first.get("verdict_id"));
@@ -454,16 +455,9 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
 
     // The customer retries: a new purchase, paid once.
     let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
-    let r = loop {
-        let r = send(&server);
-        if r.status != 409 {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "still in flight: {}", text(&r));
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let r = retry_until_answered(deadline, || send(&server));
     assert_eq!(r.status, 202, "{}", text(&r));
-    assert_eq!(devnet.balance(&payer), payer0 - 5_000_000, "paid once");
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_SWORN, "paid once");
     let sold = r
         .json()
         .get("verdict_id")

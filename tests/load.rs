@@ -7,10 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, Settlement, sign_payments};
-use umpire_blackbox::{Reply, Server, post_paid, request};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, post_paid, request};
 use umpire_core::json::Value;
 
-const PRICE_BASIC: u128 = 1_000_000;
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 
 fn buy(server: &Server, payment: &str, key: &str) -> Reply {

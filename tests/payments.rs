@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use base64::Engine;
 use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
-use umpire_blackbox::{Reply, Server, TempDir, python_recipe, request, serve_fixed};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, TempDir, python_recipe, request, serve_fixed};
 use umpire_core::json::Value;
 
-const PRICE_BASIC: u128 = 1_000_000;
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"},"job_ref":"erc8183:job/9"}"###;
 
 fn url(server: &Server, tier: &str) -> String {

@@ -74,7 +74,11 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
         Some(&key()),
     );
     assert_eq!(bought.status, 202, "{}", bought.body);
-    assert_eq!(devnet.balance(&payer), payer0 - 5_000_000, "sworn costs $5");
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - umpire_blackbox::PRICE_SWORN,
+        "sworn costs $5"
+    );
     let answer = bought.json();
     assert_eq!(str_of(&answer, "status"), "pending");
     let pass1 = answer.get("pass1").expect("pass 1 results");

@@ -20,6 +20,15 @@ fn state() -> AppState {
     }
 }
 
+/// An API Gateway HTTP API (payload v2) event from `tests/fixtures/`.
+fn event(fixture: &str) -> lambda_http::Request {
+    let path = umpire_blackbox::crate_dir()
+        .join("tests/fixtures")
+        .join(fixture);
+    let text = std::fs::read_to_string(&path).expect("fixture exists");
+    lambda_http::request::from_str(&text).expect("a valid API Gateway v2 event")
+}
+
 async fn invoke(route: Route, fixture: &str) -> (u16, Value, http::HeaderMap) {
     invoke_with(&state(), route, fixture).await
 }
@@ -29,13 +38,7 @@ async fn invoke_with(
     route: Route,
     fixture: &str,
 ) -> (u16, Value, http::HeaderMap) {
-    let path = format!(
-        "{}/tests/fixtures/{fixture}",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
-    let text = std::fs::read_to_string(&path).expect("fixture exists");
-    let req = lambda_http::request::from_str(&text).expect("a valid API Gateway v2 event");
+    let req = event(fixture);
     let resp = umpire_functions::invoke(state, route, req).await;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
@@ -161,13 +164,7 @@ fn hex_of(b: &[u8]) -> String {
 
 #[tokio::test]
 async fn the_client_ip_comes_from_the_request_context_not_headers() {
-    let path = format!(
-        "{}/tests/fixtures/health.json",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    );
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    let req = lambda_http::request::from_str(&text).expect("event");
+    let req = event("health.json");
     assert_eq!(
         umpire_functions::client_ip(&req),
         Some(ClientIp("203.0.113.7".parse().expect("ip")))
@@ -230,15 +227,9 @@ async fn the_static_routes_answer_without_a_store() {
         store: std::sync::Arc::new(umpire_store::NoStore),
         ..state()
     };
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/health.json",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("fixture");
     for route in [Route::Health, Route::Key, Route::OpenApi, Route::VerifyPage] {
         assert!(!Role::Api(route).stores(), "{route:?}");
-        let req = lambda_http::request::from_str(&text).expect("event");
-        let resp = umpire_functions::invoke(&state, route, req).await;
+        let resp = umpire_functions::invoke(&state, route, event("health.json")).await;
         assert_eq!(resp.status().as_u16(), 200, "{route:?}");
     }
     // (Rate limits fail open, so a route that only counts requests would still answer.)

@@ -75,20 +75,16 @@ fn every_binary_is_deployed_once() {
         .collect();
     let unique: BTreeSet<&str> = deployed.iter().copied().collect();
     assert_eq!(unique.len(), deployed.len(), "a binary deployed twice");
-    let bins: BTreeSet<String> = std::fs::read_dir(format!(
-        "{}/src/bin",
-        std::env::var("CARGO_MANIFEST_DIR")
-            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned())
-    ))
-    .expect("src/bin")
-    .filter_map(|e| e.ok())
-    .filter_map(|e| {
-        e.file_name()
-            .to_str()
-            .and_then(|n| n.strip_suffix(".rs"))
-            .map(str::to_owned)
-    })
-    .collect();
+    let bins: BTreeSet<String> = std::fs::read_dir(umpire_blackbox::crate_dir().join("src/bin"))
+        .expect("src/bin")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".rs"))
+                .map(str::to_owned)
+        })
+        .collect();
     assert_eq!(
         unique
             .iter()

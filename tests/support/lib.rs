@@ -58,19 +58,29 @@ pub fn umpire_bin() -> PathBuf {
     bin
 }
 
+/// The contract's prices in USDC base units, written here from the contract rather than
+/// taken from the code under test, so a wrong price in the code fails the tests.
+pub const PRICE_BASIC: u128 = 1_000_000;
+pub const PRICE_SWORN: u128 = 5_000_000;
+
 pub fn python() -> String {
     std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// The repository root: the nearest directory holding Cargo.lock above the running
-/// test's crate. Found at run time: a test binary cargo reuses from another checkout's
-/// build (a shared target directory, identical sources) carries that checkout's path in
-/// `env!`, and the support crate serves tests of other crates too.
-pub fn repo_root() -> PathBuf {
-    let start = PathBuf::from(
+/// The directory of the crate whose test is running, read at run time: a test binary
+/// cargo reuses from another checkout's build (a shared target directory, identical
+/// sources) carries that checkout's path in `env!`, and the support crate serves tests
+/// of other crates too.
+pub fn crate_dir() -> PathBuf {
+    PathBuf::from(
         std::env::var("CARGO_MANIFEST_DIR")
             .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned()),
-    );
+    )
+}
+
+/// The repository root: the nearest directory holding Cargo.lock above [`crate_dir`].
+pub fn repo_root() -> PathBuf {
+    let start = crate_dir();
     start
         .ancestors()
         .find(|d| d.join("Cargo.lock").exists())

@@ -491,8 +491,10 @@ impl Checkout<'_> {
     }
 }
 
-/// Writes a purchase's prepared answer under `key`, replacing a note an interrupted
-/// earlier attempt left (its payment never settled, or this request would not run).
+/// Writes a purchase's prepared answer under `key`. A note already there was left by an
+/// interrupted earlier attempt with this payment, which never settled (the payment
+/// verified again): it is replaced. Two store writes on the paid path; the delete only
+/// when such a note exists.
 async fn write_note(
     state: &AppState,
     key: &str,
@@ -502,17 +504,18 @@ async fn write_note(
     let now = umpire_core::time::now_unix();
     let until = now + idempotency::COMPLETED_SECS;
     let store = &state.store;
-    store
-        .delete_idempotency(key)
-        .await
-        .map_err(crate::internal)?;
-    match store
-        .claim_idempotency(key, request_hash, now, until, until)
-        .await
-        .map_err(crate::internal)?
-    {
-        Claim::Won => {}
-        Claim::Held(_) => {
+    let claim = || async {
+        store
+            .claim_idempotency(key, request_hash, now, until, until)
+            .await
+            .map_err(crate::internal)
+    };
+    if let Claim::Held(_) = claim().await? {
+        store
+            .delete_idempotency(key)
+            .await
+            .map_err(crate::internal)?;
+        if let Claim::Held(_) = claim().await? {
             return Err(crate::internal(
                 "a prepared answer appeared under a held payment",
             ));
