@@ -15,12 +15,13 @@ NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build test test-lambda watch lint fmt bench fuzz lambda-build deploy devnet clean help
+.PHONY: run build check test test-lambda watch lint fmt bench fuzz lambda-build deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
 	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
-	@echo "make test          install test tools into .cache/ and node_modules/, run every test and lint"
+	@echo "make check         fmt, clippy and the unit tests: a few minutes, before every commit"
+	@echo "make test          install test tools into .cache/ and node_modules/, lint, run every test"
 	@echo "make bench         benchmarks in one run: signing, judging, x402 verify vs TypeScript, vs the Python recipe"
 	@echo "make fuzz          every cargo fuzz target for FUZZ_SECONDS (default 60) each, then the corpus vs Python"
 	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda, print bootstrap sizes"
@@ -57,19 +58,34 @@ devnet: $(NODE_DEPS)
 	cargo build -p umpire-cli
 	node infra/devnet/devnet.mjs --umpire $(UMPIRE) --addr $(ADDR)
 
-# The last line is the plain total CI reads ("N passed, N failed").
-test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) build
-	cargo fmt --all -- --check
-	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
-	  cargo test --workspace --lib --bins --tests --no-fail-fast 2>&1 | tee $(CACHE)/test.log
+# nextest runs every test binary side by side (.config/nextest.toml); `cargo test` would
+# run the binaries one after another, each waiting on its slowest test.
+NEXTEST := $(shell command -v cargo-nextest 2>/dev/null || echo $(HOME)/.cargo/bin/cargo-nextest)
+$(NEXTEST):
+	cargo install cargo-nextest --locked
+
+LINT = cargo fmt --all -- --check && cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# Before every commit: formatting, lints and the unit tests (no servers needed).
+check: $(NEXTEST)
+	$(LINT)
+	cargo nextest run --workspace --lib --bins --no-fail-fast --cargo-quiet
+
+# Lints first, so a lint failure costs seconds. The last line is the plain total CI reads
+# ("N passed, N failed"), from nextest's summary.
+test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST)
+	$(LINT)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
-	cargo clippy --workspace --all-targets --quiet -- -D warnings
-	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
+	cargo build --workspace --bins --quiet
+	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
+	  cargo nextest run --workspace --lib --bins --tests --no-fail-fast --cargo-quiet 2>&1 | tee $(CACHE)/test.log
+	@awk '/^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($$(i+1) ~ /^passed/) p = $$i + 0; \
+	  if ($$(i+1) ~ /^failed/ || ($$(i+1) == "timed" && $$(i+2) ~ /^out/)) f += $$i + 0 } } \
+	  END { printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
 
 lint:
-	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	$(LINT)
 
 fmt:
 	cargo fmt --all
@@ -98,12 +114,16 @@ bench: build $(PY_DEPS) $(NODE_DEPS)
 # libFuzzer targets (fuzz/, its own workspace, nightly for the sanitizer flags). A crash
 # stops the run and leaves its input in fuzz/artifacts/<target>/; make it a regression test.
 FUZZ_SECONDS ?= 60
+# The nightly the targets were last run with: rustc 1.97.0-nightly (e50aa6fba 2026-05-19).
+# rustup names an installed nightly "nightly"; set FUZZ_TOOLCHAIN=nightly-YYYY-MM-DD to pin.
+FUZZ_TOOLCHAIN ?= nightly
 FUZZ_TARGETS := spec stable_json payment_header json_path url_policy feedback_body
 fuzz: $(PY_DEPS)
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	rustc +$(FUZZ_TOOLCHAIN) --version
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
-	  CARGO_TARGET_DIR=$(HOME)/.cache/umpire/fuzz-target cargo +nightly fuzz run $$t -- \
+	  CARGO_TARGET_DIR=$(HOME)/.cache/umpire/fuzz-target cargo +$(FUZZ_TOOLCHAIN) fuzz run $$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; done
 	UMPIRE_PYTHON=$(PY) UMPIRE_FUZZ_CORPUS=$(CURDIR)/fuzz/corpus/stable_json \
 	  cargo test -p umpire-core --test canonical fuzz_corpus_agrees_with_python -- --ignored --nocapture

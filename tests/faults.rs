@@ -411,7 +411,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
         ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
         ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
         ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
-        ("UMPIRE_WEBHOOK_RETRY_BASE_SECONDS", "1"),
+        ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "100"),
         ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
     ];
     let server = devnet.serve(Settlement::SelfSettle, &env);

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use base64::Engine;
 use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
-use umpire_blackbox::{PRICE_BASIC, Reply, Server, TempDir, python_recipe, request, serve_fixed};
+use umpire_blackbox::{
+    Held, PRICE_BASIC, PRICE_PROBE, Reply, Server, TempDir, python_recipe, request, serve_fixed,
+};
 use umpire_core::json::Value;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"},"job_ref":"erc8183:job/9"}"###;
@@ -297,38 +299,42 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
 #[test]
 fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
     let devnet = Devnet::start();
-    // A check that legitimately runs until the limit gives a window between verify
-    // and settle in which the payer's funds leave.
-    let server =
-        Arc::new(devnet.serve(Settlement::SelfSettle, &[("UMPIRE_CHECK_LIMIT_MS", "5000")]));
-    let slow = format!(
-        r#"{{"spec":{{"checks":[{{"type":"regex","pattern":"a(?=a*$)b"}}]}},"deliverable":{{"text":"{}"}}}}"#,
-        "a".repeat(100_000)
+    // The probe's page is held until the payer's funds have left: they leave between
+    // verification (before any check runs) and settlement (after every check).
+    let page = Held::start("service up");
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    ));
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"deployed"}}}}"#,
+        page.addr
     );
     let payer = devnet.get("payer");
     let elsewhere = devnet.get("settler");
     let payer0 = devnet.balance(&payer);
-    let payment = sign_payment(&devnet, &url(&server, "basic"), &slow);
+    let payment = sign_payment(&devnet, &url(&server, "probe"), &body);
     let idem = key();
     let purchase = {
-        let (server, slow, payment, idem) =
-            (server.clone(), slow.clone(), payment.clone(), idem.clone());
+        let (server, body, payment, idem) =
+            (server.clone(), body.clone(), payment.clone(), idem.clone());
         std::thread::spawn(move || {
             request(
                 server.addr,
                 "POST",
-                "/v1/verdicts/basic",
+                "/v1/verdicts/probe",
                 &[
                     ("Content-Type", "application/json"),
                     ("PAYMENT-SIGNATURE", &payment),
                     ("Idempotency-Key", &idem),
                 ],
-                Some(slow.as_bytes()),
+                Some(body.as_bytes()),
             )
         })
     };
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    page.wait_for_request(std::time::Duration::from_secs(30));
     devnet.transfer(&payer, &elsewhere, payer0);
+    page.release();
     let voided = purchase.join().expect("purchase thread");
     assert_eq!(
         voided.status,
@@ -356,14 +362,14 @@ fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
 
     // Funds back: the same key buys (it was released), and the money moves once.
     devnet.transfer(&elsewhere, &payer, payer0);
-    let bought = buy_v2(&devnet, &url(&server, "basic"), &slow, Some(&idem));
+    let bought = buy_v2(&devnet, &url(&server, "probe"), &body, Some(&idem));
     assert_eq!(bought.status, 201, "{}", bought.body);
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_PROBE);
     let doc = bought.json().get("document").cloned().expect("document");
     assert_eq!(
         doc.get("verdict").and_then(Value::as_str),
-        Some("fail"),
-        "the hostile check failed at the limit"
+        Some("pass"),
+        "the page answered this time"
     );
 }
 

@@ -10,7 +10,7 @@ use umpire_core::json::{Value, parse};
 
 const FAST: &[(&str, &str)] = &[
     ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
-    ("UMPIRE_WEBHOOK_RETRY_BASE_SECONDS", "1"),
+    ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "100"),
     ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
 ];
 
@@ -110,10 +110,13 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
     );
 
     // The webhook: one delivery of exactly the final document, signed as the contract says.
-    wait_for("the webhook", Duration::from_secs(20), || {
-        !hook.received().is_empty()
+    // Recorded as delivered once the receiver took it; nothing is sent after that.
+    wait_for("the webhook recorded", Duration::from_secs(20), || {
+        final_status(&server, &id, &secret, Duration::from_secs(1))
+            .get("webhook_delivery")
+            .and_then(Value::as_str)
+            == Some("delivered")
     });
-    std::thread::sleep(Duration::from_millis(1500));
     let deliveries = hook.received();
     assert_eq!(deliveries.len(), 1, "delivered once");
     let d = &deliveries[0];
@@ -232,13 +235,26 @@ fn webhooks_retry_with_backoff_then_stop() {
     assert_eq!(a.status, 202, "{}", a.body);
     let b = buy_v2(&devnet, &url, &sworn_body(&page, &dead), Some(&key()));
     assert_eq!(b.status, 202, "{}", b.body);
-    // Backoff 1, 2, 4, 8, 16 s after the first attempt.
+    // Back-off 100, 200, 400, 800, 1600 ms after the first attempt. The status link says
+    // when each receiver is done with for good (delivered, or failed after the last
+    // retry), so the counts are read once nothing more can be sent.
+    let delivery = |r: &umpire_blackbox::chain::Bought| {
+        let v = r.json();
+        let status = server.verdict_status(str_of(&v, "verdict_id"), str_of(&v, "secret"));
+        status
+            .json()
+            .get("webhook_delivery")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     wait_for(
-        "six attempts at the dead receiver",
-        Duration::from_secs(90),
-        || dead.received().len() >= 6,
+        "the dead receiver given up",
+        Duration::from_secs(60),
+        || delivery(&b).as_deref() == Some("failed"),
     );
-    std::thread::sleep(Duration::from_secs(3));
+    wait_for("the flaky receiver served", Duration::from_secs(60), || {
+        delivery(&a).as_deref() == Some("delivered")
+    });
     assert_eq!(
         dead.received().len(),
         6,

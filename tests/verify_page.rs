@@ -1,16 +1,14 @@
 //! `GET /verify`: the self-contained verification page, in headless Chromium. Its
-//! stable JSON agrees with the Python recipe on the team's vectors; a genuine document
+//! stable JSON agrees with Python on our stable-JSON vectors; a genuine document
 //! shows every step green; a tampered one and a wrong deliverable show which step
 //! failed; the page saved to disk verifies offline; it loads nothing from anywhere.
 
 use umpire_blackbox::chain::node_json;
 use umpire_blackbox::{Server, TempDir, repo_root, run_umpire};
 
+/// The stable-JSON vectors Python made (`crates/core/tests/vectors/make_canonical.py`).
 fn vectors() -> std::path::PathBuf {
-    std::env::var_os("UMPIRE_SHARED_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared"))
-        .join("vectors/canonical-json.jsonl")
+    repo_root().join("crates/core/tests/vectors/canonical-json.jsonl")
 }
 
 #[test]

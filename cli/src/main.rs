@@ -10,10 +10,10 @@ use std::time::Duration;
 mod client;
 
 use clap::{Parser, Subcommand};
-use umpire_api::datadir::{default_data_dir, load_or_create_signer, load_signer};
+use umpire_api::datadir::{default_data_dir, load_signer};
 use umpire_api::purchase::{Envelope, assess};
 use umpire_api::{AppState, Config};
-use umpire_checker::{CheckerPool, PoolConfig};
+use umpire_checker::PoolConfig;
 use umpire_core::json::{Value, parse};
 use umpire_core::product::Tier;
 use umpire_core::signer::{PublicKey, Signer, keys_from_document};
@@ -384,7 +384,7 @@ fn fail(code: u8, message: &str) -> ExitCode {
 }
 
 /// What a command needs: the data directory's key, its embedded store (or a
-/// throwaway one), and the isolated checker.
+/// throwaway one), and the isolated checker (this binary re-run as `check-worker`).
 async fn state_for(
     data_dir: Option<PathBuf>,
     with_checker: bool,
@@ -392,47 +392,15 @@ async fn state_for(
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let dir = data_dir.unwrap_or_else(default_data_dir);
-    let signer = load_or_create_signer(&dir).map_err(|e| e.to_string())?;
-    let store = if persistent {
-        SqliteStore::open_in(&dir).map_err(|e| format!("{}: {e}", dir.display()))?
-    } else {
-        SqliteStore::in_memory().map_err(|e| e.to_string())?
-    };
-    let store = Arc::new(store);
-    let checker: Option<Arc<dyn umpire_checker::Judge>> = if with_checker {
-        let pool_config = PoolConfig::current_exe(config.check_limit)
-            .map_err(|e| format!("cannot find the umpire binary: {e}"))?;
-        let pool = CheckerPool::new(pool_config);
-        pool.prewarm(2)
-            .await
-            .map_err(|e| format!("the isolated checker does not work: {e}"))?;
-        Some(Arc::new(pool))
+    let checker = if with_checker {
+        Some(
+            PoolConfig::current_exe(config.check_limit)
+                .map_err(|e| format!("cannot find the umpire binary: {e}"))?,
+        )
     } else {
         None
     };
-    let payments = umpire_pay::config::payments_from_env(&config.rails)
-        .await
-        .map_err(|e| e.to_string())?;
-    let sol_price =
-        umpire_pay::config::sol_price_from_env(&config.rails).map_err(|e| e.to_string())?;
-    let fetcher = Arc::new(umpire_fetch::Fetcher::from_env()?);
-    let feedback_chain = umpire_chain::ChainConfig::from_env()?
-        .map(umpire_chain::FeedbackChain::new)
-        .transpose()?
-        .map(Arc::new);
-    let state = AppState {
-        config,
-        signer: Arc::new(signer),
-        retired_keys: Vec::new(),
-        checker,
-        store: store.clone(),
-        queue: Some(store.clone()),
-        payments,
-        sol_price,
-        fetcher: Some(fetcher),
-        feedback_chain,
-    };
-    Ok((state, store))
+    umpire_api::local::embedded_state(config, &dir, persistent, checker).await
 }
 
 async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
@@ -440,42 +408,6 @@ async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
         Ok((s, store)) => (Arc::new(s), store),
         Err(e) => return fail(2, &e),
     };
-    // A facilitator that will not settle what we advertise is worth a loud warning,
-    // not a refusal to start (it may be briefly down).
-    {
-        let state = state.clone();
-        tokio::spawn(async move {
-            match state
-                .payments
-                .facilitator_mismatches(&state.config.rails.rails)
-                .await
-            {
-                Ok(problems) => {
-                    for p in problems {
-                        tracing::warn!(problem = p, "facilitator configuration");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "facilitator /supported unreachable"),
-            }
-        });
-    }
-    // Sworn pass 2 and webhook deliveries from the embedded store's delayed jobs.
-    tokio::spawn(umpire_api::sworn::work_forever(
-        state.clone(),
-        Duration::from_millis(500),
-    ));
-    // Retention: reads already hide expired records; this deletes them, hourly.
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(3600));
-        loop {
-            every.tick().await;
-            match store.purge_expired(umpire_core::time::now_unix()).await {
-                Ok(n) if n > 0 => tracing::info!(deleted = n, "expired records purged"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "purging expired records failed"),
-            }
-        }
-    });
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         Err(e) => return fail(2, &format!("cannot listen on {addr}: {e}")),
@@ -487,7 +419,7 @@ async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match umpire_api::local::serve(listener, state, shutdown).await {
+    match umpire_api::local::run(listener, state, store, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e.to_string()),
     }

@@ -61,7 +61,7 @@ fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
     AppState {
         config: Config {
             check_limit,
-            webhook_retry_base_secs: 1,
+            webhook_retry_base: std::time::Duration::from_millis(50),
             ..Config::default()
         },
         signer: Arc::new(LocalSigner::from_seed_hex(&"5e".repeat(32)).expect("seed")),
@@ -220,7 +220,10 @@ async fn exactly_once(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, runner: R
     let state = state(store, queue.clone());
     let (verdict_id, pass2) = bought(&state, &page, &hook).await;
     assert_eq!(pass2.kind, JOB_PASS2);
-    queue.enqueue(&pass2, 0).await.expect("enqueue pass 2");
+    queue
+        .enqueue(&pass2, std::time::Duration::ZERO)
+        .await
+        .expect("enqueue pass 2");
 
     let received = drain(&state, runner).await;
     assert!(

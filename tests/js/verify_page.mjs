@@ -1,5 +1,5 @@
 // Drives GET /verify in headless Chromium (Debian's chromium, playwright-core): the page's
-// stable JSON against the team's Python vectors, a genuine document (all green), a
+// stable JSON against our Python-made vectors, a genuine document (all green), a
 // tampered one and a wrong deliverable (the failing step named), and the same page saved
 // to disk and opened from file:// (offline, with the keys written into it).
 //   node tests/js/verify_page.mjs --url http://127.0.0.1:PORT/verify --document D.json

@@ -61,6 +61,7 @@ pub fn umpire_bin() -> PathBuf {
 /// The contract's prices in USDC base units, written here from the contract rather than
 /// taken from the code under test, so a wrong price in the code fails the tests.
 pub const PRICE_BASIC: u128 = 1_000_000;
+pub const PRICE_PROBE: u128 = 2_000_000;
 pub const PRICE_SWORN: u128 = 5_000_000;
 
 pub fn python() -> String {
@@ -162,11 +163,21 @@ impl Drop for TempDir {
     }
 }
 
-/// `umpire serve` on 127.0.0.1 and a free port, killed on drop.
+/// The app on 127.0.0.1 and a free port, stopped on drop: `umpire serve` in a process
+/// of its own when the test sets its environment, logs or crashes it, and otherwise
+/// the same app (`umpire_api::local`) inside the test process.
 pub struct Server {
     pub addr: SocketAddr,
-    child: Child,
+    runner: Runner,
     pub data: TempDir,
+}
+
+enum Runner {
+    Process(Child),
+    InProcess {
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
 }
 
 impl Server {
@@ -180,7 +191,63 @@ impl Server {
 
     /// Serves an existing data directory (seeded by the test).
     pub fn start_in(data: TempDir, env: &[(&str, &str)]) -> Server {
-        Server::spawn(data, env, Stdio::inherit())
+        if env.is_empty() {
+            Server::in_process(data)
+        } else {
+            Server::spawn(data, env, Stdio::inherit())
+        }
+    }
+
+    /// The app in this process, configured as `umpire serve` is with no environment
+    /// (rate limits off, as for every test not about them), on the data directory.
+    fn in_process(data: TempDir) -> Server {
+        let dir = data.path().to_owned();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let config = umpire_api::Config {
+                    rate_limits: None,
+                    ..umpire_api::Config::default()
+                };
+                let checker = umpire_checker::PoolConfig {
+                    program: umpire_bin(),
+                    args: vec![umpire_checker::WORKER_ARG.to_owned()],
+                    check_limit: config.check_limit,
+                    max_workers: 4,
+                };
+                let (state, store) =
+                    umpire_api::local::embedded_state(config, &dir, true, Some(checker))
+                        .await
+                        .expect("the in-process app's state");
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                let _ = ready_tx.send(listener.local_addr().expect("addr"));
+                let shutdown = async {
+                    let _ = stopped.await;
+                };
+                umpire_api::local::run(listener, std::sync::Arc::new(state), store, shutdown)
+                    .await
+                    .expect("serve");
+            });
+        });
+        let addr = ready
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the in-process app did not start");
+        Server {
+            addr,
+            runner: Runner::InProcess {
+                stop: Some(stop),
+                thread: Some(thread),
+            },
+            data,
+        }
     }
 
     /// Like [`Server::start_with`], logging at debug level into `serve.log` in its data
@@ -196,8 +263,11 @@ impl Server {
     /// Kills the process with SIGKILL (no shutdown of any kind) and hands back its
     /// data directory, to start another server on it.
     pub fn crash(mut self) -> TempDir {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let Runner::Process(child) = &mut self.runner else {
+            panic!("only a server in its own process can be crashed (start it with an env)");
+        };
+        let _ = child.kill();
+        let _ = child.wait();
         std::mem::replace(&mut self.data, TempDir(PathBuf::new()))
     }
 
@@ -230,7 +300,11 @@ impl Server {
             .unwrap_or_else(|| panic!("unexpected first line from umpire serve: {line:?}"))
             .parse()
             .expect("socket address");
-        Server { addr, child, data }
+        Server {
+            addr,
+            runner: Runner::Process(child),
+            data,
+        }
     }
 
     pub fn get(&self, path: &str) -> Reply {
@@ -262,8 +336,21 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        match &mut self.runner {
+            Runner::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Runner::InProcess { stop, thread } => {
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+                // Connections still open end with the runtime.
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+            }
+        }
     }
 }
 
@@ -505,6 +592,60 @@ pub(crate) fn read_request(conn: &mut TcpStream) -> Option<Received> {
         headers,
         body,
     })
+}
+
+/// An HTTP server on 127.0.0.1 that holds the first request it gets until the test
+/// releases it (later ones are answered at once): a test can act at the exact moment
+/// the service is fetching, instead of sleeping and hoping it got there.
+pub struct Held {
+    pub addr: SocketAddr,
+    arrived: std::sync::mpsc::Receiver<()>,
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Held {
+    /// Answers `200` with `body` (text/plain), the first time only once released.
+    pub fn start(body: &'static str) -> Held {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (arrived_tx, arrived) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let mut first = true;
+            for mut conn in listener.incoming().flatten() {
+                if read_request(&mut conn).is_none() {
+                    continue;
+                }
+                if first {
+                    first = false;
+                    let _ = arrived_tx.send(());
+                    let _ = release_rx.recv();
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Held {
+            addr,
+            arrived,
+            release,
+        }
+    }
+
+    /// Blocks until the first request is being held.
+    pub fn wait_for_request(&self, within: Duration) {
+        self.arrived
+            .recv_timeout(within)
+            .expect("the held server was never asked");
+    }
+
+    /// Lets the held request (and every later one) be answered.
+    pub fn release(&self) {
+        let _ = self.release.send(());
+    }
 }
 
 /// Percent-encodes everything but unreserved characters, for query strings.

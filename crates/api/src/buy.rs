@@ -1,0 +1,246 @@
+//! `POST /v1/verdicts/{tier}`: the paid verdict path, in the order DESIGN.md fixes:
+//! validate → idempotency → 402 or verify → claim → judge (isolated checker) → sign →
+//! settle → persist and answer 201. Refusals come before any payment is asked for; a
+//! settlement that fails after the checks ran voids the purchase (no document kept,
+//! no record, the key reusable) and answers 402 with `PAYMENT-RESPONSE success:false`.
+
+use umpire_core::document::CheckResult;
+use umpire_core::hash::{random_bytes, random_id, sha256_hex};
+use umpire_core::json::Value;
+use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
+use umpire_core::{ApiError, ErrorCode};
+use umpire_pay::SettlementResponse;
+use umpire_store::{VerdictRecord, VerdictStatus};
+
+use crate::checkout::{self, Checkout, Prepared, Product, Void};
+use crate::handlers::json_body;
+use crate::purchase::{Envelope, Purchase, assess};
+use crate::{AppState, Request, Response, respond, sworn, verdict};
+
+fn tier_of(req: &Request) -> Result<Tier, ApiError> {
+    let name = crate::routes::last_segment(req);
+    let tiers = Tier::ALL.map(Tier::as_str).join(", ");
+    Tier::parse(name).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownTier,
+            format!("there is no tier {name:?}"),
+            format!("Buy one of: {tiers} (POST /v1/verdicts/<tier>). GET /v1/quote lists prices."),
+        )
+    })
+}
+
+/// The purchase in the body, or the corrective refusal (nothing asked, nothing charged).
+async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
+    let body = json_body(req)?;
+    let Some(obj) = body.as_object() else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the body must be a JSON object, not {}", body.type_name()),
+            "Send {\"spec\":{\"checks\":[...]},\"deliverable\":{\"text\":\"...\"}}.",
+        ));
+    };
+    let mut assessment = assess(tier, obj, Envelope::Purchase, &state.fetch_policy());
+    let needs_fetch = !assessment.urls.is_empty();
+    match &state.fetcher {
+        Some(f) => assessment.resolve_urls(f).await,
+        None if needs_fetch => {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                "this process fetches no URLs, so url_probe and content_hash on a url cannot be judged here",
+                "Judge text or JSON you already have with the basic tier; nothing was charged.",
+            ));
+        }
+        None => {}
+    }
+    let purchase = assessment.into_purchase(tier)?;
+    if tier == Tier::Sworn {
+        sworn::check_job_size(&purchase)?;
+        if state.queue.is_none() {
+            return Err(ApiError::new(
+                ErrorCode::Unavailable,
+                "this process cannot schedule pass 2, so it does not sell sworn verdicts",
+                "Buy a probe verdict, or use a deployment with a job queue; nothing was charged.",
+            ));
+        }
+    }
+    Ok(purchase)
+}
+
+pub async fn buy(state: &AppState, req: &Request) -> Response {
+    match buy_inner(state, req).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response> {
+    let err = |e: ApiError| respond::error(&e);
+    // Refusals before anything is asked for.
+    let tier = tier_of(req).map_err(err)?;
+    let purchase = purchase_of(state, tier, req).await.map_err(err)?;
+    let product = Product {
+        price: tier.price(),
+        path: format!("/v1/verdicts/{}", tier.as_str()),
+        name: format!("a {} verdict", tier.as_str()),
+    };
+    let mut checkout = checkout::begin(state, req, product).await?;
+
+    // Judge in the isolated checker (pass 1 of a sworn verdict).
+    let results = match verdict::judge(state, &purchase).await {
+        Ok(r) => r,
+        Err(e) => return Err(checkout.abandon(crate::internal(e)).await),
+    };
+    let verdict_id = random_id("vrd");
+    let secret = format!("sec_{}", hex::encode(random_bytes::<32>()));
+    let status_url = format!("{}/v1/verdicts/{verdict_id}", state.config.issuer);
+    let mut paid = Paid {
+        state,
+        verdict_id: &verdict_id,
+        secret: &secret,
+        status_url: &status_url,
+        checkout: &mut checkout,
+    };
+    let answer = if tier == Tier::Sworn {
+        paid.sworn(&purchase, &results).await
+    } else {
+        paid.immediate(&purchase, &results).await
+    };
+    Ok(checkout.finish(answer).await)
+}
+
+struct Paid<'a, 'c> {
+    state: &'a AppState,
+    verdict_id: &'a str,
+    secret: &'a str,
+    status_url: &'a str,
+    checkout: &'a mut Checkout<'c>,
+}
+
+impl Paid<'_, '_> {
+    fn record(&self, purchase: &Purchase, now: u64) -> VerdictRecord {
+        VerdictRecord {
+            verdict_id: self.verdict_id.to_owned(),
+            tier: purchase.tier.as_str().to_owned(),
+            status: VerdictStatus::Final,
+            document: None,
+            preview: None,
+            secret_hash: sha256_hex(self.secret.as_bytes()),
+            spec_hash: purchase.spec.hash.clone(),
+            webhook_url: purchase.webhook_url.clone(),
+            created_at: now,
+            expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
+        }
+    }
+
+    /// The answer as it will be given once paid (the settlement goes in `settlement`).
+    fn prepared(&self, status: u16, body: &Value, record: Option<VerdictRecord>) -> Prepared {
+        Prepared {
+            location: Some(self.status_url.to_owned()),
+            record,
+            ..Prepared::new(status, body, &["settlement"])
+        }
+    }
+
+    /// witness, basic, probe: sign, settle, store, answer 201 with the document.
+    async fn immediate(
+        &mut self,
+        purchase: &Purchase,
+        results: &[CheckResult],
+    ) -> Result<(Prepared, SettlementResponse), Void> {
+        let document = verdict::signed_verdict(self.state, purchase, self.verdict_id, results);
+        let now = umpire_core::time::now_unix();
+        let record = VerdictRecord {
+            document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
+            ..self.record(purchase, now)
+        };
+        let body = Value::object()
+            .with("verdict_id", self.verdict_id)
+            .with("tier", purchase.tier.as_str())
+            .with("status", "final")
+            .with(
+                "verdict",
+                document.get("verdict").cloned().unwrap_or(Value::Null),
+            )
+            .with("document", document)
+            .with("status_url", self.status_url)
+            .with("secret", self.secret)
+            .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
+            .with("payer", self.checkout.payer.as_str());
+        let prepared = self.prepared(201, &body, Some(record));
+        let settlement = self.checkout.settle(&prepared).await?;
+        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
+        Ok((prepared, settlement))
+    }
+
+    /// sworn: store the pending verdict and queue pass 2 before settling (so a paid
+    /// verdict always has its pass 2), then settle; a failed settlement deletes the
+    /// record, and the queued pass 2 finds nothing and ends. Pass 2 also asks whether
+    /// the purchase went through (a process may die before settling). 202 with pass 1.
+    async fn sworn(
+        &mut self,
+        purchase: &Purchase,
+        results: &[CheckResult],
+    ) -> Result<(Prepared, SettlementResponse), Void> {
+        let queue = self
+            .state
+            .queue
+            .as_ref()
+            .ok_or_else(|| Void::Internal(crate::internal("sworn needs a job queue")))?;
+        let now = umpire_core::time::now_unix();
+        let delay = self.state.config.sworn_delay_secs;
+        let due = now + u64::from(delay);
+        let preview = sworn::preview(results, due);
+        let record = VerdictRecord {
+            status: VerdictStatus::Pending,
+            preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
+            ..self.record(purchase, now)
+        };
+        self.state
+            .store
+            .put_verdict(&record)
+            .await
+            .map_err(|e| Void::Internal(crate::internal(e)))?;
+        let job = sworn::pass2_job(
+            self.verdict_id,
+            purchase,
+            results,
+            now,
+            self.checkout.payment_key(),
+        );
+        if let Err(e) = queue
+            .enqueue(&job, std::time::Duration::from_secs(delay.into()))
+            .await
+        {
+            self.forget(self.verdict_id).await;
+            return Err(Void::Internal(crate::internal(e)));
+        }
+        let body = Value::object()
+            .with("verdict_id", self.verdict_id)
+            .with("tier", "sworn")
+            .with("status", "pending")
+            .with("pass1", preview)
+            .with("status_url", self.status_url)
+            .with("secret", self.secret)
+            .with("webhook_url", purchase.webhook_url.clone())
+            .with("final_due_at", umpire_core::time::rfc3339(due))
+            .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
+            .with("payer", self.checkout.payer.as_str());
+        let prepared = self.prepared(202, &body, None);
+        let settlement = match self.checkout.settle(&prepared).await {
+            Ok(s) => s,
+            // Settled or not, nobody knows yet: pass 2 waits for the retry to tell.
+            Err(v) if v.outcome_unknown() => return Err(v),
+            Err(v) => {
+                self.forget(self.verdict_id).await;
+                return Err(v);
+            }
+        };
+        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
+        Ok((prepared, settlement))
+    }
+
+    async fn forget(&self, verdict_id: &str) {
+        if let Err(e) = self.state.store.delete_verdict(verdict_id).await {
+            tracing::error!(error = %e, verdict_id, "could not delete a voided sworn verdict");
+        }
+    }
+}

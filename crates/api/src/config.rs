@@ -1,0 +1,145 @@
+//! Service configuration, read once from the environment.
+
+use std::time::Duration;
+
+use umpire_core::product::{DEFAULT_ISSUER, SWORN_PASS2_DELAY_SECS};
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The identity documents name as issuer, and the base of links (status URLs).
+    pub issuer: String,
+    /// Wall-clock limit for one check in the isolated checker.
+    pub check_limit: Duration,
+    /// Per-IP limits on free routes; None when switched off.
+    pub rate_limits: Option<crate::limits::RateLimits>,
+    /// The payment rails accepted, in preference order (empty: nothing can be bought).
+    pub rails: umpire_pay::Rails,
+    /// Seconds between a sworn verdict's two passes.
+    pub sworn_delay_secs: u32,
+    /// The first webhook retry waits this long; each next one twice as long.
+    pub webhook_retry_base: Duration,
+    /// How long a paid request holds its Idempotency-Key and payment; a process that
+    /// dies mid-purchase frees them after this. Longer than any purchase can run.
+    pub in_progress_secs: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            issuer: DEFAULT_ISSUER.to_owned(),
+            check_limit: umpire_checker::DEFAULT_CHECK_LIMIT,
+            rate_limits: Some(crate::limits::RateLimits::default()),
+            rails: umpire_pay::Rails {
+                rails: Vec::new(),
+                max_timeout_seconds: 60,
+            },
+            sworn_delay_secs: SWORN_PASS2_DELAY_SECS as u32,
+            webhook_retry_base: Duration::from_secs(30),
+            in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("configuration {name}={value:?}: {problem}")]
+pub struct ConfigError {
+    pub name: &'static str,
+    pub value: String,
+    pub problem: String,
+}
+
+impl Config {
+    /// The enabled rails as the pricing manifest shows them, in preference order.
+    pub fn rails_value(&self) -> umpire_core::Value {
+        use umpire_core::Value;
+        Value::Array(
+            self.rails
+                .rails
+                .iter()
+                .map(|r| {
+                    Value::object()
+                        .with("scheme", r.scheme.as_str())
+                        .with("network", r.network.as_str())
+                        .with("asset", r.asset.as_str())
+                        .with("pay_to", r.pay_to.as_str())
+                        .with(
+                            "pricing",
+                            match r.pricing {
+                                umpire_pay::RailPricing::Stablecoin { .. } => "fixed",
+                                umpire_pay::RailPricing::SolSpot => "spot + 1.5%, rounded up",
+                            },
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    /// `UMPIRE_ISSUER`, `UMPIRE_CHECK_LIMIT_MS`, `UMPIRE_RATE_LIMITS(_*)`, the
+    /// `UMPIRE_*_SECONDS` timings; unset means the default.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        if let Ok(v) = std::env::var("UMPIRE_ISSUER") {
+            let v = v.trim_end_matches('/').to_owned();
+            if !(v.starts_with("https://") || v.starts_with("http://")) {
+                return Err(ConfigError {
+                    name: "UMPIRE_ISSUER",
+                    value: v,
+                    problem: "must be an http(s) URL".into(),
+                });
+            }
+            c.issuer = v;
+        }
+        if let Ok(v) = std::env::var("UMPIRE_CHECK_LIMIT_MS") {
+            let ms: u64 = v
+                .parse()
+                .ok()
+                .filter(|ms| (50..=60_000).contains(ms))
+                .ok_or_else(|| ConfigError {
+                    name: "UMPIRE_CHECK_LIMIT_MS",
+                    value: v.clone(),
+                    problem: "must be milliseconds between 50 and 60000".into(),
+                })?;
+            c.check_limit = Duration::from_millis(ms);
+        }
+        c.rate_limits = crate::limits::RateLimits::from_env()?;
+        let secs = |name: &'static str, range: std::ops::RangeInclusive<u32>, default: u32| {
+            match std::env::var(name) {
+                Err(_) => Ok(default),
+                Ok(v) => v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|s| range.contains(s))
+                    .ok_or_else(|| ConfigError {
+                        name,
+                        value: v.clone(),
+                        problem: format!(
+                            "must be seconds from {} to {}",
+                            range.start(),
+                            range.end()
+                        ),
+                    }),
+            }
+        };
+        c.sworn_delay_secs = secs("UMPIRE_SWORN_DELAY_SECONDS", 1..=900, c.sworn_delay_secs)?;
+        // Milliseconds, so tests can run five retries in well under a second.
+        if let Ok(v) = std::env::var("UMPIRE_WEBHOOK_RETRY_BASE_MS") {
+            let ms: u64 = v
+                .parse()
+                .ok()
+                .filter(|ms| (10..=900_000).contains(ms))
+                .ok_or_else(|| ConfigError {
+                    name: "UMPIRE_WEBHOOK_RETRY_BASE_MS",
+                    value: v.clone(),
+                    problem: "must be milliseconds between 10 and 900000".into(),
+                })?;
+            c.webhook_retry_base = Duration::from_millis(ms);
+        }
+        c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;
+        c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
+            name: e.name,
+            value: std::env::var(e.name).unwrap_or_default(),
+            problem: e.problem,
+        })?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,150 @@
+//! Per-IP rate limits on free routes: fixed one-minute windows counted atomically in
+//! the store (DynamoDB `ADD`, SQLite upsert), so every Lambda instance shares them.
+//! The window is configurable (`UMPIRE_RATE_LIMIT_WINDOW_MS`) so tests need not wait
+//! for a minute to turn.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use umpire_core::product::RATE_LIMITS;
+use umpire_core::{ApiError, ErrorCode};
+
+use crate::{AppState, ClientIp};
+
+/// The contract's window: limits are per minute.
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// Requests per window per bucket; `None` switches limiting off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimits {
+    per_minute: BTreeMap<&'static str, u64>,
+    window: Duration,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits {
+            per_minute: RATE_LIMITS
+                .iter()
+                .map(|(b, n)| (*b, u64::from(*n)))
+                .collect(),
+            window: WINDOW,
+        }
+    }
+}
+
+impl RateLimits {
+    /// The contract's values, each overridable with `UMPIRE_RATE_LIMIT_<BUCKET>`;
+    /// `UMPIRE_RATE_LIMITS=off` returns None (local benchmarking, tests not about limits).
+    pub fn from_env() -> Result<Option<RateLimits>, crate::config::ConfigError> {
+        if std::env::var("UMPIRE_RATE_LIMITS").is_ok_and(|v| v == "off") {
+            return Ok(None);
+        }
+        let mut limits = RateLimits::default();
+        for (bucket, n) in limits.per_minute.iter_mut() {
+            let name = format!("UMPIRE_RATE_LIMIT_{}", bucket.to_ascii_uppercase());
+            if let Ok(v) = std::env::var(&name) {
+                *n = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or(crate::config::ConfigError {
+                        name: "UMPIRE_RATE_LIMIT_<BUCKET>",
+                        value: format!("{name}={v}"),
+                        problem: "must be a positive number of requests per minute".into(),
+                    })?;
+            }
+        }
+        if let Ok(v) = std::env::var("UMPIRE_RATE_LIMIT_WINDOW_MS") {
+            let ms: u64 = v
+                .parse()
+                .ok()
+                .filter(|ms| (100..=3_600_000).contains(ms))
+                .ok_or(crate::config::ConfigError {
+                    name: "UMPIRE_RATE_LIMIT_WINDOW_MS",
+                    value: v.clone(),
+                    problem: "must be milliseconds between 100 and 3600000".into(),
+                })?;
+            limits.window = Duration::from_millis(ms);
+        }
+        Ok(Some(limits))
+    }
+
+    /// The length of one counting window (a minute unless configured).
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    pub fn limit(&self, bucket: &str) -> Option<u64> {
+        self.per_minute.get(bucket).copied()
+    }
+}
+
+/// Marks an internal request made by an MCP tool call: it was counted in the `mcp`
+/// bucket already, so only the buckets the contract shares with MCP (feedback) count it
+/// again.
+#[derive(Debug, Clone, Copy)]
+pub struct CountedAsMcp;
+
+/// Buckets an MCP tool call is also counted in.
+const SHARED_WITH_MCP: &[&str] = &["feedback"];
+
+/// [`enforce`] for the caller of `req`, honouring [`CountedAsMcp`].
+pub async fn enforce_for(
+    state: &AppState,
+    bucket: &'static str,
+    req: &crate::Request,
+) -> Result<(), ApiError> {
+    if req.extensions().get::<CountedAsMcp>().is_some() && !SHARED_WITH_MCP.contains(&bucket) {
+        return Ok(());
+    }
+    enforce(state, bucket, ClientIp::of(req)).await
+}
+
+/// Counts this request in `bucket` for the caller's IP; refuses past the limit.
+/// If the counter store fails, the request is let through (and logged): a free read
+/// is better served than refused for our own fault.
+pub async fn enforce(
+    state: &AppState,
+    bucket: &'static str,
+    ip: Option<ClientIp>,
+) -> Result<(), ApiError> {
+    let Some(limits) = &state.config.rate_limits else {
+        return Ok(());
+    };
+    let Some(limit) = limits.limit(bucket) else {
+        return Ok(());
+    };
+    let now_ms = umpire_core::time::now_unix_ms();
+    let window_ms = u64::try_from(limits.window.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    // With the contract's minute this is the minute's number, as it always was.
+    let window = now_ms / window_ms;
+    let window_end_ms = (window + 1).saturating_mul(window_ms);
+    let who = ip.map_or_else(|| "unknown".to_owned(), |ClientIp(ip)| ip.to_string());
+    let key = format!("{bucket}#{who}#{window}");
+    // Kept one window past its end, in whole seconds (the stores' expiry unit).
+    let expires_at = window_end_ms.saturating_add(window_ms).div_ceil(1000);
+    match state.store.count_request(&key, expires_at).await {
+        Ok(count) if count > limit => {
+            let retry_after = window_end_ms.saturating_sub(now_ms).div_ceil(1000).max(1);
+            let span = if limits.window == WINDOW {
+                "this minute".to_owned()
+            } else {
+                format!("in this {window_ms} ms window")
+            };
+            Err(ApiError::new(
+                ErrorCode::RateLimited,
+                format!("more than {limit} {bucket} requests from your address {span}"),
+                format!("Wait {retry_after} s (Retry-After) and try again."),
+            )
+            .with_detail("retry_after_seconds", retry_after))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, bucket, "rate-limit counter unavailable; request let through");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `umpire serve`: every route in one process on a plain HTTP/1.1 listener, on the
+//! embedded store. Tests start the same app in their own process ([`embedded_state`],
+//! [`run`] on port 0) when they need nothing from outside it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use umpire_core::product::MAX_BODY_BYTES;
+use umpire_core::{ApiError, ErrorCode};
+
+use umpire_checker::{CheckerPool, PoolConfig};
+use umpire_store::sqlite::SqliteStore;
+
+use crate::{AppState, ClientIp, Config, handle, respond};
+
+/// The app on the embedded store: the data directory's signing key (created on first
+/// use), its SQLite file (or an in-memory one when not `persistent`), the isolated
+/// checker when given, and the payment, fetch and feedback settings of the environment.
+pub async fn embedded_state(
+    config: Config,
+    dir: &Path,
+    persistent: bool,
+    checker: Option<PoolConfig>,
+) -> Result<(AppState, Arc<SqliteStore>), String> {
+    let signer = crate::datadir::load_or_create_signer(dir).map_err(|e| e.to_string())?;
+    let store = if persistent {
+        SqliteStore::open_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?
+    } else {
+        SqliteStore::in_memory().map_err(|e| e.to_string())?
+    };
+    let store = Arc::new(store);
+    let checker: Option<Arc<dyn umpire_checker::Judge>> = match checker {
+        Some(pool_config) => {
+            let pool = CheckerPool::new(pool_config);
+            pool.prewarm(2)
+                .await
+                .map_err(|e| format!("the isolated checker does not work: {e}"))?;
+            Some(Arc::new(pool))
+        }
+        None => None,
+    };
+    let payments = umpire_pay::config::payments_from_env(&config.rails)
+        .await
+        .map_err(|e| e.to_string())?;
+    let sol_price =
+        umpire_pay::config::sol_price_from_env(&config.rails).map_err(|e| e.to_string())?;
+    let fetcher = Arc::new(umpire_fetch::Fetcher::from_env()?);
+    let feedback_chain = umpire_chain::ChainConfig::from_env()?
+        .map(umpire_chain::FeedbackChain::new)
+        .transpose()?
+        .map(Arc::new);
+    let state = AppState {
+        config,
+        signer: Arc::new(signer),
+        retired_keys: Vec::new(),
+        checker,
+        store: store.clone(),
+        queue: Some(store.clone()),
+        payments,
+        sol_price,
+        fetcher: Some(fetcher),
+        feedback_chain,
+    };
+    Ok((state, store))
+}
+
+/// Serves `listener` until `shutdown` resolves, with what `umpire serve` runs beside
+/// the routes: sworn pass 2 and webhook jobs from the embedded store, the facilitator
+/// start-up check, and the hourly purge of expired records.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    store: Arc<SqliteStore>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut background = tokio::task::JoinSet::new();
+    // A facilitator that will not settle what we advertise is worth a loud warning,
+    // not a refusal to start (it may be briefly down).
+    {
+        let state = state.clone();
+        background.spawn(async move {
+            match state
+                .payments
+                .facilitator_mismatches(&state.config.rails.rails)
+                .await
+            {
+                Ok(problems) => {
+                    for p in problems {
+                        tracing::warn!(problem = p, "facilitator configuration");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "facilitator /supported unreachable"),
+            }
+        });
+    }
+    // Sworn pass 2 and webhook deliveries from the embedded store's delayed jobs.
+    background.spawn(crate::sworn::work_forever(
+        state.clone(),
+        Duration::from_millis(500),
+    ));
+    // Retention: reads already hide expired records; this deletes them, hourly.
+    background.spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every.tick().await;
+            match store.purge_expired(umpire_core::time::now_unix()).await {
+                Ok(n) if n > 0 => tracing::info!(deleted = n, "expired records purged"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "purging expired records failed"),
+            }
+        }
+    });
+    // The background tasks end with the server (dropping the set aborts them).
+    serve(listener, state, shutdown).await
+}
+
+/// Serves until `shutdown` resolves; connections in progress finish on their own.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Out of file descriptors and the like: keep serving the others.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(serve_one(&state, req, peer).await) }
+            });
+            let _ = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn serve_one(
+    state: &AppState,
+    req: http::Request<Incoming>,
+    peer: SocketAddr,
+) -> http::Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (mut parts, body) = req.into_parts();
+    let method = parts.method.clone();
+    let path = parts.uri.path().to_owned();
+    let response = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => {
+            parts.extensions.insert(ClientIp(peer.ip()));
+            let req = http::Request::from_parts(parts, collected.to_bytes());
+            handle(state, req).await
+        }
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            respond::error(&ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+                "Send at most 1 MiB; deliverable text is capped at 200 KB.",
+            ))
+        }
+        Err(e) => respond::error(&ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the request body could not be read: {e}"),
+            "Send the body in full with a correct Content-Length or chunked encoding.",
+        )),
+    };
+    let status = response.status().as_u16();
+    tracing::info!(
+        target: "umpire::access",
+        %method,
+        path,
+        status,
+        micros = started.elapsed().as_micros() as u64,
+        ip = %peer.ip(),
+        "request"
+    );
+    let (parts, body) = response.into_parts();
+    let mut r = http::Response::from_parts(parts, Full::new(body));
+    if method == http::Method::HEAD {
+        *r.body_mut() = Full::new(Bytes::new());
+    }
+    r
+}

@@ -1,0 +1,585 @@
+//! Sworn verdicts: pass 1 in the purchase request, pass 2 about a minute later from a
+//! delayed job, the final document signed once, and the webhook delivered with an
+//! HMAC signature and retried with backoff.
+//!
+//! Exactly once, over at-least-once delivery:
+//! - the final document is stored by one conditional write (pending → final); a
+//!   duplicated or redelivered pass-2 job that loses it uses the stored document, and a
+//!   worker that died before storing simply runs pass 2 again (nothing was stored);
+//! - each webhook attempt number is claimed once (a duplicated retry job is a no-op), and
+//!   a delivered webhook is recorded, so later copies stop before sending.
+//!
+//! The deliverable lives only inside the pass-2 job (in SQS, or the embedded store's
+//! jobs table) and is gone when that job is acknowledged.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use umpire_core::document::{CheckResult, VerdictFacts, sign, verdict_document};
+use umpire_core::json::{Value, parse};
+use umpire_core::product::{Tier, WEBHOOK_MAX_RETRIES};
+use umpire_core::spec::{parse_deliverable, parse_spec};
+use umpire_core::{ApiError, ErrorCode};
+use umpire_store::{Claim, Finalize, IdempotencyState, Job, MAX_DELAY, StoredResponse};
+
+use crate::AppState;
+use crate::checkout::{PurchaseOutcome, purchase_outcome};
+use crate::purchase::Purchase;
+use crate::verdict;
+
+pub const JOB_PASS2: &str = "sworn.pass2";
+pub const JOB_WEBHOOK: &str = "sworn.webhook";
+/// The first delivery and its retries.
+pub const WEBHOOK_MAX_ATTEMPTS: u32 = 1 + WEBHOOK_MAX_RETRIES;
+/// A pass-2 job carries the deliverable; SQS messages hold at most 256 KB.
+pub const PASS2_JOB_MAX_BYTES: usize = 240 * 1024;
+/// How long records that deduplicate webhook attempts are kept.
+const WEBHOOK_RECORD_SECS: u64 = 7 * 24 * 3600;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// Worth retrying (the job stays queued and comes back).
+    #[error("{0}")]
+    Retry(String),
+}
+
+fn retry(e: impl std::fmt::Display) -> JobError {
+    JobError::Retry(e.to_string())
+}
+
+/// The pass-2 job for a sworn purchase: everything pass 2 needs, the deliverable included.
+pub fn pass2_job(
+    verdict_id: &str,
+    purchase: &Purchase,
+    pass1: &[CheckResult],
+    created_at: u64,
+    payment_key: &str,
+) -> Job {
+    let payload = Value::object()
+        .with("verdict_id", verdict_id)
+        .with("spec", purchase.spec.normalized.clone())
+        .with("deliverable", purchase.deliverable.hash_input())
+        .with("job_ref", purchase.job_ref.clone())
+        .with("webhook_url", purchase.webhook_url.clone())
+        .with(
+            "pass1",
+            Value::Array(pass1.iter().map(CheckResult::to_value).collect()),
+        )
+        .with("created_at", created_at)
+        .with("payment_key", payment_key);
+    Job {
+        kind: JOB_PASS2.into(),
+        payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
+    }
+}
+
+/// Refuses (before payment) a sworn purchase whose pass-2 job could not be queued.
+pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
+    let size = pass2_job(
+        "vrd_00000000000000000000000000000000",
+        purchase,
+        &[],
+        0,
+        &crate::checkout::payment_key(&serde_json::Value::Null),
+    )
+    .payload
+    .len();
+    if size > PASS2_JOB_MAX_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "a sworn purchase keeps its spec and deliverable for pass 2 in at most {PASS2_JOB_MAX_BYTES} bytes; this one needs {size}"
+            ),
+            "Send a smaller deliverable (judge large artifacts by content_hash), or buy a probe verdict; nothing was charged.",
+        ));
+    }
+    Ok(())
+}
+
+/// The pass-1 preview shown by the 202 and by the status link while pending.
+pub fn preview(pass1: &[CheckResult], final_due_at: u64) -> Value {
+    Value::object()
+        .with("pass", 1u64)
+        .with(
+            "verdict_so_far",
+            if umpire_core::document::verdict_passed(pass1) {
+                "pass"
+            } else {
+                "fail"
+            },
+        )
+        .with(
+            "results",
+            Value::Array(pass1.iter().map(CheckResult::to_value).collect()),
+        )
+        .with("final_due_at", umpire_core::time::rfc3339(final_due_at))
+}
+
+/// Runs one delayed job. `Ok` means done (acknowledge it); `Err` means try again later.
+pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
+    let payload = parse(job.payload.as_bytes()).map_err(retry)?;
+    match job.kind.as_str() {
+        JOB_PASS2 => run_pass2(state, &payload).await,
+        JOB_WEBHOOK => run_webhook(state, &payload).await,
+        other => {
+            tracing::error!(kind = other, "unknown job kind; dropped");
+            Ok(())
+        }
+    }
+}
+
+fn text<'a>(v: &'a Value, k: &str) -> Result<&'a str, JobError> {
+    v.get(k)
+        .and_then(Value::as_str)
+        .ok_or_else(|| retry(format!("job payload lacks {k}")))
+}
+
+/// Both passes of one check: it passes only if it passed twice; its observations
+/// are pass 1's followed by pass 2's.
+fn merge(pass1: &[Value], pass2: Vec<CheckResult>) -> Vec<CheckResult> {
+    pass2
+        .into_iter()
+        .enumerate()
+        .map(|(i, r2)| {
+            let r1 = pass1.get(i);
+            let passed1 = r1.and_then(|r| r.get("passed")) == Some(&Value::Bool(true));
+            let reason1 = r1
+                .and_then(|r| r.get("reason"))
+                .and_then(Value::as_str)
+                .unwrap_or("not judged");
+            let mut observations: Vec<Value> = r1
+                .and_then(|r| r.get("observations"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            observations.extend(r2.observations.clone().unwrap_or_default());
+            CheckResult {
+                index: r2.index,
+                check_type: r2.check_type,
+                passed: passed1 && r2.passed,
+                reason: format!("pass 1: {reason1}; pass 2: {}", r2.reason),
+                observations: (!observations.is_empty()).then_some(observations),
+            }
+        })
+        .collect()
+}
+
+async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
+    let verdict_id = text(p, "verdict_id")?;
+    let now = umpire_core::time::now_unix();
+    let Some(record) = state
+        .store
+        .get_verdict(verdict_id, now)
+        .await
+        .map_err(retry)?
+    else {
+        // Voided (settlement failed) or expired: nothing to finish.
+        tracing::info!(
+            verdict_id,
+            "pass 2 for a verdict that does not exist; dropped"
+        );
+        return Ok(());
+    };
+    if record.document.is_some() {
+        // A duplicate: the final document exists; make sure its webhook is on its way.
+        return schedule_webhook(
+            state,
+            verdict_id,
+            record.webhook_url.is_some(),
+            1,
+            Duration::ZERO,
+        )
+        .await;
+    }
+    // Only a verdict that was paid for is finished (its purchase may have died before
+    // settling, or lost the settlement's answer).
+    if let Some(payment_key) = p.get("payment_key").and_then(Value::as_str) {
+        match purchase_outcome(state, payment_key, verdict_id)
+            .await
+            .map_err(|e| retry(e.message))?
+        {
+            PurchaseOutcome::Paid => {}
+            PurchaseOutcome::Unresolved => {
+                // Asked again a pass-2 delay later (an interrupted purchase is settled
+                // by its customer's retry, or its prepared answer lapses).
+                tracing::info!(verdict_id, "pass 2 waits for its purchase to settle");
+                let queue = state
+                    .queue
+                    .as_ref()
+                    .ok_or_else(|| retry("no job queue configured"))?;
+                let again = Job {
+                    kind: JOB_PASS2.into(),
+                    payload: String::from_utf8_lossy(&p.to_canonical_vec()).into_owned(),
+                };
+                return queue
+                    .enqueue(
+                        &again,
+                        Duration::from_secs(state.config.sworn_delay_secs.into()),
+                    )
+                    .await
+                    .map_err(retry);
+            }
+            PurchaseOutcome::NotSold => {
+                tracing::warn!(verdict_id, "pass 2 for a verdict never sold; deleted");
+                state
+                    .store
+                    .delete_verdict(verdict_id)
+                    .await
+                    .map_err(retry)?;
+                return Ok(());
+            }
+        }
+    }
+    let spec_v = p
+        .get("spec")
+        .ok_or_else(|| retry("job payload lacks spec"))?;
+    let spec = parse_spec(spec_v, Some(Tier::Sworn))
+        .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
+    let deliverable = parse_deliverable(
+        p.get("deliverable")
+            .ok_or_else(|| retry("job payload lacks deliverable"))?,
+        "deliverable",
+    )
+    .map_err(|e| retry(format!("stored deliverable no longer parses: {e:?}")))?;
+    let purchase = Purchase {
+        tier: Tier::Sworn,
+        spec,
+        deliverable,
+        webhook_url: p
+            .get("webhook_url")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        job_ref: p.get("job_ref").filter(|v| **v != Value::Null).cloned(),
+    };
+    let pass1 = p
+        .get("pass1")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let pass2 = verdict::judge(state, &purchase).await.map_err(retry)?;
+    let results = merge(&pass1, pass2);
+    let facts = VerdictFacts {
+        verdict_id,
+        tier: Tier::Sworn,
+        spec: &purchase.spec,
+        deliverable_hash: &purchase.deliverable.hash(),
+        results: &results,
+        job_ref: purchase.job_ref.as_ref(),
+        issued_at: &umpire_core::time::now_rfc3339(),
+        issuer: &state.config.issuer,
+    };
+    let document = sign(
+        verdict_document(&facts, state.signer.key_id()),
+        state.signer.as_ref(),
+    );
+    let text = String::from_utf8_lossy(&document.to_canonical_vec()).into_owned();
+    match state
+        .store
+        .finalize_verdict(verdict_id, &text)
+        .await
+        .map_err(retry)?
+    {
+        Finalize::Done => {
+            tracing::info!(verdict_id, "sworn verdict final");
+            crate::metrics::record(crate::metrics::Metric::SwornFinalized);
+        }
+        Finalize::AlreadyFinal(_) => {
+            tracing::info!(
+                verdict_id,
+                "another worker finalized first; its document stands"
+            );
+        }
+        Finalize::NotFound => return Ok(()),
+    }
+    schedule_webhook(
+        state,
+        verdict_id,
+        purchase.webhook_url.is_some(),
+        1,
+        Duration::ZERO,
+    )
+    .await
+}
+
+async fn schedule_webhook(
+    state: &AppState,
+    verdict_id: &str,
+    has_webhook: bool,
+    attempt: u32,
+    delay: Duration,
+) -> Result<(), JobError> {
+    if !has_webhook {
+        return Ok(());
+    }
+    let queue = state
+        .queue
+        .as_ref()
+        .ok_or_else(|| retry("no job queue configured"))?;
+    let payload = Value::object()
+        .with("verdict_id", verdict_id)
+        .with("attempt", u64::from(attempt));
+    queue
+        .enqueue(
+            &Job {
+                kind: JOB_WEBHOOK.into(),
+                payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
+            },
+            delay.min(MAX_DELAY),
+        )
+        .await
+        .map_err(retry)
+}
+
+/// The delay before retry `n` (1-based): base × 2^(n-1), capped at SQS's 900 s.
+pub fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1u32 << n.saturating_sub(1).min(20))
+        .min(MAX_DELAY)
+}
+
+/// `sha256=<hex>`: HMAC-SHA256 over the raw body, keyed with the 64-character hex
+/// string of sha256(secret) (the stored secret hash, used as text).
+pub fn webhook_signature(secret_hash_hex: &str, body: &[u8]) -> String {
+    // HMAC accepts keys of any length; this cannot fail.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret_hash_hex.as_bytes())
+        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn record_key(verdict_id: &str, what: &str) -> String {
+    format!("webhook|{verdict_id}|{what}")
+}
+
+/// Stores `note` as the completion of a claim this worker holds on `key`.
+async fn complete_with(
+    state: &AppState,
+    key: &str,
+    verdict_id: &str,
+    note: &str,
+) -> Result<(), JobError> {
+    let expires = umpire_core::time::now_unix() + WEBHOOK_RECORD_SECS;
+    state
+        .store
+        .complete_idempotency(
+            key,
+            verdict_id,
+            &StoredResponse {
+                status: 200,
+                headers: Vec::new(),
+                body: note.to_owned(),
+            },
+            expires,
+        )
+        .await
+        .map_err(retry)
+}
+
+/// Claims `key` for `hold_secs`; false when another worker holds it or finished it.
+async fn claim(
+    state: &AppState,
+    key: &str,
+    verdict_id: &str,
+    hold_secs: u64,
+) -> Result<bool, JobError> {
+    let now = umpire_core::time::now_unix();
+    Ok(matches!(
+        state
+            .store
+            .claim_idempotency(
+                key,
+                verdict_id,
+                now,
+                now + hold_secs,
+                now + WEBHOOK_RECORD_SECS
+            )
+            .await
+            .map_err(retry)?,
+        Claim::Won
+    ))
+}
+
+/// Marks `key` done with a short note (one writer wins).
+async fn record(state: &AppState, key: &str, verdict_id: &str, note: &str) -> Result<(), JobError> {
+    if claim(state, key, verdict_id, 60).await? {
+        complete_with(state, key, verdict_id, note).await?;
+    }
+    Ok(())
+}
+
+async fn is_recorded(state: &AppState, key: &str) -> Result<bool, JobError> {
+    let now = umpire_core::time::now_unix();
+    Ok(matches!(
+        state.store.get_idempotency(key, now).await.map_err(retry)?,
+        Some(r) if matches!(r.state, IdempotencyState::Completed(_))
+    ))
+}
+
+/// How a sworn verdict's webhook stands: delivered, failed (gave up), pending, or None.
+pub async fn webhook_status(state: &AppState, verdict_id: &str) -> Option<&'static str> {
+    if is_recorded(state, &record_key(verdict_id, "delivered"))
+        .await
+        .ok()?
+    {
+        Some("delivered")
+    } else if is_recorded(state, &record_key(verdict_id, "gave_up"))
+        .await
+        .ok()?
+    {
+        Some("failed")
+    } else {
+        Some("pending")
+    }
+}
+
+async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
+    let verdict_id = text(p, "verdict_id")?;
+    let attempt = p
+        .get("attempt")
+        .and_then(Value::as_u64)
+        .and_then(|a| u32::try_from(a).ok())
+        .filter(|a| (1..=WEBHOOK_MAX_ATTEMPTS).contains(a))
+        .ok_or_else(|| retry("webhook job has no valid attempt number"))?;
+    let now = umpire_core::time::now_unix();
+    let Some(record_v) = state
+        .store
+        .get_verdict(verdict_id, now)
+        .await
+        .map_err(retry)?
+    else {
+        return Ok(());
+    };
+    let (Some(url), Some(document)) = (&record_v.webhook_url, &record_v.document) else {
+        return Ok(());
+    };
+    if is_recorded(state, &record_key(verdict_id, "delivered")).await? {
+        return Ok(());
+    }
+    // Each attempt number is made once, whatever the queue delivers. The attempt is
+    // recorded last, after its follow-up is in place: a worker that dies in between
+    // leaves the claim to lapse and the redelivered job to try again, never a gap.
+    let attempt_key = record_key(verdict_id, &format!("attempt{attempt}"));
+    if !claim(state, &attempt_key, verdict_id, 120).await? {
+        return Ok(());
+    }
+    let Some(fetcher) = &state.fetcher else {
+        return Err(retry("no fetcher configured for webhook delivery"));
+    };
+    let body = document.as_bytes().to_vec();
+    let signature = webhook_signature(&record_v.secret_hash, &body);
+    let outcome = fetcher
+        .post_json(
+            url,
+            body,
+            &[
+                ("x-umpire-signature", signature),
+                ("x-umpire-verdict-id", verdict_id.to_owned()),
+                ("x-umpire-delivery-attempt", attempt.to_string()),
+            ],
+        )
+        .await;
+    let note = match &outcome {
+        Ok(status) => format!("delivered: {status}"),
+        Err(e) => format!("failed: {e}"),
+    };
+    match outcome {
+        Ok(_) => {
+            tracing::info!(verdict_id, attempt, "webhook delivered");
+            record(
+                state,
+                &record_key(verdict_id, "delivered"),
+                verdict_id,
+                &note,
+            )
+            .await?;
+        }
+        Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
+            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
+            let delay = backoff(state.config.webhook_retry_base, attempt);
+            tracing::warn!(
+                verdict_id,
+                attempt,
+                error = e,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "webhook failed; retrying"
+            );
+            schedule_webhook(state, verdict_id, true, attempt + 1, delay).await?;
+        }
+        Err(e) => {
+            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
+            tracing::warn!(
+                verdict_id,
+                attempt,
+                error = e,
+                "webhook failed for the last time; the document stays at the status link"
+            );
+            record(state, &record_key(verdict_id, "gave_up"), verdict_id, &note).await?;
+        }
+    }
+    complete_with(state, &attempt_key, verdict_id, &note).await
+}
+
+/// `umpire serve`'s worker: polls the embedded store's delayed jobs and runs them,
+/// like the worker Lambda does for SQS.
+pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
+    let Some(queue) = state.queue.clone() else {
+        return;
+    };
+    // A back-off shorter than the poll would wait for the poll instead.
+    let poll = poll.min(state.config.webhook_retry_base);
+    loop {
+        match queue.receive(10, 300).await {
+            Ok(deliveries) if !deliveries.is_empty() => {
+                for d in deliveries {
+                    match run_job(&state, &d.job).await {
+                        Ok(()) => {
+                            if let Err(e) = queue.ack(&d.receipt).await {
+                                tracing::error!(error = %e, "could not acknowledge a job");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, kind = d.job.kind, "job failed; it will be retried")
+                        }
+                    }
+                }
+            }
+            Ok(_) => tokio::time::sleep(poll).await,
+            Err(e) => {
+                tracing::error!(error = %e, "job queue unavailable");
+                tokio::time::sleep(poll * 4).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps_at_the_sqs_limit() {
+        assert_eq!(
+            (1..=5)
+                .map(|n| backoff(Duration::from_secs(30), n).as_secs())
+                .collect::<Vec<_>>(),
+            vec![30, 60, 120, 240, 480]
+        );
+        assert_eq!(backoff(Duration::from_secs(500), 3), MAX_DELAY);
+        assert_eq!(
+            backoff(Duration::from_millis(40), 3),
+            Duration::from_millis(160)
+        );
+    }
+
+    #[test]
+    fn the_signature_matches_an_independent_hmac() {
+        // Python: hmac.new(sha256(b"sec_test").hexdigest().encode(), body, sha256).
+        assert_eq!(
+            webhook_signature(
+                &umpire_core::hash::sha256_hex(b"sec_test"),
+                br#"{"verdict":"pass"}"#
+            ),
+            "sha256=f216a98418a0ea1a0df243bbfa39630b5c4850e823902484bef2d36fff95b5c1"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! Persistence behind two traits, implemented twice: DynamoDB + SQS for AWS, and an
+//! embedded SQLite database for `umpire serve`. One conformance suite
+//! (`tests/conformance.rs`) holds both to the same behaviour.
+//!
+//! Retention is enforced on read: every record with an expiry is invisible once it
+//! has passed, whatever the backend's background deletion (DynamoDB TTL runs up to days
+//! late; local emulators never run it). Deliverables are never stored here, except
+//! inside a sworn pass-2 job, which lives only until pass 2.
+
+#[cfg(feature = "aws")]
+pub mod dynamo;
+pub mod sqlite;
+#[cfg(feature = "aws")]
+pub mod sqs;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Seconds since the Unix epoch.
+pub type Unix = u64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The record already exists (a conditional create lost).
+    #[error("already exists")]
+    AlreadyExists,
+    /// The backend could not be reached or failed; safe to retry.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record could not be read back.
+    #[error("stored record is unreadable: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictStatus {
+    /// Sworn pass 1 is done; pass 2 is scheduled.
+    Pending,
+    /// The final signed document exists.
+    Final,
+}
+
+impl VerdictStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerdictStatus::Pending => "pending",
+            VerdictStatus::Final => "final",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<VerdictStatus> {
+        match s {
+            "pending" => Some(VerdictStatus::Pending),
+            "final" => Some(VerdictStatus::Final),
+            _ => None,
+        }
+    }
+}
+
+/// A verdict as stored: no deliverable, only hashes and the signed documents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictRecord {
+    pub verdict_id: String,
+    pub tier: String,
+    pub status: VerdictStatus,
+    /// The final signed document (stable JSON text), once there is one.
+    pub document: Option<String>,
+    /// Sworn: the pass-1 preview shown while pending (stable JSON text).
+    pub preview: Option<String>,
+    /// Lowercase hex sha256 of the one-time secret (also the webhook HMAC key).
+    pub secret_hash: String,
+    pub spec_hash: String,
+    pub webhook_url: Option<String>,
+    pub created_at: Unix,
+    pub expires_at: Unix,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finalize {
+    /// This call moved the verdict from pending to final.
+    Done,
+    /// It was already final; here is the document that made it so.
+    AlreadyFinal(String),
+    NotFound,
+}
+
+/// A response kept so an idempotent retry gets exactly the same answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    /// Response bodies are UTF-8 JSON.
+    pub body: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyState {
+    /// Claimed by a request still running; others wait until `until`.
+    InProgress {
+        until: Unix,
+    },
+    Completed(StoredResponse),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The scoped key (wallet and Idempotency-Key).
+    pub key: String,
+    /// sha256 of the request (method, path, body) that claimed it.
+    pub request_hash: String,
+    pub state: IdempotencyState,
+    pub expires_at: Unix,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller owns the key now.
+    Won,
+    /// Someone holds it: the record says what to answer.
+    Held(IdempotencyRecord),
+}
+
+/// One feedback row: addresses, hashes, enums and numbers only. Permanent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackRow {
+    /// Lowercase 0x-prefixed hex; one row per transaction.
+    pub tx_hash: String,
+    pub merchant: String,
+    pub payer: String,
+    /// fulfilled | partial | failed
+    pub outcome: String,
+    pub would_repeat: Option<bool>,
+    pub latency_ms: Option<u64>,
+    /// The qualifying transfer's amount in USDC base units (decimal string: uint256).
+    pub amount_units: String,
+    pub block_time: Unix,
+    pub created_at: Unix,
+}
+
+/// A delayed job (sworn pass 2, webhook retries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub kind: String,
+    /// JSON text.
+    pub payload: String,
+}
+
+/// A job handed to a consumer, with the handle to acknowledge it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub job: Job,
+    pub receipt: String,
+    /// How many times it has been received, this one included.
+    pub receive_count: u32,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Creates a verdict; `AlreadyExists` if the id is taken.
+    async fn put_verdict(&self, rec: &VerdictRecord) -> Result<()>;
+    /// The verdict, unless missing or expired at `now`.
+    async fn get_verdict(&self, verdict_id: &str, now: Unix) -> Result<Option<VerdictRecord>>;
+    /// Pending → final with `document`, exactly once.
+    async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize>;
+    async fn delete_verdict(&self, verdict_id: &str) -> Result<()>;
+    /// Ids of live verdicts with this spec_hash and webhook URL (exact match).
+    async fn find_verdicts(
+        &self,
+        spec_hash: &str,
+        webhook_url: &str,
+        now: Unix,
+    ) -> Result<Vec<String>>;
+
+    /// One conditional write: wins if the key is free, or its record expired, or its
+    /// in-progress claim lapsed.
+    async fn claim_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        now: Unix,
+        in_progress_until: Unix,
+        expires_at: Unix,
+    ) -> Result<Claim>;
+    /// Stores the response of a claim this caller holds.
+    async fn complete_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<()>;
+    /// Gives a claim back (a voided purchase): the key may be used again.
+    async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
+    /// Removes a record whatever its state (a note its writer no longer needs).
+    async fn delete_idempotency(&self, key: &str) -> Result<()>;
+    async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
+
+    /// Counts one request in a fixed window; returns the count including this one.
+    async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64>;
+
+    /// Adds a feedback row; `AlreadyExists` if the transaction already has one.
+    async fn put_feedback(&self, row: &FeedbackRow) -> Result<()>;
+    /// A merchant's rows with `block_time >= since`, newest first, at most `limit`
+    /// (reports read a bounded slice, never the table).
+    async fn feedback_for_merchant(
+        &self,
+        merchant: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>>;
+    /// A payer's rows across merchants, likewise.
+    async fn feedback_by_payer(
+        &self,
+        payer: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>>;
+}
+
+#[async_trait]
+pub trait JobQueue: Send + Sync {
+    /// Makes `job` deliverable after `delay` (at most 900 s, SQS's cap). SQS counts
+    /// whole seconds and rounds up; the embedded store keeps milliseconds, so tests can
+    /// run back-offs in a fraction of a second.
+    async fn enqueue(&self, job: &Job, delay: std::time::Duration) -> Result<()>;
+    /// Up to `max` due jobs, each hidden from other receivers for `visibility_secs`.
+    async fn receive(&self, max: u32, visibility_secs: u32) -> Result<Vec<Delivery>>;
+    /// Deletes a received job.
+    async fn ack(&self, receipt: &str) -> Result<()>;
+}
+
+/// SQS's longest message delay.
+pub const MAX_DELAY_SECS: u32 = 900;
+pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(MAX_DELAY_SECS as u64);
+
+/// The store of a function whose one route never touches storage (health, the key
+/// document, the OpenAPI document, the verify page): it links no database client at all.
+/// Every call is refused as unavailable, so a wiring mistake shows up as a logged
+/// `500 internal`, never as a silently lost write.
+pub struct NoStore;
+
+impl NoStore {
+    fn refuse<T>() -> Result<T> {
+        Err(StoreError::Unavailable(
+            "this function is built without a store (its route never needs one)".to_owned(),
+        ))
+    }
+}
+
+#[async_trait]
+impl Store for NoStore {
+    async fn put_verdict(&self, _: &VerdictRecord) -> Result<()> {
+        Self::refuse()
+    }
+    async fn get_verdict(&self, _: &str, _: Unix) -> Result<Option<VerdictRecord>> {
+        Self::refuse()
+    }
+    async fn finalize_verdict(&self, _: &str, _: &str) -> Result<Finalize> {
+        Self::refuse()
+    }
+    async fn delete_verdict(&self, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn find_verdicts(&self, _: &str, _: &str, _: Unix) -> Result<Vec<String>> {
+        Self::refuse()
+    }
+    async fn claim_idempotency(
+        &self,
+        _: &str,
+        _: &str,
+        _: Unix,
+        _: Unix,
+        _: Unix,
+    ) -> Result<Claim> {
+        Self::refuse()
+    }
+    async fn complete_idempotency(
+        &self,
+        _: &str,
+        _: &str,
+        _: &StoredResponse,
+        _: Unix,
+    ) -> Result<()> {
+        Self::refuse()
+    }
+    async fn release_idempotency(&self, _: &str, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn delete_idempotency(&self, _: &str) -> Result<()> {
+        Self::refuse()
+    }
+    async fn get_idempotency(&self, _: &str, _: Unix) -> Result<Option<IdempotencyRecord>> {
+        Self::refuse()
+    }
+    async fn count_request(&self, _: &str, _: Unix) -> Result<u64> {
+        Self::refuse()
+    }
+    async fn put_feedback(&self, _: &FeedbackRow) -> Result<()> {
+        Self::refuse()
+    }
+    async fn feedback_for_merchant(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
+        Self::refuse()
+    }
+    async fn feedback_by_payer(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
+        Self::refuse()
+    }
+}

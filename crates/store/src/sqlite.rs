@@ -1,0 +1,549 @@
+//! The embedded store for `umpire serve`: one SQLite file in the data directory.
+//! Every operation is one transaction on one connection, so a conditional write is
+//! atomic exactly as a DynamoDB condition expression is.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::{
+    Claim, Delivery, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Job, JobQueue,
+    Result, Store, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus,
+};
+
+pub const FILE_NAME: &str = "umpire.sqlite3";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS verdicts (
+    verdict_id  TEXT PRIMARY KEY,
+    tier        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    document    TEXT,
+    preview     TEXT,
+    secret_hash TEXT NOT NULL,
+    spec_hash   TEXT NOT NULL,
+    webhook_url TEXT,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_find ON verdicts (spec_hash, webhook_url);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key               TEXT PRIMARY KEY,
+    request_hash      TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    in_progress_until INTEGER NOT NULL,
+    response          TEXT,
+    expires_at        INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_limits (
+    bucket     TEXT PRIMARY KEY,
+    count      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    tx_hash      TEXT PRIMARY KEY,
+    merchant     TEXT NOT NULL,
+    payer        TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    would_repeat INTEGER,
+    latency_ms   INTEGER,
+    amount_units TEXT NOT NULL,
+    block_time   INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_merchant ON feedback (merchant, block_time);
+CREATE INDEX IF NOT EXISTS feedback_payer ON feedback (payer, block_time);
+CREATE TABLE IF NOT EXISTS jobs (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind          TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    not_before    INTEGER NOT NULL,
+    receive_count INTEGER NOT NULL DEFAULT 0,
+    lease         TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (not_before);
+";
+
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    /// Clock for job delays, in Unix milliseconds; tests move it. (`jobs.not_before`
+    /// held seconds before it held milliseconds: such rows are simply due at once.)
+    clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating) `dir/umpire.sqlite3`.
+    pub fn open_in(dir: &Path) -> Result<SqliteStore> {
+        std::fs::create_dir_all(dir).map_err(unavailable)?;
+        SqliteStore::from_connection(Connection::open(dir.join(FILE_NAME)).map_err(unavailable)?)
+    }
+
+    pub fn in_memory() -> Result<SqliteStore> {
+        SqliteStore::from_connection(Connection::open_in_memory().map_err(unavailable)?)
+    }
+
+    fn from_connection(conn: Connection) -> Result<SqliteStore> {
+        // WAL + FULL: a committed write survives a crash of the process or the machine.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;",
+        )
+        .map_err(unavailable)?;
+        conn.execute_batch(SCHEMA).map_err(unavailable)?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+            clock: Arc::new(umpire_core::time::now_unix_ms),
+        })
+    }
+
+    /// Replaces the clock used for job delays, in Unix milliseconds (tests).
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> SqliteStore {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard).map_err(unavailable)
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    /// Feedback rows by `column` (merchant or payer, a fixed name) since a block time.
+    async fn feedback_on(
+        &self,
+        column: &'static str,
+        who: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        let who = who.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run(move |c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time DESC, tx_hash DESC LIMIT ?3"
+            ))?;
+            st.query_map(params![who, since, limit], feedback_from_row)?.collect()
+        })
+        .await
+    }
+
+    /// Deletes what retention says is gone (expired verdicts, idempotency records,
+    /// rate-limit windows). Reads already hide them; this reclaims the space.
+    pub async fn purge_expired(&self, now: Unix) -> Result<usize> {
+        self.run(move |c| {
+            let mut n = c.execute("DELETE FROM verdicts WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM idempotency WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM rate_limits WHERE expires_at <= ?1", [now])?;
+            Ok(n)
+        })
+        .await
+    }
+}
+
+fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, String)> {
+    let status: String = r.get(2)?;
+    Ok((
+        VerdictRecord {
+            verdict_id: r.get(0)?,
+            tier: r.get(1)?,
+            status: VerdictStatus::Pending,
+            document: r.get(3)?,
+            preview: r.get(4)?,
+            secret_hash: r.get(5)?,
+            spec_hash: r.get(6)?,
+            webhook_url: r.get(7)?,
+            created_at: r.get(8)?,
+            expires_at: r.get(9)?,
+        },
+        status,
+    ))
+}
+
+fn idempotency_from_row(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(String, String, String, Unix, Option<String>, Unix)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+fn idempotency_record(
+    (key, request_hash, status, until, response, expires_at): (
+        String,
+        String,
+        String,
+        Unix,
+        Option<String>,
+        Unix,
+    ),
+) -> Result<IdempotencyRecord> {
+    let state = if status == "COMPLETED" {
+        let text = response
+            .ok_or_else(|| StoreError::Corrupt(format!("{key}: completed without a response")))?;
+        IdempotencyState::Completed(
+            serde_json::from_str::<StoredResponse>(&text)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        )
+    } else {
+        IdempotencyState::InProgress { until }
+    };
+    Ok(IdempotencyRecord {
+        key,
+        request_hash,
+        state,
+        expires_at,
+    })
+}
+
+fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
+    Ok(FeedbackRow {
+        tx_hash: r.get(0)?,
+        merchant: r.get(1)?,
+        payer: r.get(2)?,
+        outcome: r.get(3)?,
+        would_repeat: r.get::<_, Option<i64>>(4)?.map(|b| b != 0),
+        latency_ms: r.get(5)?,
+        amount_units: r.get(6)?,
+        block_time: r.get(7)?,
+        created_at: r.get(8)?,
+    })
+}
+
+const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at";
+const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn put_verdict(&self, rec: &VerdictRecord) -> Result<()> {
+        let r = rec.clone();
+        let inserted = self
+            .run(move |c| {
+                c.execute(
+                    &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                    params![
+                        r.verdict_id,
+                        r.tier,
+                        r.status.as_str(),
+                        r.document,
+                        r.preview,
+                        r.secret_hash,
+                        r.spec_hash,
+                        r.webhook_url,
+                        r.created_at,
+                        r.expires_at
+                    ],
+                )
+            })
+            .await?;
+        if inserted == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::AlreadyExists)
+        }
+    }
+
+    async fn get_verdict(&self, verdict_id: &str, now: Unix) -> Result<Option<VerdictRecord>> {
+        let id = verdict_id.to_owned();
+        let row = self
+            .run(move |c| {
+                c.query_row(
+                    &format!("SELECT {VERDICT_COLUMNS} FROM verdicts WHERE verdict_id = ?1 AND expires_at > ?2"),
+                    params![id, now],
+                    verdict_from_row,
+                )
+                .optional()
+            })
+            .await?;
+        row.map(|(mut rec, status)| {
+            rec.status = VerdictStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?;
+            Ok(rec)
+        })
+        .transpose()
+    }
+
+    async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize> {
+        let (id, doc) = (verdict_id.to_owned(), document.to_owned());
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let current: Option<(String, Option<String>)> = tx
+                .query_row(
+                    "SELECT status, document FROM verdicts WHERE verdict_id = ?1",
+                    [&id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let outcome = match current {
+                None => Finalize::NotFound,
+                Some((status, Some(existing))) if status == "final" => {
+                    Finalize::AlreadyFinal(existing)
+                }
+                Some(_) => {
+                    tx.execute(
+                        "UPDATE verdicts SET status = 'final', document = ?2 WHERE verdict_id = ?1",
+                        params![id, doc],
+                    )?;
+                    Finalize::Done
+                }
+            };
+            tx.commit()?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    async fn delete_verdict(&self, verdict_id: &str) -> Result<()> {
+        let id = verdict_id.to_owned();
+        self.run(move |c| c.execute("DELETE FROM verdicts WHERE verdict_id = ?1", [id]))
+            .await
+            .map(|_| ())
+    }
+
+    async fn find_verdicts(
+        &self,
+        spec_hash: &str,
+        webhook_url: &str,
+        now: Unix,
+    ) -> Result<Vec<String>> {
+        let (s, w) = (spec_hash.to_owned(), webhook_url.to_owned());
+        self.run(move |c| {
+            let mut st = c.prepare(
+                "SELECT verdict_id FROM verdicts WHERE spec_hash = ?1 AND webhook_url = ?2 AND expires_at > ?3 ORDER BY created_at, verdict_id",
+            )?;
+            let ids = st
+                .query_map(params![s, w, now], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn claim_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        now: Unix,
+        in_progress_until: Unix,
+        expires_at: Unix,
+    ) -> Result<Claim> {
+        let (k, h) = (key.to_owned(), request_hash.to_owned());
+        let held = self
+            .run(move |c| {
+                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let existing = tx
+                    .query_row(
+                        "SELECT key, request_hash, status, in_progress_until, response, expires_at FROM idempotency WHERE key = ?1",
+                        [&k],
+                        idempotency_from_row,
+                    )
+                    .optional()?;
+                let free = match &existing {
+                    None => true,
+                    Some((_, _, status, until, _, exp)) => {
+                        *exp <= now || (status == "INPROGRESS" && *until <= now)
+                    }
+                };
+                if free {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO idempotency (key, request_hash, status, in_progress_until, response, expires_at) VALUES (?1, ?2, 'INPROGRESS', ?3, NULL, ?4)",
+                        params![k, h, in_progress_until, expires_at],
+                    )?;
+                    tx.commit()?;
+                    Ok(None)
+                } else {
+                    tx.commit()?;
+                    Ok(existing)
+                }
+            })
+            .await?;
+        match held {
+            None => Ok(Claim::Won),
+            Some(row) => Ok(Claim::Held(idempotency_record(row)?)),
+        }
+    }
+
+    async fn complete_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<()> {
+        let text =
+            serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let (k, h) = (key.to_owned(), request_hash.to_owned());
+        self.run(move |c| {
+            c.execute(
+                "UPDATE idempotency SET status = 'COMPLETED', response = ?3, expires_at = ?4 WHERE key = ?1 AND request_hash = ?2",
+                params![k, h, text, expires_at],
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()> {
+        let (k, h) = (key.to_owned(), request_hash.to_owned());
+        self.run(move |c| {
+            c.execute(
+                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
+                params![k, h],
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn delete_idempotency(&self, key: &str) -> Result<()> {
+        let k = key.to_owned();
+        self.run(move |c| c.execute("DELETE FROM idempotency WHERE key = ?1", params![k]))
+            .await
+            .map(|_| ())
+    }
+
+    async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
+        let k = key.to_owned();
+        let row = self
+            .run(move |c| {
+                c.query_row(
+                    "SELECT key, request_hash, status, in_progress_until, response, expires_at FROM idempotency WHERE key = ?1 AND expires_at > ?2",
+                    params![k, now],
+                    idempotency_from_row,
+                )
+                .optional()
+            })
+            .await?;
+        row.map(idempotency_record).transpose()
+    }
+
+    async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64> {
+        let b = bucket.to_owned();
+        self.run(move |c| {
+            c.query_row(
+                "INSERT INTO rate_limits (bucket, count, expires_at) VALUES (?1, 1, ?2)
+                 ON CONFLICT(bucket) DO UPDATE SET count = count + 1 RETURNING count",
+                params![b, expires_at],
+                |r| r.get::<_, u64>(0),
+            )
+        })
+        .await
+    }
+
+    async fn put_feedback(&self, row: &FeedbackRow) -> Result<()> {
+        let r = row.clone();
+        let inserted = self
+            .run(move |c| {
+                c.execute(
+                    &format!("INSERT OR IGNORE INTO feedback ({FEEDBACK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+                    params![
+                        r.tx_hash,
+                        r.merchant,
+                        r.payer,
+                        r.outcome,
+                        r.would_repeat.map(i64::from),
+                        r.latency_ms,
+                        r.amount_units,
+                        r.block_time,
+                        r.created_at
+                    ],
+                )
+            })
+            .await?;
+        if inserted == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::AlreadyExists)
+        }
+    }
+
+    async fn feedback_for_merchant(
+        &self,
+        merchant: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("merchant", merchant, since, limit).await
+    }
+
+    async fn feedback_by_payer(
+        &self,
+        payer: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        self.feedback_on("payer", payer, since, limit).await
+    }
+}
+
+#[async_trait]
+impl JobQueue for SqliteStore {
+    async fn enqueue(&self, job: &Job, delay: std::time::Duration) -> Result<()> {
+        let delay_ms = u64::try_from(delay.min(crate::MAX_DELAY).as_millis()).unwrap_or(0);
+        let not_before = (self.clock)() + delay_ms;
+        let j = job.clone();
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO jobs (kind, payload, not_before) VALUES (?1, ?2, ?3)",
+                params![j.kind, j.payload, not_before],
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn receive(&self, max: u32, visibility_secs: u32) -> Result<Vec<Delivery>> {
+        let now = (self.clock)();
+        self.run(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let due: Vec<(i64, String, String, u32)> = {
+                let mut st = tx.prepare(
+                    "SELECT id, kind, payload, receive_count FROM jobs WHERE not_before <= ?1 ORDER BY not_before, id LIMIT ?2",
+                )?;
+                st.query_map(params![now, max], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<rusqlite::Result<_>>()?
+            };
+            let mut out = Vec::with_capacity(due.len());
+            for (id, kind, payload, count) in due {
+                // Like an SQS receipt handle: only the latest receiver may delete it.
+                let lease = format!("{id}:{}", hex::encode(umpire_core::hash::random_bytes::<8>()));
+                tx.execute(
+                    "UPDATE jobs SET not_before = ?2, receive_count = receive_count + 1, lease = ?3 WHERE id = ?1",
+                    params![id, now + u64::from(visibility_secs) * 1000, lease],
+                )?;
+                out.push(Delivery {
+                    job: Job { kind, payload },
+                    receipt: lease,
+                    receive_count: count + 1,
+                });
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn ack(&self, receipt: &str) -> Result<()> {
+        let r = receipt.to_owned();
+        self.run(move |c| c.execute("DELETE FROM jobs WHERE lease = ?1", [r]))
+            .await
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,112 @@
+//! The repository stands on its own: a clone in any folder builds, tests and documents
+//! itself with nothing from beside it, and the README stays a page a newcomer can read.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use umpire_blackbox::repo_root;
+
+/// Every tracked file (git's index), or every file outside the ignored folders when the
+/// tree is not a git checkout (an exported tarball).
+fn tracked_files() -> Vec<PathBuf> {
+    let root = repo_root();
+    if let Ok(out) = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(&root)
+        .output()
+        && out.status.success()
+    {
+        return out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| root.join(String::from_utf8_lossy(p).as_ref()))
+            .collect();
+    }
+    let mut files = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if [".git", ".cache", "node_modules", "target"]
+                .iter()
+                .any(|skip| name == *skip)
+            {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn no_tracked_file_refers_to_the_folder_beside_the_repository() {
+    // Spelled in two halves so this file does not name it itself.
+    let outside = format!("{}{}", "../", "shared");
+    let files = tracked_files();
+    assert!(files.len() > 50, "only {} files found", files.len());
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|p| {
+            std::fs::read(p)
+                .map(|bytes| String::from_utf8_lossy(&bytes).contains(&outside))
+                .unwrap_or(false)
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "these files refer to {outside}, which a clone does not have: {offenders:?}"
+    );
+}
+
+#[test]
+fn the_readme_fits_on_a_screen_and_links_every_docs_page() {
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 150, "README.md has {lines} lines (at most 150)");
+    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    pages.sort();
+    assert!(pages.len() >= 10, "docs/ has {pages:?}");
+    for page in &pages {
+        assert!(
+            readme.contains(&format!("(docs/{page})")),
+            "README.md does not link docs/{page}"
+        );
+    }
+    // Every relative link in the README and in docs/ leads to a file that exists.
+    let mut documents = vec![(root.clone(), readme)];
+    for page in &pages {
+        let text = std::fs::read_to_string(root.join("docs").join(page)).expect("page");
+        documents.push((root.join("docs"), text));
+    }
+    for (base, text) in &documents {
+        for link in text
+            .split("](")
+            .skip(1)
+            .filter_map(|rest| rest.split(')').next())
+        {
+            if link.contains("://") || link.starts_with('#') || link.starts_with("mailto:") {
+                continue;
+            }
+            let target = link.split('#').next().unwrap_or(link);
+            assert!(
+                base.join(target).exists(),
+                "broken link {link} in a page under {}",
+                base.display()
+            );
+        }
+    }
+}
