@@ -179,5 +179,5 @@ print(f"{'figure':<52} {'Rust':>10}  {'comparison':<60} {'target':>8}  met")
 for name, rust, comparison, target, met in rows:
     print(f"{name:<52} {rust:>10}  {comparison:<60} {target:>8}  {'yes' if met else 'NO'}")
 print()
-print("arm64 bootstrap sizes come from `make lambda-build` (see BENCHMARKS.md); the hostile-load")
+print("arm64 bootstrap sizes come from `make lambda-build` (see docs/benchmarks.md); the hostile-load")
 print("health p99 comes from tests/load.rs run against the release build (make bench runs it).")

@@ -107,6 +107,141 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
     assert_eq!(devnet.balance(&pay_to), pay_to0 + moved);
 }
 
+/// A change to a decoded payment header.
+type Edit = dyn Fn(&mut serde_json::Value);
+
+/// One signed payment header spelled eight ways that all carry the same authorization:
+/// as signed, an extra field in `payload`, upper-case hex in the nonce or the signature,
+/// `v` as 0/1 instead of 27/28, `from` in lower case, a leading zero in `value`, and
+/// the JSON's keys in another order.
+fn reencodings(header: &str) -> Vec<String> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let original: serde_json::Value =
+        serde_json::from_slice(&b64.decode(header).expect("base64")).expect("payment JSON");
+    let upper_hex = |s: &str| format!("0x{}", s.trim_start_matches("0x").to_uppercase());
+    let edits: Vec<Box<Edit>> = vec![
+        Box::new(|_| {}),
+        Box::new(|p| p["payload"]["extra"] = serde_json::json!("ignored?")),
+        Box::new(move |p| {
+            let n = p["payload"]["authorization"]["nonce"]
+                .as_str()
+                .expect("nonce")
+                .to_owned();
+            p["payload"]["authorization"]["nonce"] = upper_hex(&n).into();
+        }),
+        Box::new(move |p| {
+            let s = p["payload"]["signature"].as_str().expect("sig").to_owned();
+            p["payload"]["signature"] = upper_hex(&s).into();
+        }),
+        Box::new(|p| {
+            let s = p["payload"]["signature"].as_str().expect("sig").to_owned();
+            let (body, v) = s.split_at(s.len() - 2);
+            let v = u8::from_str_radix(v, 16).expect("v");
+            p["payload"]["signature"] = format!("{body}{:02x}", v.saturating_sub(27)).into();
+        }),
+        Box::new(|p| {
+            let from = p["payload"]["authorization"]["from"]
+                .as_str()
+                .expect("from");
+            p["payload"]["authorization"]["from"] = from.to_lowercase().into();
+        }),
+        Box::new(|p| {
+            let value = p["payload"]["authorization"]["value"]
+                .as_str()
+                .expect("value");
+            p["payload"]["authorization"]["value"] = format!("0{value}").into();
+        }),
+        Box::new(|p| {
+            // Rebuilt with every object's keys reversed.
+            fn reversed(v: &serde_json::Value) -> serde_json::Value {
+                match v {
+                    serde_json::Value::Object(m) => serde_json::Value::Object(
+                        m.iter()
+                            .rev()
+                            .map(|(k, v)| (k.clone(), reversed(v)))
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                }
+            }
+            *p = reversed(p);
+        }),
+    ];
+    edits
+        .iter()
+        .map(|edit| {
+            let mut p = original.clone();
+            edit(&mut p);
+            b64.encode(serde_json::to_vec(&p).expect("JSON"))
+        })
+        .collect()
+}
+
+/// The attack one signed payment made on a purchase keyed by its raw bytes: the same
+/// authorization re-encoded eight ways and sent 16 times at once, eight with an
+/// Idempotency-Key each and eight without. The payer is charged once and exactly one
+/// verdict exists; every other answer is that purchase or a refusal (4xx).
+#[test]
+fn one_authorization_reencoded_sixteen_times_at_once_buys_one_verdict() {
+    let devnet = Devnet::start();
+    let server = Arc::new(devnet.serve(Settlement::SelfSettle, &[]));
+    let (payer, pay_to) = (devnet.get("payer"), devnet.get("pay_to"));
+    let (payer0, pay_to0) = (devnet.balance(&payer), devnet.balance(&pay_to));
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payment = sign_payments(&devnet, &url, BODY, 1).remove(0);
+    let copies = reencodings(&payment);
+    assert_eq!(copies.len(), 8);
+    let start = Arc::new(std::sync::Barrier::new(copies.len() * 2));
+    let threads: Vec<_> = copies
+        .iter()
+        .flat_map(|c| [(c.clone(), true), (c.clone(), false)])
+        .map(|(copy, with_key)| {
+            let (server, start) = (server.clone(), start.clone());
+            std::thread::spawn(move || {
+                let key = umpire_core::hash::random_id("twin");
+                let mut headers = vec![
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", copy.as_str()),
+                ];
+                if with_key {
+                    headers.push(("Idempotency-Key", key.as_str()));
+                }
+                start.wait();
+                request(
+                    server.addr,
+                    "POST",
+                    "/v1/verdicts/basic",
+                    &headers,
+                    Some(BODY.as_bytes()),
+                )
+            })
+        })
+        .collect();
+    let replies: Vec<Reply> = threads
+        .into_iter()
+        .map(|t| t.join().expect("request thread"))
+        .collect();
+    let mut verdicts = BTreeSet::new();
+    for r in &replies {
+        match r.status {
+            201 => {
+                verdicts.insert(verdict_id(&r.body));
+            }
+            400..=499 => {}
+            s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&r.body)),
+        }
+    }
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(
+        verdicts.len(),
+        1,
+        "one verdict for one payment: {statuses:?}"
+    );
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+    assert_eq!(devnet.balance(&pay_to), pay_to0 + PRICE_BASIC);
+}
+
 /// Passes the guard (no repetition around the lookahead) but rescans the rest of the
 /// text at every `a`: quadratic, far past any limit on 100 KB (see tests/hostile.rs).
 const HOSTILE: &str = "a(?=a*$)b";

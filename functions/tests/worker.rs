@@ -121,7 +121,7 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
         .expect("put verdict");
     // The purchase that sold it, as the paid path records it (pass 2 asks).
     let payment_key =
-        umpire_api::checkout::payment_key(&serde_json::json!({ "payload": verdict_id }));
+        umpire_api::checkout::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
     state
         .store
         .claim_idempotency(&payment_key, "h", now, now + 60, now + 86_400)

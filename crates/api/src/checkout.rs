@@ -220,9 +220,21 @@ impl Claims<'_> {
 /// customer paid: the answer is given even if the record cannot be stored).
 const PERSIST_ATTEMPTS: u32 = 3;
 
-/// The store key of one payment (its x402 `payload`): one authorization pays for one
-/// purchase, whatever Idempotency-Key it arrives under.
-pub fn payment_key(raw_payment: &serde_json::Value) -> String {
+/// The store key of one payment: one authorization pays for one purchase, whatever
+/// Idempotency-Key it arrives under and however it is encoded. EIP-3009 payments are
+/// keyed by what the chain dedupes (chain, token, payer, nonce), so re-encoded copies
+/// of one authorization (hex case, `from` in lower case, a leading zero, an extra
+/// field) meet on one claim; other payments by their x402 `payload`.
+pub fn payment_key(ctx: &PaymentContext) -> String {
+    match ctx.chain_identity() {
+        Some(identity) => format!("payment|{}", sha256_hex(identity.as_bytes())),
+        None => raw_payment_key(&ctx.raw),
+    }
+}
+
+/// A payment keyed by its `payload` JSON (stable JSON, so key order and spacing do
+/// not matter).
+pub fn raw_payment_key(raw_payment: &serde_json::Value) -> String {
     let payload = Value::from(raw_payment.get("payload").cloned().unwrap_or_default());
     format!("payment|{}", sha256_hex(&payload.to_canonical_vec()))
 }
@@ -796,7 +808,7 @@ pub async fn begin<'a>(
         requirements,
         requirements_v1,
     };
-    let payment_key = payment_key(&header.raw);
+    let payment_key = payment_key(&ctx);
     let now = umpire_core::time::now_unix();
     let verified = match state.payments.verify(&ctx, now).await {
         Ok(v) => v,

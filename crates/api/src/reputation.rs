@@ -4,7 +4,7 @@
 //! newest rows in the 90-day window (at most [`MAX_MERCHANT_ROWS`], one index query),
 //! then, for independence, the rows of its largest payers across all merchants (at most
 //! [`MAX_PAYERS_EXAMINED`] payers, [`MAX_ROWS_PER_PAYER`] rows each, one index query
-//! each). Every metric is defined in the README ("Reputation report").
+//! each). Every metric is defined in docs/reputation.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 

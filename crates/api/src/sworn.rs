@@ -81,7 +81,7 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         purchase,
         &[],
         0,
-        &crate::checkout::payment_key(&serde_json::Value::Null),
+        &crate::checkout::raw_payment_key(&serde_json::Value::Null),
     )
     .payload
     .len();

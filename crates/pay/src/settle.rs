@@ -95,6 +95,23 @@ impl PaymentContext {
         )
     }
 
+    /// What the chain dedupes this payment on, spelled one way whatever its encoding:
+    /// for an EIP-3009 authorization the chain, the token, the payer and the nonce
+    /// (`transferWithAuthorization` spends each (payer, nonce) once per token), read
+    /// through the typed parse, so hex case, leading zeros and extra fields change
+    /// nothing. `None` for payments that are not EIP-3009 or do not parse.
+    pub fn chain_identity(&self) -> Option<String> {
+        let payment = self.eip3009()?.ok()?;
+        let a = &payment.authorization;
+        Some(format!(
+            "eip3009|{}|{}|{:#x}|{:#x}",
+            self.rail.network,
+            self.rail.asset.to_ascii_lowercase(),
+            a.from,
+            a.nonce
+        ))
+    }
+
     /// The paying wallet, when the payment names one before any verification.
     pub fn claimed_payer(&self) -> Option<String> {
         payer_named_in(&self.payment)
