@@ -284,16 +284,67 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
     assert_refused(&send("%%% not base64 %%%"), "invalid_payload");
     assert_eq!(devnet.balance(&payer), payer0, "nothing settled");
 
-    // The good payment buys once; replayed under a new key it is spent.
+    // The good payment buys once. Sent again for the same request, under a new key or
+    // none, it is that purchase again (a lost answer is recovered by resending the
+    // payment); for another request it is spent.
     let r = send(&good);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
     let replayed = send(&good);
+    assert_eq!(
+        replayed.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&replayed.body)
+    );
+    assert_eq!(replayed.body, r.body, "the same purchase, replayed");
+    let keyless = post(&server, BODY, &[("PAYMENT-SIGNATURE", &good)]);
+    assert_eq!(
+        keyless.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&keyless.body)
+    );
+    assert_eq!(keyless.body, r.body, "the same purchase, replayed");
+    let other_request = BODY.replace("# Report", "# Other report");
+    assert_ne!(other_request, BODY);
+    let elsewhere_bought = post(
+        &server,
+        &other_request,
+        &[("PAYMENT-SIGNATURE", &good), ("Idempotency-Key", &key())],
+    );
     assert_refused(
-        &replayed,
+        &elsewhere_bought,
         "invalid_exact_evm_payload_authorization_nonce_used",
     );
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+/// `@x402/fetch` sends no Idempotency-Key. A 201 lost on its way back (a proxy's or
+/// API Gateway's cut: to the server it is an answer given like any other) is recovered
+/// by sending the same payment again: the same purchase, charged once.
+#[test]
+fn a_lost_answer_without_an_idempotency_key_is_recovered_by_resending_the_payment() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let lost = post(&server, BODY, &[("PAYMENT-SIGNATURE", &payment)]);
+    assert_eq!(lost.status, 201, "{}", String::from_utf8_lossy(&lost.body));
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+    for _ in 0..2 {
+        let again = post(&server, BODY, &[("PAYMENT-SIGNATURE", &payment)]);
+        assert_eq!(
+            again.status,
+            201,
+            "{}",
+            String::from_utf8_lossy(&again.body)
+        );
+        assert_eq!(again.body, lost.body, "the purchase that payment bought");
+        assert!(again.header("payment-response").is_some());
+    }
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
 }
 
 #[test]
@@ -716,9 +767,10 @@ fn logs_never_hold_secrets_signatures_or_deliverables() {
         &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
     );
     assert_eq!(replay.status, 201);
+    // Spent: the same payment for another request is refused.
     let refused = post(
         &server,
-        &body,
+        &body.replace("# Report", "# Another report"),
         &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
     );
     assert_eq!(refused.status, 402, "the payment was spent");

@@ -555,6 +555,45 @@ async fn forget_note(state: &AppState, payment_key: &str) {
     }
 }
 
+/// The answer for a payment that already bought (or is buying) this very request: its
+/// purchase replayed, or `in_flight` while it runs. Only for whoever holds the payer's
+/// own signature over the authorization (checked offline: cheap, and it is what scopes
+/// the replay to the wallet that paid); `None` when there is nothing to replay.
+async fn replay_by_payment(
+    state: &AppState,
+    req: &Request,
+    ctx: &PaymentContext,
+    payment_key: &str,
+    request_hash: &str,
+) -> Option<Response> {
+    if !ctx.signed_by_payer() {
+        return None;
+    }
+    let now = umpire_core::time::now_unix();
+    let record = match state.store.get_idempotency(payment_key, now).await {
+        Ok(Some(rec)) if rec.request_hash == request_hash => rec,
+        Ok(_) => return None,
+        Err(e) => return Some(respond::error(&crate::internal(e))),
+    };
+    match &record.state {
+        IdempotencyState::Completed(stored) => {
+            if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
+                return Some(respond::error(&e));
+            }
+            Some(idempotency::replay_response(stored))
+        }
+        IdempotencyState::InProgress { until } if *until > now => Some(respond::error(
+            &ApiError::new(
+                ErrorCode::InFlight,
+                "the purchase this payment is paying for is still running",
+                "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: you get that purchase's answer, and you are never charged twice.",
+            )
+            .with_detail("retry_after_seconds", RETRY_AFTER_SECS),
+        )),
+        IdempotencyState::InProgress { .. } => None,
+    }
+}
+
 /// A retry refused by verification, of a purchase whose process died (or lost its
 /// answer) after preparing it: if `ctx`'s payment has a prepared answer for this very
 /// request and the chain shows that authorization paid us, the answer (stored and
@@ -732,7 +771,7 @@ fn payment_in_use() -> ApiError {
     ApiError::new(
         ErrorCode::InFlight,
         "this payment is being used by another request right now",
-        "Wait a few seconds and retry with the same Idempotency-Key to get that request's response.",
+        "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: once that request ends you get its answer, and you are never charged twice.",
     )
     .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
 }
@@ -822,6 +861,13 @@ pub async fn begin<'a>(
                     Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
                     _ => {}
                 }
+            }
+            // This very authorization bought this very request already (its answer was
+            // lost, or it is resent without an Idempotency-Key, as @x402/fetch sends
+            // it): that purchase again, never a refusal of a payment that paid.
+            if let Some(r) = replay_by_payment(state, req, &ctx, &payment_key, &request_hash).await
+            {
+                return Err(r);
             }
             // A purchase with this very payment and request was interrupted after its
             // answer was prepared: deliver it if the payment went through.

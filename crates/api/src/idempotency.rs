@@ -207,7 +207,7 @@ pub async fn release(
         .map_err(crate::internal)
 }
 
-fn replay_response(stored: &StoredResponse) -> Response {
+pub(crate) fn replay_response(stored: &StoredResponse) -> Response {
     let mut r = http::Response::new(bytes::Bytes::from(stored.body.clone()));
     *r.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
     for (k, v) in &stored.headers {

@@ -199,6 +199,22 @@ impl Eip3009Payment {
         self.authorization.from
     }
 
+    /// Whether `authorization.from` itself signed this authorization (an EOA signature
+    /// that recovers to it), checked offline whatever the authorization's validity
+    /// window: what proves that whoever presents it holds the payer's signature.
+    /// Smart-wallet signatures cannot be checked without a chain: false.
+    pub fn signed_by_payer(&self, rail: &Rail) -> bool {
+        if !self.is_eoa_signature() {
+            return false;
+        }
+        let (Ok(sig), Ok(domain)) = (self.eoa_signature(), domain(rail)) else {
+            return false;
+        };
+        sig.normalize_s().is_none()
+            && recover_signer(&sig, &self.signing_hash(&domain))
+                .is_ok_and(|signer| signer == self.authorization.from)
+    }
+
     /// Smart-wallet signatures (ERC-1271, ERC-6492) are longer than 65 bytes and can
     /// only be checked on chain.
     pub fn is_eoa_signature(&self) -> bool {

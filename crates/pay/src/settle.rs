@@ -112,6 +112,12 @@ impl PaymentContext {
         ))
     }
 
+    /// Whether this is an EIP-3009 authorization signed by its own payer (offline,
+    /// [`Eip3009Payment::signed_by_payer`]).
+    pub fn signed_by_payer(&self) -> bool {
+        matches!(self.eip3009(), Some(Ok(p)) if p.signed_by_payer(&self.rail))
+    }
+
     /// The paying wallet, when the payment names one before any verification.
     pub fn claimed_payer(&self) -> Option<String> {
         payer_named_in(&self.payment)
