@@ -347,6 +347,77 @@ fn a_lost_answer_without_an_idempotency_key_is_recovered_by_resending_the_paymen
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
 }
 
+/// A client that hangs up mid-purchase loses only the answer: the purchase runs to its
+/// end, and resending the same payment (no Idempotency-Key, as `@x402/fetch` sends it)
+/// answers with the one verdict that payment bought, at every moment of hanging up.
+#[test]
+fn a_client_hanging_up_mid_purchase_gets_it_by_resending_the_payment() {
+    use std::io::Write;
+    const HANG_UPS_MS: [u64; 5] = [10, 30, 100, 300, 1000];
+    let devnet = Devnet::start();
+    // Receipts come 1.5 s late, so the later hang-ups land after the settlement went out
+    // and before the purchase was recorded: a purchase cut there would hold its payment
+    // until its claim lapsed (minutes), and the resend below would wait it out.
+    let proxy = umpire_blackbox::chain::RpcProxy::start(&devnet);
+    proxy.delay_receipts(std::time::Duration::from_millis(1500));
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_EVM_RPC_URL", proxy.url.as_str())],
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let payments = umpire_blackbox::chain::sign_payments(
+        &devnet,
+        &url(&server, "basic"),
+        BODY,
+        HANG_UPS_MS.len(),
+    );
+    let mut verdicts = std::collections::BTreeSet::new();
+    for (ms, payment) in HANG_UPS_MS.iter().zip(&payments) {
+        let mut conn = std::net::TcpStream::connect(server.addr).expect("connect");
+        write!(
+            conn,
+            "POST /v1/verdicts/basic HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nPAYMENT-SIGNATURE: {payment}\r\nContent-Length: {}\r\n\r\n{BODY}",
+            server.addr,
+            BODY.len()
+        )
+        .expect("send");
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+        drop(conn);
+        let resent = std::time::Instant::now();
+        let first = post(&server, BODY, &[("PAYMENT-SIGNATURE", payment)]);
+        assert!(
+            resent.elapsed() < std::time::Duration::from_secs(15),
+            "hung up after {ms} ms: the resend waited {:?} for a purchase that should have ended",
+            resent.elapsed()
+        );
+        assert_eq!(
+            first.status,
+            201,
+            "hung up after {ms} ms, then resent: {}",
+            String::from_utf8_lossy(&first.body)
+        );
+        let again = post(&server, BODY, &[("PAYMENT-SIGNATURE", payment)]);
+        assert_eq!(
+            again.body, first.body,
+            "hung up after {ms} ms: one purchase"
+        );
+        let id = first
+            .json()
+            .get("verdict_id")
+            .and_then(Value::as_str)
+            .expect("verdict_id")
+            .to_owned();
+        assert!(verdicts.insert(id), "a verdict per payment");
+    }
+    let paid = PRICE_BASIC * HANG_UPS_MS.len() as u128;
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - paid,
+        "each payment charged once"
+    );
+}
+
 #[test]
 fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
     let devnet = Devnet::start();

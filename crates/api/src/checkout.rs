@@ -14,6 +14,8 @@
 //! verifies never settled: the retry is an ordinary purchase and replaces the note.
 //! No settled payment without its document, no document without a settled payment.
 
+use std::time::Duration;
+
 use http::HeaderValue;
 use umpire_core::hash::sha256_hex;
 use umpire_core::product::Price;
@@ -582,16 +584,66 @@ async fn replay_by_payment(
             }
             Some(idempotency::replay_response(stored))
         }
-        IdempotencyState::InProgress { until } if *until > now => Some(respond::error(
-            &ApiError::new(
-                ErrorCode::InFlight,
-                "the purchase this payment is paying for is still running",
-                "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: you get that purchase's answer, and you are never charged twice.",
-            )
-            .with_detail("retry_after_seconds", RETRY_AFTER_SECS),
-        )),
+        IdempotencyState::InProgress { until } if *until > now => {
+            match await_running_purchase(state, req, payment_key, request_hash).await {
+                Running::Answered(r) => Some(r),
+                Running::Gone => None,
+            }
+        }
         IdempotencyState::InProgress { .. } => None,
     }
+}
+
+/// How long a resend waits for the purchase its payment is already paying for: well
+/// inside API Gateway's 30 s, longer than a purchase normally runs.
+const AWAIT_RUNNING_PURCHASE: Duration = Duration::from_secs(20);
+const AWAIT_POLL: Duration = Duration::from_millis(100);
+
+enum Running {
+    /// That purchase's answer (or `in_flight` when it outlasted the wait).
+    Answered(Response),
+    /// It ended without buying this request (voided, released, or lapsed).
+    Gone,
+}
+
+/// Waits for the purchase that holds `payment_key` to end and answers with its
+/// outcome: a client that resends its payment (a lost answer, a dropped connection)
+/// gets the purchase, not a `409` it has to retry by hand.
+async fn await_running_purchase(
+    state: &AppState,
+    req: &Request,
+    payment_key: &str,
+    request_hash: &str,
+) -> Running {
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < AWAIT_RUNNING_PURCHASE {
+        tokio::time::sleep(AWAIT_POLL).await;
+        let now = umpire_core::time::now_unix();
+        match state.store.get_idempotency(payment_key, now).await {
+            // Held for another request: nothing to wait for.
+            Ok(Some(rec)) if rec.request_hash != request_hash => {
+                return match rec.state {
+                    IdempotencyState::InProgress { until } if until > now => {
+                        Running::Answered(respond::error(&payment_in_use()))
+                    }
+                    _ => Running::Gone,
+                };
+            }
+            Ok(Some(rec)) => match &rec.state {
+                IdempotencyState::Completed(stored) => {
+                    if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
+                        return Running::Answered(respond::error(&e));
+                    }
+                    return Running::Answered(idempotency::replay_response(stored));
+                }
+                IdempotencyState::InProgress { until } if *until > now => {}
+                IdempotencyState::InProgress { .. } => return Running::Gone,
+            },
+            Ok(None) => return Running::Gone,
+            Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
+        }
+    }
+    Running::Answered(respond::error(&payment_in_use()))
 }
 
 /// A retry refused by verification, of a purchase whose process died (or lost its
@@ -900,7 +952,19 @@ pub async fn begin<'a>(
             Err(e) => return Err(err(e)),
         }
     }
-    if let Err(f) = claim_payment(state, &payment_key, &request_hash).await {
+    let mut claimed = claim_payment(state, &payment_key, &request_hash).await;
+    if let Err(PaymentClaimError::InUse) = claimed {
+        // Its twin is running (the same payment resent while its first request works):
+        // answer with that purchase once it ends; if it ended without buying, try again.
+        match await_running_purchase(state, req, &payment_key, &request_hash).await {
+            Running::Answered(r) => {
+                claims.release().await;
+                return Err(r);
+            }
+            Running::Gone => claimed = claim_payment(state, &payment_key, &request_hash).await,
+        }
+    }
+    if let Err(f) = claimed {
         claims.release().await;
         return Err(match f {
             PaymentClaimError::Spent => sale.refused(

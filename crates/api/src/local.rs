@@ -148,7 +148,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(serve_one(&state, req, peer).await) }
+                async move { Ok::<_, std::convert::Infallible>(serve_one(state, req, peer).await) }
             });
             let _ = http1::Builder::new()
                 .keep_alive(true)
@@ -158,8 +158,14 @@ pub async fn serve(
     }
 }
 
+/// Whether a request carries an x402 payment (the work that may move money).
+fn carries_payment(req: &crate::Request) -> bool {
+    let h = req.headers();
+    h.contains_key("payment-signature") || h.contains_key("x-payment")
+}
+
 async fn serve_one(
-    state: &AppState,
+    state: Arc<AppState>,
     req: http::Request<Incoming>,
     peer: SocketAddr,
 ) -> http::Response<Full<Bytes>> {
@@ -171,7 +177,26 @@ async fn serve_one(
         Ok(collected) => {
             parts.extensions.insert(ClientIp(peer.ip()));
             let req = http::Request::from_parts(parts, collected.to_bytes());
-            handle(state, req).await
+            if carries_payment(&req) {
+                // Paid work runs to its end whatever the client does, as on Lambda: a
+                // client that hangs up loses only the answer (hyper drops this future
+                // with the connection; the task goes on), and resending the same payment
+                // gets the purchase. Free routes stay cancellable.
+                let state = state.clone();
+                match tokio::spawn(async move { handle(&state, req).await }).await {
+                    Ok(response) => response,
+                    Err(e) => {
+                        tracing::error!(error = %e, "a paid request's task failed");
+                        respond::error(&ApiError::new(
+                            ErrorCode::Internal,
+                            "the request failed inside the server",
+                            "Resend the identical request with the same payment: you are never charged twice.",
+                        ))
+                    }
+                }
+            } else {
+                handle(&state, req).await
+            }
         }
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
