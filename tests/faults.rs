@@ -308,6 +308,11 @@ fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once(
     );
     assert_eq!(other.status, 201, "{}", text(&other));
     assert_eq!(other.json().get("verdict_id"), purchase.get("verdict_id"));
+    assert_eq!(
+        other.json().get("secret"),
+        Some(&Value::Null),
+        "a replay earned by the (public) payment withholds the secret"
+    );
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 }
 

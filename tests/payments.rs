@@ -297,7 +297,7 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
         "{}",
         String::from_utf8_lossy(&replayed.body)
     );
-    assert_eq!(replayed.body, r.body, "the same purchase, replayed");
+    assert_same_purchase_without_secret(&replayed, &r);
     let keyless = post(&server, BODY, &[("PAYMENT-SIGNATURE", &good)]);
     assert_eq!(
         keyless.status,
@@ -305,7 +305,10 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
         "{}",
         String::from_utf8_lossy(&keyless.body)
     );
-    assert_eq!(keyless.body, r.body, "the same purchase, replayed");
+    assert_same_purchase_without_secret(&keyless, &r);
+    // The replay goes only to the payer's own signature: the same authorization with a
+    // forged signature (same payer, same nonce, so the same claim) gets nothing.
+    assert_refused(&send(&forged), "invalid_exact_evm_payload_signature");
     let other_request = BODY.replace("# Report", "# Other report");
     assert_ne!(other_request, BODY);
     let elsewhere_bought = post(
@@ -318,6 +321,20 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
         "invalid_exact_evm_payload_authorization_nonce_used",
     );
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
+}
+
+/// A replay earned by presenting a payment: the purchase `original` answered, with the
+/// one-time secret withheld (a settled authorization is public on chain).
+fn assert_same_purchase_without_secret(replay: &Reply, original: &Reply) {
+    let (replay, original) = (replay.json(), original.json());
+    assert!(
+        original.get("secret").and_then(Value::as_str).is_some(),
+        "{original:?}"
+    );
+    assert_eq!(replay.get("secret"), Some(&Value::Null), "{replay:?}");
+    for field in ["verdict_id", "document", "settlement", "status_url"] {
+        assert_eq!(replay.get(field), original.get(field), "{field}");
+    }
 }
 
 /// `@x402/fetch` sends no Idempotency-Key. A 201 lost on its way back (a proxy's or
@@ -341,7 +358,7 @@ fn a_lost_answer_without_an_idempotency_key_is_recovered_by_resending_the_paymen
             "{}",
             String::from_utf8_lossy(&again.body)
         );
-        assert_eq!(again.body, lost.body, "the purchase that payment bought");
+        assert_same_purchase_without_secret(&again, &lost);
         assert!(again.header("payment-response").is_some());
     }
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
@@ -399,7 +416,8 @@ fn a_client_hanging_up_mid_purchase_gets_it_by_resending_the_payment() {
         );
         let again = post(&server, BODY, &[("PAYMENT-SIGNATURE", payment)]);
         assert_eq!(
-            again.body, first.body,
+            again.json().get("verdict_id"),
+            first.json().get("verdict_id"),
             "hung up after {ms} ms: one purchase"
         );
         let id = first

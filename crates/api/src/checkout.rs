@@ -571,6 +571,11 @@ async fn replay_by_payment(
     if !ctx.signed_by_payer() {
         return None;
     }
+    // Every lookup counts, hit or miss: a settled authorization is public on chain, so
+    // whoever rebuilds its header may guess at the request it bought.
+    if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
+        return Some(respond::error(&e));
+    }
     let now = umpire_core::time::now_unix();
     let record = match state.store.get_idempotency(payment_key, now).await {
         Ok(Some(rec)) if rec.request_hash == request_hash => rec,
@@ -578,12 +583,7 @@ async fn replay_by_payment(
         Err(e) => return Some(respond::error(&crate::internal(e))),
     };
     match &record.state {
-        IdempotencyState::Completed(stored) => {
-            if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
-                return Some(respond::error(&e));
-            }
-            Some(idempotency::replay_response(stored))
-        }
+        IdempotencyState::Completed(stored) => Some(idempotency::replay_without_secret(stored)),
         IdempotencyState::InProgress { until } if *until > now => {
             match await_running_purchase(state, req, payment_key, request_hash).await {
                 Running::Answered(r) => Some(r),
@@ -634,7 +634,7 @@ async fn await_running_purchase(
                     if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
                         return Running::Answered(respond::error(&e));
                     }
-                    return Running::Answered(idempotency::replay_response(stored));
+                    return Running::Answered(idempotency::replay_without_secret(stored));
                 }
                 IdempotencyState::InProgress { until } if *until > now => {}
                 IdempotencyState::InProgress { .. } => return Running::Gone,

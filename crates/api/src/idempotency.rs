@@ -225,6 +225,20 @@ pub(crate) fn replay_response(stored: &StoredResponse) -> Response {
     r
 }
 
+/// [`replay_response`] with the one-time `secret` withheld (`null`, as when a verdict
+/// could not be stored): for a replay earned by presenting a payment, which is public
+/// on chain once settled and so proves nothing about who is asking.
+pub(crate) fn replay_without_secret(stored: &StoredResponse) -> Response {
+    let mut stored = stored.clone();
+    if let Ok(mut body) = umpire_core::json::parse(stored.body.as_bytes())
+        && body.get("secret").is_some()
+    {
+        body.insert("secret", umpire_core::Value::Null);
+        stored.body = String::from_utf8_lossy(&body.to_canonical_vec()).into_owned();
+    }
+    replay_response(&stored)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -158,10 +158,16 @@ pub async fn serve(
     }
 }
 
-/// Whether a request carries an x402 payment (the work that may move money).
+/// Whether a request is a purchase: a paid route (a verdict, a reputation report) with
+/// an x402 payment, the work that may move money. Anything else stays cancellable.
 fn carries_payment(req: &crate::Request) -> bool {
+    let paid_route = match *req.method() {
+        http::Method::POST => req.uri().path().starts_with("/v1/verdicts/"),
+        http::Method::GET => req.uri().path() == "/v1/reputation",
+        _ => false,
+    };
     let h = req.headers();
-    h.contains_key("payment-signature") || h.contains_key("x-payment")
+    paid_route && (h.contains_key("payment-signature") || h.contains_key("x-payment"))
 }
 
 async fn serve_one(
