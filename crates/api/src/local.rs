@@ -123,13 +123,60 @@ pub async fn run(
     serve(listener, state, shutdown).await
 }
 
-/// Serves until `shutdown` resolves; connections in progress finish on their own.
+/// Purchases running in their own tasks, so a shutdown can let them end.
+#[derive(Default)]
+struct Purchases {
+    running: std::sync::atomic::AtomicUsize,
+    ended: tokio::sync::Notify,
+}
+
+/// Held by a purchase's task for as long as it runs.
+struct Running(Arc<Purchases>);
+
+impl Purchases {
+    fn start(self: &Arc<Self>) -> Running {
+        self.running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Running(self.clone())
+    }
+
+    /// Waits for the running purchases to end, at most `limit`.
+    async fn drain(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let ended = self.ended.notified();
+                if self.running.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.ended.notify_waiters();
+    }
+}
+
+/// How long a shutdown waits for purchases in progress (longer than any runs).
+const DRAIN_PURCHASES: Duration = Duration::from_secs(60);
+
+/// Serves until `shutdown` resolves; connections in progress finish on their own, and
+/// purchases in progress are waited for (up to a minute) before it returns, so stopping
+/// the server does not cut one between its settlement and its record.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
+    let purchases = Arc::new(Purchases::default());
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -141,14 +188,20 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => {
+                drop(listener);
+                purchases.drain(DRAIN_PURCHASES).await;
+                return Ok(());
+            }
         };
         let _ = stream.set_nodelay(true);
-        let state = state.clone();
+        let (state, purchases) = (state.clone(), purchases.clone());
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(serve_one(state, req, peer).await) }
+                let (state, purchases) = (state.clone(), purchases.clone());
+                async move {
+                    Ok::<_, std::convert::Infallible>(serve_one(state, &purchases, req, peer).await)
+                }
             });
             let _ = http1::Builder::new()
                 .keep_alive(true)
@@ -172,6 +225,7 @@ fn carries_payment(req: &crate::Request) -> bool {
 
 async fn serve_one(
     state: Arc<AppState>,
+    purchases: &Arc<Purchases>,
     req: http::Request<Incoming>,
     peer: SocketAddr,
 ) -> http::Response<Full<Bytes>> {
@@ -188,8 +242,13 @@ async fn serve_one(
                 // client that hangs up loses only the answer (hyper drops this future
                 // with the connection; the task goes on), and resending the same payment
                 // gets the purchase. Free routes stay cancellable.
-                let state = state.clone();
-                match tokio::spawn(async move { handle(&state, req).await }).await {
+                let (state, running) = (state.clone(), purchases.start());
+                let task = async move {
+                    let response = handle(&state, req).await;
+                    drop(running);
+                    response
+                };
+                match tokio::spawn(task).await {
                     Ok(response) => response,
                     Err(e) => {
                         tracing::error!(error = %e, "a paid request's task failed");
