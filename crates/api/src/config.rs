@@ -48,6 +48,31 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// A duration in milliseconds from the environment variable `name`, within `range`;
+/// `default` when unset.
+pub fn millis(
+    name: &'static str,
+    range: std::ops::RangeInclusive<u64>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(default);
+    };
+    v.parse::<u64>()
+        .ok()
+        .filter(|ms| range.contains(ms))
+        .map(Duration::from_millis)
+        .ok_or_else(|| ConfigError {
+            name,
+            value: v.clone(),
+            problem: format!(
+                "must be milliseconds between {} and {}",
+                range.start(),
+                range.end()
+            ),
+        })
+}
+
 impl Config {
     /// The enabled rails as the pricing manifest shows them, in preference order.
     pub fn rails_value(&self) -> umpire_core::Value {
@@ -89,18 +114,7 @@ impl Config {
             }
             c.issuer = v;
         }
-        if let Ok(v) = std::env::var("UMPIRE_CHECK_LIMIT_MS") {
-            let ms: u64 = v
-                .parse()
-                .ok()
-                .filter(|ms| (50..=60_000).contains(ms))
-                .ok_or_else(|| ConfigError {
-                    name: "UMPIRE_CHECK_LIMIT_MS",
-                    value: v.clone(),
-                    problem: "must be milliseconds between 50 and 60000".into(),
-                })?;
-            c.check_limit = Duration::from_millis(ms);
-        }
+        c.check_limit = millis("UMPIRE_CHECK_LIMIT_MS", 50..=60_000, c.check_limit)?;
         c.rate_limits = crate::limits::RateLimits::from_env()?;
         let secs = |name: &'static str, range: std::ops::RangeInclusive<u32>, default: u32| {
             match std::env::var(name) {
@@ -122,18 +136,11 @@ impl Config {
         };
         c.sworn_delay_secs = secs("UMPIRE_SWORN_DELAY_SECONDS", 1..=900, c.sworn_delay_secs)?;
         // Milliseconds, so tests can run five retries in well under a second.
-        if let Ok(v) = std::env::var("UMPIRE_WEBHOOK_RETRY_BASE_MS") {
-            let ms: u64 = v
-                .parse()
-                .ok()
-                .filter(|ms| (10..=900_000).contains(ms))
-                .ok_or_else(|| ConfigError {
-                    name: "UMPIRE_WEBHOOK_RETRY_BASE_MS",
-                    value: v.clone(),
-                    problem: "must be milliseconds between 10 and 900000".into(),
-                })?;
-            c.webhook_retry_base = Duration::from_millis(ms);
-        }
+        c.webhook_retry_base = millis(
+            "UMPIRE_WEBHOOK_RETRY_BASE_MS",
+            10..=900_000,
+            c.webhook_retry_base,
+        )?;
         c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;
         c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
             name: e.name,

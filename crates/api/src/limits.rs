@@ -55,18 +55,8 @@ impl RateLimits {
                     })?;
             }
         }
-        if let Ok(v) = std::env::var("UMPIRE_RATE_LIMIT_WINDOW_MS") {
-            let ms: u64 = v
-                .parse()
-                .ok()
-                .filter(|ms| (100..=3_600_000).contains(ms))
-                .ok_or(crate::config::ConfigError {
-                    name: "UMPIRE_RATE_LIMIT_WINDOW_MS",
-                    value: v.clone(),
-                    problem: "must be milliseconds between 100 and 3600000".into(),
-                })?;
-            limits.window = Duration::from_millis(ms);
-        }
+        limits.window =
+            crate::config::millis("UMPIRE_RATE_LIMIT_WINDOW_MS", 100..=3_600_000, WINDOW)?;
         Ok(Some(limits))
     }
 
