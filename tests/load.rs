@@ -110,7 +110,8 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
 /// A change to a decoded payment header.
 type Edit = dyn Fn(&mut serde_json::Value);
 
-/// One signed payment header spelled eight ways that all carry the same authorization:
+/// One signed payment header spelled eight ways that all carry the same authorization
+/// (the padded one is refused outright, `invalid_payload`):
 /// as signed, an extra field in `payload`, upper-case hex in the nonce or the signature,
 /// `v` as 0/1 instead of 27/28, `from` in lower case, a leading zero in `value`, and
 /// the JSON's keys in another order.

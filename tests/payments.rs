@@ -282,6 +282,13 @@ fn bad_payments_are_refused_with_their_reason_and_nothing_settles() {
     let other_chain = tampered(&good, |v| v["accepted"]["network"] = "eip155:1".into());
     assert_refused(&send(&other_chain), "unsupported_scheme");
     assert_refused(&send("%%% not base64 %%%"), "invalid_payload");
+    // A payment means exactly what it signs: padded with a field, it is refused.
+    let padded = tampered(&good, |v| {
+        v["payload"]["authorization"]["memo"] = "hi".into()
+    });
+    assert_refused(&send(&padded), "invalid_payload");
+    let padded = tampered(&good, |v| v["payload"]["extra"] = 1.into());
+    assert_refused(&send(&padded), "invalid_payload");
     assert_eq!(devnet.balance(&payer), payer0, "nothing settled");
 
     // The good payment buys once. Sent again for the same request, under a new key or

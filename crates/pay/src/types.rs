@@ -128,8 +128,10 @@ impl PaymentPayload {
 }
 
 /// EIP-3009 `TransferWithAuthorization` as the `exact` scheme carries it on EVM.
+/// Unknown fields are refused here and in [`EvmExactPayload`]: a payment means exactly
+/// what it signs, and a copy padded with extra fields is not another payment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EvmAuthorization {
     pub from: String,
     pub to: String,
@@ -140,6 +142,7 @@ pub struct EvmAuthorization {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EvmExactPayload {
     pub signature: String,
     pub authorization: EvmAuthorization,
