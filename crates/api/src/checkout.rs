@@ -558,7 +558,8 @@ async fn forget_note(state: &AppState, payment_key: &str) {
 }
 
 /// The answer for a payment that already bought (or is buying) this very request: its
-/// purchase replayed, or `in_flight` while it runs. Only for whoever holds the payer's
+/// purchase replayed with the secret withheld, waited for while it runs (`in_flight`
+/// past [`AWAIT_RUNNING_PURCHASE`]). Only for whoever holds the payer's
 /// own signature over the authorization (checked offline: cheap, and it is what scopes
 /// the replay to the wallet that paid); `None` when there is nothing to replay.
 async fn replay_by_payment(
@@ -576,21 +577,9 @@ async fn replay_by_payment(
     if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
         return Some(respond::error(&e));
     }
-    let now = umpire_core::time::now_unix();
-    let record = match state.store.get_idempotency(payment_key, now).await {
-        Ok(Some(rec)) if rec.request_hash == request_hash => rec,
-        Ok(_) => return None,
-        Err(e) => return Some(respond::error(&crate::internal(e))),
-    };
-    match &record.state {
-        IdempotencyState::Completed(stored) => Some(idempotency::replay_without_secret(stored)),
-        IdempotencyState::InProgress { until } if *until > now => {
-            match await_running_purchase(state, req, payment_key, request_hash).await {
-                Running::Answered(r) => Some(r),
-                Running::Gone => None,
-            }
-        }
-        IdempotencyState::InProgress { .. } => None,
+    match await_purchase(state, payment_key, request_hash).await {
+        Running::Answered(r) => Some(r),
+        Running::Gone => None,
     }
 }
 
@@ -606,44 +595,30 @@ enum Running {
     Gone,
 }
 
-/// Waits for the purchase that holds `payment_key` to end and answers with its
-/// outcome: a client that resends its payment (a lost answer, a dropped connection)
-/// gets the purchase, not a `409` it has to retry by hand.
-async fn await_running_purchase(
-    state: &AppState,
-    req: &Request,
-    payment_key: &str,
-    request_hash: &str,
-) -> Running {
+/// The purchase that `payment_key` bought for this very request, waiting for it while
+/// it runs: a client that resends its payment (a lost answer, a dropped connection)
+/// gets the purchase, not a `409` it has to retry by hand. `Gone` when there is none
+/// (never claimed, voided, lapsed, or held for another request).
+async fn await_purchase(state: &AppState, payment_key: &str, request_hash: &str) -> Running {
     let started = tokio::time::Instant::now();
-    while started.elapsed() < AWAIT_RUNNING_PURCHASE {
-        tokio::time::sleep(AWAIT_POLL).await;
+    loop {
         let now = umpire_core::time::now_unix();
         match state.store.get_idempotency(payment_key, now).await {
-            // Held for another request: nothing to wait for.
-            Ok(Some(rec)) if rec.request_hash != request_hash => {
-                return match rec.state {
-                    IdempotencyState::InProgress { until } if until > now => {
-                        Running::Answered(respond::error(&payment_in_use()))
-                    }
-                    _ => Running::Gone,
-                };
-            }
-            Ok(Some(rec)) => match &rec.state {
+            Ok(Some(rec)) if rec.request_hash == request_hash => match &rec.state {
                 IdempotencyState::Completed(stored) => {
-                    if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
-                        return Running::Answered(respond::error(&e));
-                    }
                     return Running::Answered(idempotency::replay_without_secret(stored));
                 }
                 IdempotencyState::InProgress { until } if *until > now => {}
                 IdempotencyState::InProgress { .. } => return Running::Gone,
             },
-            Ok(None) => return Running::Gone,
+            Ok(_) => return Running::Gone,
             Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
         }
+        if started.elapsed() >= AWAIT_RUNNING_PURCHASE {
+            return Running::Answered(respond::error(&payment_in_use()));
+        }
+        tokio::time::sleep(AWAIT_POLL).await;
     }
-    Running::Answered(respond::error(&payment_in_use()))
 }
 
 /// A retry refused by verification, of a purchase whose process died (or lost its
@@ -955,8 +930,13 @@ pub async fn begin<'a>(
     let mut claimed = claim_payment(state, &payment_key, &request_hash).await;
     if let Err(PaymentClaimError::InUse) = claimed {
         // Its twin is running (the same payment resent while its first request works):
-        // answer with that purchase once it ends; if it ended without buying, try again.
-        match await_running_purchase(state, req, &payment_key, &request_hash).await {
+        // answer with that purchase once it ends; if it ended without buying, try again
+        // (a claim held for another request stays in use).
+        if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
+            claims.release().await;
+            return Err(err(e));
+        }
+        match await_purchase(state, &payment_key, &request_hash).await {
             Running::Answered(r) => {
                 claims.release().await;
                 return Err(r);

@@ -60,11 +60,6 @@ impl RateLimits {
         Ok(Some(limits))
     }
 
-    /// The length of one counting window (a minute unless configured).
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
     pub fn limit(&self, bucket: &str) -> Option<u64> {
         self.per_minute.get(bucket).copied()
     }
