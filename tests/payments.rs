@@ -520,6 +520,89 @@ fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
     );
 }
 
+/// A purchase is paid only by its own settlement: an authorization executed by someone
+/// else while the purchase works (a stranger who saw the header submits it; another
+/// purchase that held the same payment) is not credited to it, so no payment can buy
+/// two purchases through a transfer only one of them made.
+#[test]
+fn an_authorization_spent_by_another_transaction_mid_purchase_is_refused() {
+    let devnet = Devnet::start();
+    let page = Held::start("service up");
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    ));
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"deployed"}}}}"#,
+        page.addr
+    );
+    let payer = devnet.get("payer");
+    let stranger = devnet.accounts()[7].clone();
+    let payer0 = devnet.balance(&payer);
+    let payment = sign_payment(&devnet, &url(&server, "probe"), &body);
+    let purchase = {
+        let (server, body, payment) = (server.clone(), body.clone(), payment.clone());
+        std::thread::spawn(move || {
+            request(
+                server.addr,
+                "POST",
+                "/v1/verdicts/probe",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", &payment),
+                ],
+                Some(body.as_bytes()),
+            )
+        })
+    };
+    // Verified, now at work: the authorization is executed from outside.
+    page.wait_for_request(std::time::Duration::from_secs(30));
+    let receipt = devnet.execute_authorization(&stranger, &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    page.release();
+    let refused = purchase.join().expect("purchase thread");
+    let text = String::from_utf8_lossy(&refused.body).into_owned();
+    assert_eq!(refused.status, 402, "{text}");
+    let s = decode_b64_json(
+        refused
+            .header("payment-response")
+            .expect("PAYMENT-RESPONSE"),
+    );
+    assert_eq!(s["success"], false);
+    assert_eq!(
+        s["errorReason"], "invalid_exact_evm_payload_authorization_nonce_used",
+        "{s}"
+    );
+    assert!(refused.json().get("document").is_none(), "{text}");
+    assert!(
+        text.contains("another transaction"),
+        "the refusal says the money moved by another hand: {text}"
+    );
+
+    // Resending it buys nothing either: the payment was never this purchase's.
+    let again = request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/probe",
+        &[
+            ("Content-Type", "application/json"),
+            ("PAYMENT-SIGNATURE", &payment),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(
+        again.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(
+        devnet.balance(&payer),
+        payer0 - PRICE_PROBE,
+        "moved once, by the stranger"
+    );
+}
+
 #[test]
 fn the_reference_facilitator_verifies_and_settles_for_us() {
     let devnet = Devnet::start();

@@ -209,6 +209,40 @@ impl Devnet {
         self.send(tx)
     }
 
+    /// Executes the EIP-3009 authorization inside a PAYMENT-SIGNATURE header as a
+    /// stranger would (`transferWithAuthorization` sent from `sender`, any unlocked
+    /// account): the money moves to the authorization's payee without Umpire.
+    /// Returns the receipt.
+    pub fn execute_authorization(&self, sender: &str, payment_header: &str) -> Value {
+        use base64::Engine as _;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(payment_header)
+            .expect("base64 header");
+        let v: Value = serde_json::from_slice(&raw).expect("payment JSON");
+        let a = &v["payload"]["authorization"];
+        let sig = v["payload"]["signature"]
+            .as_str()
+            .expect("signature")
+            .trim_start_matches("0x")
+            .to_owned();
+        assert_eq!(sig.len(), 130, "an EOA signature");
+        let word = |s: &str| format!("{:0>64}", s.trim_start_matches("0x").to_lowercase());
+        let uint = |s: &str| format!("{:064x}", s.parse::<u128>().expect("uint"));
+        let (r, s_, v_) = (&sig[..64], &sig[64..128], &sig[128..]);
+        // transferWithAuthorization(address,address,uint256,uint256,uint256,bytes32,uint8,bytes32,bytes32)
+        let data = format!(
+            "0xe3ee160e{}{}{}{}{}{}{:0>64}{r}{s_}",
+            word(a["from"].as_str().expect("from")),
+            word(a["to"].as_str().expect("to")),
+            uint(a["value"].as_str().expect("value")),
+            uint(a["validAfter"].as_str().expect("validAfter")),
+            uint(a["validBefore"].as_str().expect("validBefore")),
+            word(a["nonce"].as_str().expect("nonce")),
+            v_,
+        );
+        self.send(json!({"from": sender, "to": self.get("asset"), "data": data}))
+    }
+
     /// The environment for `umpire serve` to accept feedback proven on this chain,
     /// with the test token standing in for USDC.
     pub fn feedback_env(&self) -> Vec<(String, String)> {

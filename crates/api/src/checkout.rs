@@ -145,7 +145,12 @@ impl Sale<'_> {
             tracing::warn!(error = %failure, "payment could not be verified");
             return respond::error(&chain_unavailable());
         }
-        let (message, hint) = if voided {
+        let (message, hint) = if voided && failure.reason == REASON_NONCE_USED {
+            (
+                "the authorization was executed by another transaction before this purchase settled it, so the purchase was voided: nothing was delivered or kept".to_owned(),
+                "This purchase took no money: a transfer it did not make spent the authorization (your own, or one by whoever saw the payment header). Sign a new payment and retry.",
+            )
+        } else if voided {
             (
                 format!(
                     "settlement failed, so the purchase was voided: nothing was delivered or kept ({}: {})",

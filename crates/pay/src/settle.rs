@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::evm::{Eip3009Payment, EvmChain, REASON_NONCE_USED, Submitted};
+use crate::evm::{Eip3009Payment, EvmChain, Submitted};
 use crate::rails::Rail;
 use crate::types::{
     EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, SettlementResponse,
@@ -213,17 +213,15 @@ impl Settler for SelfSettler {
 
     async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        let hash = match self.chain.submit(token_of(&ctx.rail)?, &p).await {
-            Ok(Submitted::Confirmed(h) | Submitted::Pending(h)) => h,
-            // Already executed: by a transfer of ours an earlier process broadcast and
-            // never recorded (then this purchase is paid), or by something else.
-            Err(f) if f.reason == REASON_NONCE_USED => match self.find_settlement(ctx).await? {
-                Some(done) => return Ok(done),
-                None => return Err(f),
-            },
-            Err(f) => return Err(f),
-        };
-        Ok(settled(ctx, &p, hash))
+        // Paid only by this call's own broadcast. An authorization whose nonce is found
+        // spent here was spent by another transaction (another purchase that held it,
+        // or the payer's own cancellation): this purchase is refused, never credited
+        // with someone else's transfer. A purchase interrupted after its own broadcast
+        // is recovered on the customer's retry (verification fails, the prepared
+        // answer is found), not here.
+        match self.chain.submit(token_of(&ctx.rail)?, &p).await? {
+            Submitted::Confirmed(h) | Submitted::Pending(h) => Ok(settled(ctx, &p, h)),
+        }
     }
 
     async fn find_settlement(
