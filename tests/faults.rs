@@ -14,7 +14,10 @@ use umpire_core::json::Value;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 /// How long a crashed purchase holds its key and payment in these tests.
-const IN_PROGRESS_SECS: u64 = 5;
+const IN_PROGRESS_SECS: u64 = 8;
+/// A request budget inside [`IN_PROGRESS_SECS`] (a claim must outlive its purchase),
+/// roomy enough for a debug build on a loaded machine.
+const BUDGET_MS: &str = "7000";
 
 fn buy(server: &Server, payment: &str, key: &str) -> Reply {
     post_paid(server.addr, "/v1/verdicts/basic", BODY, payment, key)
@@ -78,12 +81,16 @@ fn retry_until_answered(deadline: Instant, send: impl Fn() -> Reply) -> Reply {
 #[test]
 fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_document() {
     const N: usize = 12;
+    // Receipts are held until the crash: the budget (and with it the receipt wait)
+    // must outlast the time it takes half the purchases to reach settlement.
+    const IN_PROGRESS_SECS: u64 = 20;
     let devnet = Devnet::start();
     let proxy = RpcProxy::start(&devnet);
     let in_progress = IN_PROGRESS_SECS.to_string();
     let env = [
         ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
         ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
+        ("UMPIRE_REQUEST_BUDGET_MS", "19000"),
     ];
     let server = devnet.serve(Settlement::SelfSettle, &env);
     let payer = devnet.get("payer");
@@ -387,7 +394,10 @@ fn the_store_lost_before_the_claim_is_a_500_to_retry_and_nothing_is_charged() {
 #[test]
 fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     let in_progress = IN_PROGRESS_SECS.to_string();
-    let shop = Shop::open(&[("UMPIRE_IN_PROGRESS_SECONDS", &in_progress)]);
+    let shop = Shop::open(&[
+        ("UMPIRE_IN_PROGRESS_SECONDS", &in_progress),
+        ("UMPIRE_REQUEST_BUDGET_MS", BUDGET_MS),
+    ]);
 
     // The money moves while the store is gone: the customer paid and gets the
     // document, without a secret (there is no stored verdict to use it on).
@@ -423,6 +433,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
     let env = [
         ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
         ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
+        ("UMPIRE_REQUEST_BUDGET_MS", BUDGET_MS),
         ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
         ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "100"),
         ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
@@ -533,7 +544,10 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
         Settlement::SelfSettle,
         &[
             ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
-            ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "10"),
+            // The shortest validity that covers a 5 s budget, the settlement margin
+            // and the time a client takes to sign and send.
+            ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "14"),
+            ("UMPIRE_REQUEST_BUDGET_MS", "5000"),
         ],
     );
     let payer = devnet.get("payer");
@@ -562,8 +576,8 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
     proxy.lose_answers_of(None);
 
-    // Past validBefore (now + 10 s): the payment would not verify any more.
-    let expired = now + 11;
+    // Past validBefore (now + 14 s): the payment would not verify any more.
+    let expired = now + 15;
     while umpire_core::time::now_unix() <= expired {
         std::thread::sleep(Duration::from_millis(250));
     }

@@ -344,6 +344,86 @@ fn assert_same_purchase_without_secret(replay: &Reply, original: &Reply) {
     }
 }
 
+/// Every file of the embedded store, as bytes (the database, its WAL and shared memory).
+fn store_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("data dir").flatten() {
+        if entry.path().is_file() {
+            out.extend(std::fs::read(entry.path()).unwrap_or_default());
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// The one-time secret is derived, never stored: after a purchase, its keyed replay
+/// (the same secret again), its replay by payment (withheld) and a status read, the
+/// embedded store's files hold neither the secret nor the webhook key made from it.
+#[test]
+fn the_embedded_store_holds_neither_the_secret_nor_the_webhook_key() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let idem = key();
+    let keyed = [
+        ("PAYMENT-SIGNATURE", payment.as_str()),
+        ("Idempotency-Key", idem.as_str()),
+    ];
+    let bought = post(&server, BODY, &keyed);
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    let secret = bought
+        .json()
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("secret")
+        .to_owned();
+    let replay = post(&server, BODY, &keyed);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        replay.json().get("secret").and_then(Value::as_str),
+        Some(secret.as_str()),
+        "the keyed replay gives the secret again"
+    );
+    let by_payment = post(&server, BODY, &[("PAYMENT-SIGNATURE", &payment)]);
+    assert_same_purchase_without_secret(&by_payment, &bought);
+    let id = bought
+        .json()
+        .get("verdict_id")
+        .and_then(Value::as_str)
+        .expect("id")
+        .to_owned();
+    let status = request(
+        server.addr,
+        "GET",
+        &format!("/v1/verdicts/{id}"),
+        &[("Authorization", &format!("Bearer {secret}"))],
+        None,
+    );
+    assert_eq!(status.status, 200);
+
+    let at_rest = store_bytes(server.data.path());
+    assert!(contains(&at_rest, &id), "the store holds the purchase");
+    let webhook_key = umpire_core::hash::sha256_hex(secret.as_bytes());
+    assert!(
+        !contains(&at_rest, secret.trim_start_matches("sec_")),
+        "the secret is stored"
+    );
+    assert!(
+        !contains(&at_rest, &webhook_key),
+        "the webhook key is stored"
+    );
+}
+
 /// `@x402/fetch` sends no Idempotency-Key. A 201 lost on its way back (a proxy's or
 /// API Gateway's cut: to the server it is an answer given like any other) is recovered
 /// by sending the same payment again: the same purchase, charged once.

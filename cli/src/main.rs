@@ -59,6 +59,12 @@ enum Command {
         /// ~/.local/share/umpire.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// The time one paid request may take, in ms, from arrival to answer (fetches,
+        /// checks and settlement fit inside it; settlement is not started past it).
+        /// Default: $UMPIRE_REQUEST_BUDGET_MS, else 25000 (API Gateway ends requests at
+        /// 30 s). At most 29000.
+        #[arg(long)]
+        request_budget_ms: Option<u64>,
     },
     /// Judge a deliverable locally and print the signed verdict document, exactly as
     /// the service builds it (checks that fetch URLs are not run here).
@@ -231,7 +237,11 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async {
         match cli.command {
-            Command::Serve { addr, data_dir } => serve(addr, data_dir).await,
+            Command::Serve {
+                addr,
+                data_dir,
+                request_budget_ms,
+            } => serve(addr, data_dir, request_budget_ms).await,
             Command::Judge {
                 tier,
                 spec,
@@ -389,8 +399,19 @@ async fn state_for(
     data_dir: Option<PathBuf>,
     with_checker: bool,
     persistent: bool,
+    request_budget_ms: Option<u64>,
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
-    let config = Config::from_env().map_err(|e| e.to_string())?;
+    let mut config = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(ms) = request_budget_ms {
+        if !(1_000..=umpire_api::config::MAX_REQUEST_BUDGET_MS).contains(&ms) {
+            return Err(format!(
+                "--request-budget-ms {ms}: must be from 1000 to {}",
+                umpire_api::config::MAX_REQUEST_BUDGET_MS
+            ));
+        }
+        config.request_budget = std::time::Duration::from_millis(ms);
+        config.check_budget().map_err(|e| e.to_string())?;
+    }
     let dir = data_dir.unwrap_or_else(default_data_dir);
     let checker = if with_checker {
         Some(
@@ -403,8 +424,12 @@ async fn state_for(
     umpire_api::local::embedded_state(config, &dir, persistent, checker).await
 }
 
-async fn serve(addr: SocketAddr, data_dir: Option<PathBuf>) -> ExitCode {
-    let (state, store) = match state_for(data_dir, true, true).await {
+async fn serve(
+    addr: SocketAddr,
+    data_dir: Option<PathBuf>,
+    request_budget_ms: Option<u64>,
+) -> ExitCode {
+    let (state, store) = match state_for(data_dir, true, true, request_budget_ms).await {
         Ok((s, store)) => (Arc::new(s), store),
         Err(e) => return fail(2, &e),
     };
@@ -494,7 +519,7 @@ async fn judge(
             "this spec fetches URLs; `umpire judge` runs only checks on the deliverable itself",
         );
     }
-    let state = match state_for(data_dir, true, false).await {
+    let state = match state_for(data_dir, true, false, None).await {
         Ok((s, _)) => s,
         Err(e) => return fail(2, &e),
     };

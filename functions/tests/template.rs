@@ -174,6 +174,57 @@ fn env_var<'a>(function: &'a Value, name: &str) -> Option<&'a Value> {
         .get(name)
 }
 
+/// API Gateway ends an HTTP integration at 30 s: every function behind a route stops
+/// before that, and the paid ones fit their request budget (plus the time to answer)
+/// inside their Timeout, so no paid request is cut off while it settles.
+#[test]
+fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
+    let res = template_resources();
+    let globals = umpire_blackbox::template_section("Globals");
+    let global_timeout = number(globals.get("Function").and_then(|f| f.get("Timeout")));
+    let mut routed = 0;
+    for (name, f) in functions(&res) {
+        let http = f
+            .get("Properties")
+            .and_then(|p| p.get("Events"))
+            .and_then(Value::as_object)
+            .is_some_and(|events| {
+                events
+                    .values()
+                    .any(|e| str_at(e, &["Type"]) == Some("HttpApi"))
+            });
+        if !http {
+            continue;
+        }
+        routed += 1;
+        let timeout = f
+            .get("Properties")
+            .and_then(|p| p.get("Timeout"))
+            .map_or(global_timeout, |t| number(Some(t)));
+        assert!(
+            timeout <= 29,
+            "{name}: Timeout {timeout}s outlives API Gateway's 30 s"
+        );
+        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
+        if matches!(binary, "verdicts" | "reputation") {
+            let budget = f
+                .get("Properties")
+                .and_then(|p| p.get("Environment"))
+                .and_then(|e| e.get("Variables"))
+                .and_then(|v| v.get("UMPIRE_REQUEST_BUDGET_MS"))
+                .map_or(
+                    umpire_api::config::DEFAULT_REQUEST_BUDGET.as_millis() as u64,
+                    |b| number(Some(b)),
+                );
+            assert!(
+                budget + 2_000 <= timeout * 1000,
+                "{name}: a {budget} ms budget leaves no time to answer inside {timeout}s"
+            );
+        }
+    }
+    assert!(routed >= 10, "found the routed functions ({routed})");
+}
+
 #[test]
 fn the_checker_is_isolated_and_its_timeout_is_the_check_limit() {
     let res = template_resources();

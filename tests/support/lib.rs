@@ -550,7 +550,7 @@ impl Scripted {
     }
 }
 
-pub(crate) fn read_request(conn: &mut TcpStream) -> Option<Received> {
+pub fn read_request(conn: &mut TcpStream) -> Option<Received> {
     conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     let mut raw = Vec::new();
     let mut buf = [0u8; 8192];
@@ -645,6 +645,11 @@ impl Held {
     /// Lets the held request (and every later one) be answered.
     pub fn release(&self) {
         let _ = self.release.send(());
+    }
+
+    /// Whether any request has arrived so far.
+    pub fn was_asked(&self) -> bool {
+        self.arrived.try_recv().is_ok()
     }
 }
 

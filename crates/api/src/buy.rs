@@ -5,9 +5,10 @@
 //! no record, the key reusable) and answers 402 with `PAYMENT-RESPONSE success:false`.
 
 use umpire_core::document::CheckResult;
-use umpire_core::hash::{random_bytes, random_id, sha256_hex};
+use umpire_core::hash::random_id;
 use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
+use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode};
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
@@ -74,6 +75,8 @@ pub async fn buy(state: &AppState, req: &Request) -> Response {
 
 async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response> {
     let err = |e: ApiError| respond::error(&e);
+    // The clock starts on arrival: everything below fits in one budget.
+    let deadline = Deadline::after(state.config.request_budget);
     // Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
@@ -82,15 +85,30 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         path: format!("/v1/verdicts/{}", tier.as_str()),
         name: format!("a {} verdict", tier.as_str()),
     };
-    let mut checkout = checkout::begin(state, req, product).await?;
+    let mut checkout = checkout::begin(state, req, product, deadline).await?;
 
-    // Judge in the isolated checker (pass 1 of a sworn verdict).
-    let results = match verdict::judge(state, &purchase).await {
-        Ok(r) => r,
-        Err(e) => return Err(checkout.abandon(crate::internal(e)).await),
+    // Judge in the isolated checker (pass 1 of a sworn verdict), leaving settlement
+    // its share of the budget.
+    let judged = tokio::time::timeout_at(
+        checkout.work_deadline().instant().into(),
+        verdict::judge(state, &purchase),
+    )
+    .await;
+    let results = match judged {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(checkout.abandon(crate::internal(e)).await),
+        Err(_) => return Err(checkout.out_of_time().await),
     };
     let verdict_id = random_id("vrd");
-    let secret = format!("sec_{}", hex::encode(random_bytes::<32>()));
+    // Derived, not stored: the answer reveals it once the verdict is stored, and a
+    // replay derives it again (see `secret`).
+    let Some(secret) = crate::secret::mint(state.signer.as_ref(), &verdict_id) else {
+        return Err(checkout
+            .abandon(crate::internal(
+                "this function holds no seed to derive secrets",
+            ))
+            .await);
+    };
     let status_url = format!("{}/v1/verdicts/{verdict_id}", state.config.issuer);
     let mut paid = Paid {
         state,
@@ -123,7 +141,7 @@ impl Paid<'_, '_> {
             status: VerdictStatus::Final,
             document: None,
             preview: None,
-            secret_hash: sha256_hex(self.secret.as_bytes()),
+            secret_hash: crate::secret::check_of(self.secret),
             spec_hash: purchase.spec.hash.clone(),
             webhook_url: purchase.webhook_url.clone(),
             created_at: now,
@@ -162,7 +180,8 @@ impl Paid<'_, '_> {
             )
             .with("document", document)
             .with("status_url", self.status_url)
-            .with("secret", self.secret)
+            // Given when the answer is delivered with its verdict stored.
+            .with("secret", Value::Null)
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
             .with("payer", self.checkout.payer.as_str());
         let prepared = self.prepared(201, &body, Some(record));
@@ -219,7 +238,7 @@ impl Paid<'_, '_> {
             .with("status", "pending")
             .with("pass1", preview)
             .with("status_url", self.status_url)
-            .with("secret", self.secret)
+            .with("secret", Value::Null)
             .with("webhook_url", purchase.webhook_url.clone())
             .with("final_due_at", umpire_core::time::rfc3339(due))
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))

@@ -19,6 +19,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use umpire_core::hash::sha256_hex;
 use umpire_core::product::Price;
+use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_pay::evm::REASON_NONCE_USED;
 use umpire_pay::rails::SolRate;
@@ -223,6 +224,32 @@ impl Claims<'_> {
     }
 }
 
+/// The share of a paid request's time budget kept for settlement: the work (verify,
+/// fetches, checks, ledger reads) must end this long before the deadline. Two fifths
+/// of the budget, at most 10 s (a self-settled receipt normally comes in 1–2 s; the
+/// facilitator's `/settle` in a few).
+pub fn settle_reserve(budget: Duration) -> Duration {
+    (budget * 2 / 5).min(Duration::from_secs(10))
+}
+
+/// Settlement is not started with less than this left before the deadline: it could
+/// not answer in time, so the purchase is voided instead (nothing charged).
+const SETTLE_MIN: Duration = Duration::from_millis(700);
+
+/// The answer when a purchase's work used up its time budget: nothing charged.
+pub fn out_of_time(budget: Duration) -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "the purchase could not be completed within this request's time budget ({} ms), so it was voided: nothing was charged or kept",
+            budget.as_millis()
+        ),
+        "Retry with the same payment if it is still valid (or a new one): slow fetch targets or a slow chain make this happen; fewer URLs or faster ones help.",
+    )
+    .with_detail("reason", "time_budget")
+    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+}
+
 /// Tries to persist a settled verdict before giving up on the status link (the
 /// customer paid: the answer is given even if the record cannot be stored).
 const PERSIST_ATTEMPTS: u32 = 3;
@@ -262,8 +289,8 @@ pub struct Prepared {
     pub body: String,
     /// Where the settlement goes in the body, e.g. `["settlement"]`.
     pub settlement_at: Vec<String>,
-    /// A verdict to store once the payment settled; `secret` in the body is withheld
-    /// when it cannot be stored (there would be no status to use it on).
+    /// A verdict to store once the payment settled. The body's `secret` is null here
+    /// and given on delivery once the verdict is stored (see `secret`).
     pub record: Option<VerdictRecord>,
 }
 
@@ -279,21 +306,39 @@ impl Prepared {
     }
 }
 
-/// Stores a settled verdict, a few times if the store falters; `true` once it is there
-/// (also when an earlier attempt stored it and lost the answer).
-async fn persist(state: &AppState, record: &VerdictRecord) -> bool {
+/// Stores a settled verdict, a few times if the store falters and the deadline allows;
+/// `true` once it is there (also when an earlier attempt stored it and lost the
+/// answer). Past the deadline the paid answer goes out without its status link
+/// rather than being cut off by the platform; the retry stores it.
+async fn persist(state: &AppState, record: &VerdictRecord, deadline: Deadline) -> bool {
+    let until = deadline.less(ANSWER_MARGIN);
     for attempt in 1..=PERSIST_ATTEMPTS {
-        match state.store.put_verdict(record).await {
-            Ok(()) | Err(StoreError::AlreadyExists) => return true,
-            Err(e) => {
+        if !until.allows(Duration::from_millis(50)) {
+            break;
+        }
+        let put =
+            tokio::time::timeout_at(until.instant().into(), state.store.put_verdict(record)).await;
+        match put {
+            Ok(Ok(()) | Err(StoreError::AlreadyExists)) => return true,
+            Ok(Err(e)) => {
                 tracing::error!(error = %e, attempt, verdict_id = record.verdict_id, "could not store a settled verdict");
                 tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
                     .await;
+            }
+            Err(_) => {
+                tracing::error!(
+                    verdict_id = record.verdict_id,
+                    "storing a settled verdict overran the deadline"
+                );
+                break;
             }
         }
     }
     false
 }
+
+/// Kept between the last store write and the deadline, to answer in.
+const ANSWER_MARGIN: Duration = Duration::from_millis(300);
 
 /// The answer of a settled purchase: its verdict stored, the settlement in the body
 /// and in the x402 header.
@@ -302,14 +347,17 @@ async fn deliver(
     version: u32,
     prepared: Prepared,
     settlement: &SettlementResponse,
+    deadline: Deadline,
 ) -> Response {
     let stored = match &prepared.record {
-        Some(record) => persist(state, record).await,
+        Some(record) => persist(state, record, deadline).await,
         None => true,
     };
     let mut body = umpire_core::json::parse(prepared.body.as_bytes()).unwrap_or(Value::Null);
-    if !stored {
-        body = body.with("secret", Value::Null);
+    // The secret is derived, never written down: given only with a stored verdict
+    // (without one there is no status to use it on).
+    if stored {
+        body = crate::secret::reveal(state.signer.as_ref(), body);
     }
     body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
     let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");
@@ -409,6 +457,8 @@ pub struct Checkout<'a> {
     request_hash: String,
     /// Whether an answer was written down under [`intent_key`].
     prepared: bool,
+    /// When this request must have answered.
+    deadline: Deadline,
 }
 
 impl Checkout<'_> {
@@ -430,9 +480,34 @@ impl Checkout<'_> {
         respond::error(&e)
     }
 
+    /// When the work (fetches, checks, reads) must be done, leaving settlement its
+    /// share of the budget.
+    pub fn work_deadline(&self) -> Deadline {
+        self.deadline
+            .less(settle_reserve(self.claims.state.config.request_budget))
+    }
+
+    /// The answer when the work overran [`Checkout::work_deadline`]: claims released,
+    /// nothing charged.
+    pub async fn out_of_time(self) -> Response {
+        let budget = self.claims.state.config.request_budget;
+        crate::metrics::record(crate::metrics::Metric::Void);
+        tracing::warn!(
+            budget_ms = budget.as_millis() as u64,
+            "a purchase overran its time budget; voided"
+        );
+        self.abandon(out_of_time(budget)).await
+    }
+
     /// Writes the answer down, then settles: a crash from here on leaves what the
-    /// customer's retry needs (see the module notes).
+    /// customer's retry needs (see the module notes). Not started when the deadline
+    /// leaves too little time to settle (voided, nothing charged).
     pub async fn settle(&mut self, prepared: &Prepared) -> Result<SettlementResponse, Void> {
+        if !self.deadline.allows(SETTLE_MIN) {
+            return Err(Void::Internal(out_of_time(
+                self.claims.state.config.request_budget,
+            )));
+        }
         let note =
             serde_json::to_string(prepared).map_err(|e| Void::Internal(crate::internal(e)))?;
         write_note(
@@ -447,7 +522,7 @@ impl Checkout<'_> {
         self.claims
             .state
             .payments
-            .settle(&self.ctx)
+            .settle(&self.ctx, self.deadline)
             .await
             .map_err(Void::Settlement)
     }
@@ -489,7 +564,14 @@ impl Checkout<'_> {
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 crate::metrics::record(crate::metrics::Metric::Settlement);
-                let r = deliver(self.claims.state, self.version, prepared, &settlement).await;
+                let r = deliver(
+                    self.claims.state,
+                    self.version,
+                    prepared,
+                    &settlement,
+                    self.deadline,
+                )
+                .await;
                 self.claims.complete(&r).await;
                 r
             }
@@ -573,6 +655,7 @@ async fn replay_by_payment(
     ctx: &PaymentContext,
     payment_key: &str,
     request_hash: &str,
+    deadline: Deadline,
 ) -> Option<Response> {
     if !ctx.signed_by_payer() {
         return None;
@@ -582,7 +665,7 @@ async fn replay_by_payment(
     if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
         return Some(respond::error(&e));
     }
-    match await_purchase(state, payment_key, request_hash).await {
+    match await_purchase(state, payment_key, request_hash, deadline).await {
         Running::Answered(r) => Some(r),
         Running::Gone => None,
     }
@@ -604,7 +687,14 @@ enum Running {
 /// it runs: a client that resends its payment (a lost answer, a dropped connection)
 /// gets the purchase, not a `409` it has to retry by hand. `Gone` when there is none
 /// (never claimed, voided, lapsed, or held for another request).
-async fn await_purchase(state: &AppState, payment_key: &str, request_hash: &str) -> Running {
+async fn await_purchase(
+    state: &AppState,
+    payment_key: &str,
+    request_hash: &str,
+    deadline: Deadline,
+) -> Running {
+    // Never past this request's own deadline (less a moment to answer in).
+    let wait = AWAIT_RUNNING_PURCHASE.min(deadline.remaining().saturating_sub(AWAIT_POLL * 5));
     let started = tokio::time::Instant::now();
     loop {
         let now = umpire_core::time::now_unix();
@@ -619,7 +709,7 @@ async fn await_purchase(state: &AppState, payment_key: &str, request_hash: &str)
             Ok(_) => return Running::Gone,
             Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
         }
-        if started.elapsed() >= AWAIT_RUNNING_PURCHASE {
+        if started.elapsed() >= wait {
             return Running::Answered(respond::error(&payment_in_use()));
         }
         tokio::time::sleep(AWAIT_POLL).await;
@@ -637,6 +727,7 @@ async fn recover(
     request_hash: &str,
     ctx: &PaymentContext,
     version: u32,
+    deadline: Deadline,
 ) -> Option<Response> {
     let err = |e: ApiError| Some(respond::error(&e));
     let now = umpire_core::time::now_unix();
@@ -686,14 +777,24 @@ async fn recover(
             }
         }
     }
-    match state.payments.find_settlement(ctx).await {
+    let found = tokio::time::timeout_at(
+        deadline.less(ANSWER_MARGIN).instant().into(),
+        state.payments.find_settlement(ctx),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(PaymentFailure::unavailable(
+            "the chain did not answer within this request's time budget",
+        ))
+    });
+    match found {
         Ok(Some(settlement)) => {
             tracing::warn!(
                 transaction = settlement.transaction,
                 "delivering a purchase interrupted after settlement"
             );
             crate::metrics::record(crate::metrics::Metric::Settlement);
-            let r = deliver(state, version, prepared, &settlement).await;
+            let r = deliver(state, version, prepared, &settlement, deadline).await;
             claims.complete(&r).await;
             forget_note(state, payment_key).await;
             Some(r)
@@ -814,6 +915,7 @@ pub async fn begin<'a>(
     state: &'a AppState,
     req: &Request,
     product: Product,
+    deadline: Deadline,
 ) -> Result<Checkout<'a>, Response> {
     let err = |e: ApiError| respond::error(&e);
     if state.config.rails.rails.is_empty() {
@@ -881,7 +983,14 @@ pub async fn begin<'a>(
     };
     let payment_key = payment_key(&ctx);
     let now = umpire_core::time::now_unix();
-    let verified = match state.payments.verify(&ctx, now).await {
+    // The authorization must last until this request's last moment to settle; the
+    // verification itself must leave the work and the settlement their time.
+    let work_deadline = deadline.less(settle_reserve(state.config.request_budget));
+    let verified = match state
+        .payments
+        .verify(&ctx, now, deadline, work_deadline)
+        .await
+    {
         Ok(v) => v,
         Err(f) => {
             // A concurrent twin with the same key may have settled this very payment
@@ -897,7 +1006,8 @@ pub async fn begin<'a>(
             // This very authorization bought this very request already (its answer was
             // lost, or it is resent without an Idempotency-Key, as @x402/fetch sends
             // it): that purchase again, never a refusal of a payment that paid.
-            if let Some(r) = replay_by_payment(state, req, &ctx, &payment_key, &request_hash).await
+            if let Some(r) =
+                replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline).await
             {
                 return Err(r);
             }
@@ -910,6 +1020,7 @@ pub async fn begin<'a>(
                 &request_hash,
                 &ctx,
                 header.version,
+                deadline,
             )
             .await;
             if let Some(r) = recovered {
@@ -941,7 +1052,7 @@ pub async fn begin<'a>(
             claims.release().await;
             return Err(err(e));
         }
-        match await_purchase(state, &payment_key, &request_hash).await {
+        match await_purchase(state, &payment_key, &request_hash, deadline).await {
             Running::Answered(r) => {
                 claims.release().await;
                 return Err(r);
@@ -980,5 +1091,6 @@ pub async fn begin<'a>(
         payment_key,
         request_hash,
         prepared: false,
+        deadline,
     })
 }

@@ -19,9 +19,25 @@ pub struct Config {
     /// The first webhook retry waits this long; each next one twice as long.
     pub webhook_retry_base: Duration,
     /// How long a paid request holds its Idempotency-Key and payment; a process that
-    /// dies mid-purchase frees them after this. Longer than any purchase can run.
+    /// dies mid-purchase frees them after this. Longer than any purchase can run
+    /// (more than [`Config::request_budget`]), so a claim that lapsed belongs to a
+    /// purchase that has ended.
     pub in_progress_secs: u32,
+    /// The time one paid request may take, from arrival to answer: verification,
+    /// fetches, checks and settlement all fit inside it (API Gateway ends an HTTP
+    /// integration at 30 s; the functions' Timeout is 29 s).
+    pub request_budget: Duration,
 }
+
+/// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
+/// Gateway's 30 s less the margin a Lambda needs to answer (the functions' Timeout is
+/// 29 s) and a cold start.
+pub const DEFAULT_REQUEST_BUDGET: Duration = Duration::from_secs(25);
+/// What `maxTimeoutSeconds` leaves a client, beyond the budget and the settlement
+/// margin, between our 402 and its paid request (signing, sending).
+pub const SIGN_AND_SEND_SECS: u64 = 3;
+/// The largest budget allowed: one that still answers inside API Gateway's 30 s.
+pub const MAX_REQUEST_BUDGET_MS: u64 = 29_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -36,6 +52,7 @@ impl Default for Config {
             sworn_delay_secs: SWORN_PASS2_DELAY_SECS as u32,
             webhook_retry_base: Duration::from_secs(30),
             in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
+            request_budget: DEFAULT_REQUEST_BUDGET,
         }
     }
 }
@@ -74,6 +91,34 @@ pub fn millis(
 }
 
 impl Config {
+    /// The budget must fit what depends on it: a claim outlives any purchase, and an
+    /// authorization signed for `maxTimeoutSeconds` outlasts the whole request.
+    pub fn check_budget(&self) -> Result<(), ConfigError> {
+        let budget_secs = self.request_budget.as_millis().div_ceil(1000) as u64;
+        if u64::from(self.in_progress_secs) <= budget_secs {
+            return Err(ConfigError {
+                name: "UMPIRE_IN_PROGRESS_SECONDS",
+                value: self.in_progress_secs.to_string(),
+                problem: format!(
+                    "must be longer than the request budget ({} ms, UMPIRE_REQUEST_BUDGET_MS): a lapsed claim must mean its purchase has ended",
+                    self.request_budget.as_millis()
+                ),
+            });
+        }
+        let need = budget_secs + umpire_pay::evm::VALID_BEFORE_MARGIN_SECS + SIGN_AND_SEND_SECS;
+        if self.rails.max_timeout_seconds < need {
+            return Err(ConfigError {
+                name: "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
+                value: self.rails.max_timeout_seconds.to_string(),
+                problem: format!(
+                    "must be at least {need}: an authorization the client signs for maxTimeoutSeconds must outlast the time to sign and send it, the request budget ({} ms) and the settlement margin",
+                    self.request_budget.as_millis()
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The enabled rails as the pricing manifest shows them, in preference order.
     pub fn rails_value(&self) -> umpire_core::Value {
         use umpire_core::Value;
@@ -142,11 +187,47 @@ impl Config {
             c.webhook_retry_base,
         )?;
         c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;
+        c.request_budget = millis(
+            "UMPIRE_REQUEST_BUDGET_MS",
+            1_000..=MAX_REQUEST_BUDGET_MS,
+            c.request_budget,
+        )?;
         c.rails = umpire_pay::config::rails_from_env().map_err(|e| ConfigError {
             name: e.name,
             value: std::env::var(e.name).unwrap_or_default(),
             problem: e.problem,
         })?;
+        c.check_budget()?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_must_fit_the_claim_and_the_authorization() {
+        let mut c = Config::default();
+        assert!(c.check_budget().is_ok(), "the defaults agree");
+        c.in_progress_secs = 25;
+        let e = c
+            .check_budget()
+            .expect_err("a claim no longer than the budget");
+        assert_eq!(e.name, "UMPIRE_IN_PROGRESS_SECONDS");
+        c.in_progress_secs = 26;
+        assert!(c.check_budget().is_ok());
+        c.rails.max_timeout_seconds = 33;
+        let e = c
+            .check_budget()
+            .expect_err("25 s + 6 s margin + 3 s to sign and send");
+        assert_eq!(e.name, "UMPIRE_PAYMENT_TIMEOUT_SECONDS");
+        c.rails.max_timeout_seconds = 34;
+        assert!(c.check_budget().is_ok());
+        c.request_budget = Duration::from_millis(25_001);
+        assert!(
+            c.check_budget().is_err(),
+            "budgets round up to whole seconds"
+        );
     }
 }

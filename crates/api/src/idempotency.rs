@@ -9,6 +9,7 @@
 
 use umpire_core::hash::sha256_hex;
 use umpire_core::product::{IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_MIN};
+use umpire_core::signer::Signer;
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{Claim, IdempotencyRecord, IdempotencyState, StoredResponse};
 
@@ -20,6 +21,10 @@ use crate::{AppState, Response};
 pub const IN_PROGRESS_SECS: u64 = 120;
 /// How long a completed response is replayed.
 pub const COMPLETED_SECS: u64 = 24 * 3600;
+
+/// Stored beside a completed answer whose one-time secret was left out: the key id of
+/// the signer that derives it. Internal; never sent.
+const SECRET_MARK: &str = "umpire-secret-derived-by";
 
 /// Response headers worth replaying; everything else is recomputed per response.
 const REPLAYED_HEADERS: &[&str] = &[
@@ -96,11 +101,16 @@ pub enum Decision {
     Replay(Response),
 }
 
-fn conflict(rec: &IdempotencyRecord, request_hash: &str, now: u64) -> Result<Decision, ApiError> {
+fn conflict(
+    state: &AppState,
+    rec: &IdempotencyRecord,
+    request_hash: &str,
+    now: u64,
+) -> Result<Decision, ApiError> {
     match &rec.state {
-        IdempotencyState::Completed(stored) if rec.request_hash == request_hash => {
-            Ok(Decision::Replay(replay_response(stored)))
-        }
+        IdempotencyState::Completed(stored) if rec.request_hash == request_hash => Ok(
+            Decision::Replay(replay_response(stored, Some(state.signer.as_ref()))),
+        ),
         IdempotencyState::Completed(_) => Err(ApiError::new(
             ErrorCode::IdempotencyKeyReuse,
             "this Idempotency-Key was used for a different request",
@@ -141,7 +151,7 @@ pub async fn check(
         .map_err(crate::internal)?
     {
         None => Ok(Decision::Proceed),
-        Some(rec) => conflict(&rec, request_hash, now),
+        Some(rec) => conflict(state, &rec, request_hash, now),
     }
 }
 
@@ -165,7 +175,7 @@ pub async fn claim(
         .map_err(crate::internal)?
     {
         Claim::Won => Ok(Decision::Proceed),
-        Claim::Held(rec) => conflict(&rec, request_hash, now),
+        Claim::Held(rec) => conflict(state, &rec, request_hash, now),
     }
 }
 
@@ -176,7 +186,7 @@ pub async fn complete(
     request_hash: &str,
     response: &Response,
 ) -> Result<(), ApiError> {
-    let stored = StoredResponse {
+    let mut stored = StoredResponse {
         status: response.status().as_u16(),
         headers: response
             .headers()
@@ -186,6 +196,20 @@ pub async fn complete(
             .collect(),
         body: String::from_utf8_lossy(response.body()).into_owned(),
     };
+    // The one-time secret is not written down: the record notes that the answer had
+    // one (and under which key it was derived), and the replay derives it again.
+    if let Ok(body) = umpire_core::json::parse(response.body())
+        && body
+            .get("secret")
+            .and_then(umpire_core::Value::as_str)
+            .is_some()
+    {
+        let body = body.with("secret", umpire_core::Value::Null);
+        stored.body = String::from_utf8_lossy(&body.to_canonical_vec()).into_owned();
+        stored
+            .headers
+            .push((SECRET_MARK.to_owned(), state.signer.key_id().to_owned()));
+    }
     let now = umpire_core::time::now_unix();
     state
         .store
@@ -207,10 +231,21 @@ pub async fn release(
         .map_err(crate::internal)
 }
 
-pub(crate) fn replay_response(stored: &StoredResponse) -> Response {
-    let mut r = http::Response::new(bytes::Bytes::from(stored.body.clone()));
+/// A stored answer as given again. `signer` derives the one-time secret back into the
+/// body when the answer had one and the same key derived it; `None` withholds it.
+pub(crate) fn replay_response(stored: &StoredResponse, signer: Option<&dyn Signer>) -> Response {
+    let mut body = stored.body.clone();
+    let had_secret = stored.headers.iter().find(|(k, _)| k == SECRET_MARK);
+    if let (Some((_, key_id)), Some(signer)) = (had_secret, signer)
+        && signer.key_id() == key_id
+        && let Ok(parsed) = umpire_core::json::parse(body.as_bytes())
+    {
+        body = String::from_utf8_lossy(&crate::secret::reveal(signer, parsed).to_canonical_vec())
+            .into_owned();
+    }
+    let mut r = http::Response::new(bytes::Bytes::from(body));
     *r.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
-    for (k, v) in &stored.headers {
+    for (k, v) in stored.headers.iter().filter(|(k, _)| k != SECRET_MARK) {
         if let (Ok(name), Ok(value)) = (
             http::HeaderName::from_bytes(k.as_bytes()),
             http::HeaderValue::from_str(v),
@@ -236,7 +271,7 @@ pub(crate) fn replay_without_secret(stored: &StoredResponse) -> Response {
         body.insert("secret", umpire_core::Value::Null);
         stored.body = String::from_utf8_lossy(&body.to_canonical_vec()).into_owned();
     }
-    replay_response(&stored)
+    replay_response(&stored, None)
 }
 
 #[cfg(test)]

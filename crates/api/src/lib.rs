@@ -18,6 +18,7 @@ pub mod purchase;
 pub mod reputation;
 pub mod respond;
 pub mod routes;
+pub mod secret;
 pub mod sworn;
 pub mod verdict;
 

@@ -1,7 +1,6 @@
 //! `GET /v1/verdicts/{id}` (status, pass-1 preview, final document, behind the
 //! one-time secret) and `GET /v1/find` (sworn verdict ids by spec_hash + webhook).
 
-use umpire_core::hash::{constant_time_eq, sha256_hex};
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
@@ -68,10 +67,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .await
         .map_err(crate::internal)?
         .ok_or_else(not_found)?;
-    if !constant_time_eq(
-        sha256_hex(secret.as_bytes()).as_bytes(),
-        rec.secret_hash.as_bytes(),
-    ) {
+    if !crate::secret::matches(&rec.secret_hash, &secret) {
         return Err(not_found());
     }
     let embed = |text: &Option<String>| -> Result<Value, ApiError> {

@@ -296,6 +296,7 @@ fn merchant_of(req: &Request) -> Result<String, ApiError> {
 }
 
 pub async fn reputation(state: &AppState, req: &Request) -> Response {
+    let deadline = umpire_core::time::Deadline::after(state.config.request_budget);
     let merchant = match merchant_of(req) {
         Ok(m) => m,
         Err(e) => return respond::error(&e),
@@ -305,15 +306,21 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         path: "/v1/reputation".into(),
         name: "a reputation report".into(),
     };
-    let mut checkout = match checkout::begin(state, req, product).await {
+    let mut checkout = match checkout::begin(state, req, product, deadline).await {
         Ok(c) => c,
         Err(r) => return r,
     };
     let now = umpire_core::time::now_unix();
     let since = now.saturating_sub(FEEDBACK_WINDOW_DAYS * 86_400);
-    let ledger = match read_ledger(state.store.as_ref(), &merchant, since).await {
-        Ok(l) => l,
-        Err(e) => return checkout.abandon(crate::internal(e)).await,
+    let read = tokio::time::timeout_at(
+        checkout.work_deadline().instant().into(),
+        read_ledger(state.store.as_ref(), &merchant, since),
+    )
+    .await;
+    let ledger = match read {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return checkout.abandon(crate::internal(e)).await,
+        Err(_) => return checkout.out_of_time().await,
     };
     let report = signed_report(state, &merchant, &ledger, now);
     let receipt = Value::object()

@@ -338,7 +338,7 @@ pub fn backoff(base: Duration, n: u32) -> Duration {
 }
 
 /// `sha256=<hex>`: HMAC-SHA256 over the raw body, keyed with the 64-character hex
-/// string of sha256(secret) (the stored secret hash, used as text).
+/// string of sha256(secret), used as text (derived again per delivery, see `secret`).
 pub fn webhook_signature(secret_hash_hex: &str, body: &[u8]) -> String {
     // HMAC accepts keys of any length; this cannot fail.
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret_hash_hex.as_bytes())
@@ -466,7 +466,16 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
         return Err(retry("no fetcher configured for webhook delivery"));
     };
     let body = document.as_bytes().to_vec();
-    let signature = webhook_signature(&record_v.secret_hash, &body);
+    let Some(key) = crate::secret::webhook_key(state.signer.as_ref(), &record_v) else {
+        // The seed that derived this verdict's secret is gone (rotated): a webhook
+        // signed with any other key would not verify for the customer.
+        tracing::error!(
+            verdict_id,
+            "cannot derive the webhook key of this verdict; not delivered"
+        );
+        return Ok(());
+    };
+    let signature = webhook_signature(&key, &body);
     let outcome = fetcher
         .post_json(
             url,

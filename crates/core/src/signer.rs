@@ -15,6 +15,20 @@ pub trait Signer: Send + Sync {
     fn key_id(&self) -> &str;
     fn public_key(&self) -> [u8; 32];
     fn sign(&self, message: &[u8]) -> [u8; 64];
+    /// HMAC-SHA256 of `message` under a key derived from this signer's secret for
+    /// `purpose` (never the signing key itself): values that must be given again
+    /// later without being stored (a verdict's one-time secret). `None` when this
+    /// signer holds no secret (the public key only).
+    fn derive(&self, _purpose: &str, _message: &[u8]) -> Option<[u8; 32]> {
+        None
+    }
+}
+
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(aws_lc_rs::hmac::sign(&key, message).as_ref());
+    out
 }
 
 /// The key id documents name: `ed25519-` and 16 hex digits of sha256(public key).
@@ -74,6 +88,16 @@ impl Signer for LocalSigner {
         let mut signature = [0u8; 64];
         signature.copy_from_slice(self.key.sign(message).as_ref());
         signature
+    }
+
+    /// A two-step HMAC: the purpose's key from the seed, then the message under it,
+    /// so a value derived for one purpose says nothing about another or the seed.
+    fn derive(&self, purpose: &str, message: &[u8]) -> Option<[u8; 32]> {
+        let key = Zeroizing::new(hmac_sha256(
+            self.seed.as_ref(),
+            format!("umpire derive v1: {purpose}").as_bytes(),
+        ));
+        Some(hmac_sha256(key.as_ref(), message))
     }
 }
 

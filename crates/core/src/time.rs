@@ -17,6 +17,57 @@ pub fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// When a request must have been answered: the platform's limit (API Gateway ends an
+/// integration at 30 s) less a margin, fixed when the request arrives and handed to
+/// everything the request waits on (fetches, checks, the chain, the facilitator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Deadline {
+    at: std::time::Instant,
+    /// The same moment as unix seconds, rounded up: what an authorization's validity
+    /// must cover.
+    unix: u64,
+}
+
+impl Deadline {
+    /// `budget` from now.
+    pub fn after(budget: std::time::Duration) -> Deadline {
+        let now_ms = now_unix_ms();
+        let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+        Deadline {
+            at: std::time::Instant::now() + budget,
+            unix: now_ms.saturating_add(budget_ms).div_ceil(1000),
+        }
+    }
+
+    pub fn instant(&self) -> std::time::Instant {
+        self.at
+    }
+
+    /// Unix seconds (rounded up).
+    pub fn unix(&self) -> u64 {
+        self.unix
+    }
+
+    /// What is left (zero once passed).
+    pub fn remaining(&self) -> std::time::Duration {
+        self.at.saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// This deadline moved `d` earlier: the end of one phase that must leave `d` for
+    /// the next.
+    pub fn less(&self, d: std::time::Duration) -> Deadline {
+        Deadline {
+            at: self.at.checked_sub(d).unwrap_or(self.at),
+            unix: self.unix.saturating_sub(d.as_secs()),
+        }
+    }
+
+    /// Whether `d` still fits before it.
+    pub fn allows(&self, d: std::time::Duration) -> bool {
+        self.remaining() >= d
+    }
+}
+
 pub fn now_rfc3339() -> String {
     rfc3339(now_unix())
 }
@@ -50,6 +101,24 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_deadline_counts_down_and_rounds_its_unix_time_up() {
+        let before = super::now_unix();
+        let d = super::Deadline::after(Duration::from_millis(1500));
+        assert!(d.remaining() <= Duration::from_millis(1500));
+        assert!(d.allows(Duration::from_millis(1000)));
+        assert!(!d.allows(Duration::from_secs(2)));
+        assert!(d.unix() >= before + 2, "rounded up, never early");
+        let phase = d.less(Duration::from_secs(1));
+        assert!(phase < d && phase.remaining() <= Duration::from_millis(500));
+        assert_eq!(
+            super::Deadline::after(Duration::ZERO).remaining(),
+            Duration::ZERO
+        );
+    }
+
     #[test]
     fn formats_known_instants() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");

@@ -295,6 +295,23 @@ impl Eip3009Payment {
         Ok(())
     }
 
+    /// Refuses an authorization that lapses before `until` (unix seconds) plus the
+    /// margin: the moment this request may still be settling it. Checked before any
+    /// work, so an authorization that cannot last the purchase costs nothing.
+    pub fn check_lasts_until(&self, until: u64) -> Result<(), PaymentFailure> {
+        let need = until.saturating_add(VALID_BEFORE_MARGIN_SECS);
+        if self.authorization.validBefore < U256::from(need) {
+            return Err(invalid(
+                "invalid_exact_evm_payload_authorization_valid_before",
+                format!(
+                    "the authorization expires at {}, but this purchase may still be settling it at {until}: it must stay valid until at least {need}",
+                    self.authorization.validBefore
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The calldata that settles this payment: the (v, r, s) overload for EOA
     /// signatures, the `bytes` overload for smart wallets.
     pub fn transfer_calldata(&self) -> Result<Bytes, PaymentFailure> {
@@ -581,13 +598,15 @@ impl EvmChain {
         ))
     }
 
-    /// Submits the transfer and waits for its receipt. A receipt that does not come
-    /// within the timeout is reported as pending with its hash: the transfer was
-    /// broadcast and may still land, so the purchase is not voided.
+    /// Submits the transfer and waits for its receipt, at most the configured receipt
+    /// timeout and at most `receipt_wait` (what the request's deadline leaves). A
+    /// receipt that does not come in time is reported as pending with its hash: the
+    /// transfer was broadcast and may still land, so the purchase is not voided.
     pub async fn submit(
         &self,
         token: Address,
         payment: &Eip3009Payment,
+        receipt_wait: Duration,
     ) -> Result<Submitted, PaymentFailure> {
         let Some(settler) = self.settler else {
             return Err(PaymentFailure::config("no settler key is configured"));
@@ -626,11 +645,14 @@ impl EvmChain {
             }
         };
         let hash = *pending.tx_hash();
-        match pending
-            .with_timeout(Some(self.receipt_timeout))
-            .get_receipt()
+        // Bounded here, not only by alloy's watch timeout: after the watch, alloy asks
+        // for the receipt once more, and that call alone can hang on a slow RPC.
+        let wait = self.receipt_timeout.min(receipt_wait);
+        let receipt = tokio::time::timeout(wait, pending.with_timeout(Some(wait)).get_receipt())
             .await
-        {
+            .map_err(|_| format!("no receipt within {} ms", wait.as_millis()))
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        match receipt {
             Ok(receipt) if receipt.status() => Ok(Submitted::Confirmed(hash)),
             Ok(_) => {
                 // Reverted: most likely the authorization was executed first by

@@ -11,6 +11,7 @@ use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use umpire_core::time::Deadline;
 
 use crate::evm::{Eip3009Payment, EvmChain, Submitted};
 use crate::rails::Rail;
@@ -152,8 +153,15 @@ pub struct Verified {
 pub trait Settler: Send + Sync {
     /// Whether this payment would settle now (no state changes).
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure>;
-    /// Moves the money. Called once per verified purchase, after the work is done.
-    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure>;
+    /// Moves the money. Called once per verified purchase, after the work is done, and
+    /// answers by `deadline`: a transfer broadcast whose receipt is still to come is a
+    /// settlement (pending); one whose outcome is unknown at the deadline is
+    /// `Unavailable`.
+    async fn settle(
+        &self,
+        ctx: &PaymentContext,
+        deadline: Deadline,
+    ) -> Result<SettlementResponse, PaymentFailure>;
     /// The settlement of this payment if it already happened (`None` if not): for a
     /// purchase whose process died between settling and recording.
     async fn find_settlement(
@@ -211,15 +219,26 @@ impl Settler for SelfSettler {
         })
     }
 
-    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
+    async fn settle(
+        &self,
+        ctx: &PaymentContext,
+        deadline: Deadline,
+    ) -> Result<SettlementResponse, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
+        // The receipt is waited for until shortly before the deadline; then the
+        // broadcast transfer counts as a pending settlement.
+        let receipt_wait = deadline.remaining().saturating_sub(ANSWER_MARGIN);
         // Paid only by this call's own broadcast. An authorization whose nonce is found
         // spent here was spent by another transaction (another purchase that held it,
         // or the payer's own cancellation): this purchase is refused, never credited
         // with someone else's transfer. A purchase interrupted after its own broadcast
         // is recovered on the customer's retry (verification fails, the prepared
         // answer is found), not here.
-        match self.chain.submit(token_of(&ctx.rail)?, &p).await? {
+        match self
+            .chain
+            .submit(token_of(&ctx.rail)?, &p, receipt_wait)
+            .await?
+        {
             Submitted::Confirmed(h) | Submitted::Pending(h) => Ok(settled(ctx, &p, h)),
         }
     }
@@ -287,6 +306,10 @@ pub struct SupportedKind {
 
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(15);
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Kept between a settlement's last wait and the request's deadline, to answer in.
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+/// A facilitator `/settle` is retried only when at least this much time is left.
+const SETTLE_RETRY_MIN: Duration = Duration::from_secs(1);
 
 impl FacilitatorClient {
     pub fn new(base: &str, auth: Option<String>) -> Result<FacilitatorClient, PaymentFailure> {
@@ -385,14 +408,20 @@ impl Settler for FacilitatorClient {
         }
     }
 
-    async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
+    async fn settle(
+        &self,
+        ctx: &PaymentContext,
+        deadline: Deadline,
+    ) -> Result<SettlementResponse, PaymentFailure> {
         let body = Self::body(ctx);
-        // One retry on a lost answer: the facilitator reconciles a repeated settle of
-        // the same payload against the transfer it already broadcast.
-        let answer: SettleAnswer = match self.post("/settle", &body, SETTLE_TIMEOUT).await {
-            Err(e) if e.kind == FailureKind::Unavailable => {
+        let wait = || SETTLE_TIMEOUT.min(deadline.remaining().saturating_sub(ANSWER_MARGIN));
+        // One retry on a lost answer, while the deadline allows: the facilitator
+        // reconciles a repeated settle of the same payload against the transfer it
+        // already broadcast.
+        let answer: SettleAnswer = match self.post("/settle", &body, wait()).await {
+            Err(e) if e.kind == FailureKind::Unavailable && deadline.allows(SETTLE_RETRY_MIN) => {
                 tracing::warn!(error = %e, "facilitator /settle failed; retrying once");
-                self.post("/settle", &body, SETTLE_TIMEOUT).await?
+                self.post("/settle", &body, wait()).await?
             }
             other => other?,
         };
@@ -460,16 +489,46 @@ impl Payments {
         self.settler_for(rail).is_ok()
     }
 
-    /// Offline checks, then the settler's own verification.
-    pub async fn verify(&self, ctx: &PaymentContext, now: u64) -> Result<Verified, PaymentFailure> {
+    /// Offline checks (including that the authorization outlasts `settles_by`, the
+    /// last moment this request may settle it), then the settler's own verification,
+    /// which must answer by `deadline`.
+    pub async fn verify(
+        &self,
+        ctx: &PaymentContext,
+        now: u64,
+        settles_by: Deadline,
+        deadline: Deadline,
+    ) -> Result<Verified, PaymentFailure> {
         if let Some(p) = ctx.eip3009() {
-            p?.check_offline(&ctx.rail, &ctx.requirements, now)?;
+            let p = p?;
+            p.check_offline(&ctx.rail, &ctx.requirements, now)?;
+            p.check_lasts_until(settles_by.unix())?;
         }
-        self.settler_for(&ctx.rail)?.verify(ctx).await
+        let settler = self.settler_for(&ctx.rail)?;
+        tokio::time::timeout_at(deadline.instant().into(), settler.verify(ctx))
+            .await
+            .unwrap_or_else(|_| {
+                Err(PaymentFailure::unavailable(
+                    "the payment could not be verified within this request's time budget",
+                ))
+            })
     }
 
-    pub async fn settle(&self, ctx: &PaymentContext) -> Result<SettlementResponse, PaymentFailure> {
-        self.settler_for(&ctx.rail)?.settle(ctx).await
+    /// Settles by `deadline`. Past it, with the transfer possibly under way, the
+    /// outcome is unknown (`Unavailable`): the customer's retry finds out.
+    pub async fn settle(
+        &self,
+        ctx: &PaymentContext,
+        deadline: Deadline,
+    ) -> Result<SettlementResponse, PaymentFailure> {
+        let settler = self.settler_for(&ctx.rail)?;
+        tokio::time::timeout_at(deadline.instant().into(), settler.settle(ctx, deadline))
+            .await
+            .unwrap_or_else(|_| {
+                Err(PaymentFailure::unavailable(
+                    "the settlement did not answer within this request's time budget",
+                ))
+            })
     }
 
     pub async fn find_settlement(

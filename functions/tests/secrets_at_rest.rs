@@ -1,0 +1,220 @@
+//! Nothing at rest opens a verdict: after a paid purchase on DynamoDB (the local
+//! AWS-compatible server), its replay under the same Idempotency-Key and its replay by
+//! the same payment, every item of every table is read back and searched for the
+//! one-time secret and for the webhook key derived from it (sha256 of the secret,
+//! which signs webhooks). Neither may be there; the status link still opens with the
+//! secret the purchase answered, and the keyed replay gives the same secret back.
+//!
+//! `make test` starts the local server and sets `UMPIRE_TEST_AWS_ENDPOINT`.
+
+use std::sync::Arc;
+
+use alloy::signers::local::PrivateKeySigner;
+use umpire_api::{AppState, Config};
+use umpire_blackbox::chain::{Devnet, Settlement};
+use umpire_checker::{CheckerPool, PoolConfig, WORKER_ARG};
+use umpire_core::hash::sha256_hex;
+use umpire_core::json::{Value, parse};
+use umpire_core::signer::LocalSigner;
+use umpire_store::dynamo::{DynamoStore, TableNames};
+
+const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+
+async fn aws() -> aws_config::SdkConfig {
+    let endpoint = std::env::var("UMPIRE_TEST_AWS_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "UMPIRE_TEST_AWS_ENDPOINT is not set: this test needs the local AWS-compatible \
+             server that `make test` starts (infra/local/with-moto.sh)"
+        )
+    });
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "umpire-tests",
+        ))
+        .load()
+        .await
+}
+
+async fn call(
+    state: &AppState,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Value, http::HeaderMap) {
+    let mut req = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(bytes::Bytes::from(body.to_owned()))
+        .expect("request");
+    let r = umpire_api::handle(state, req).await;
+    let status = r.status().as_u16();
+    let json = parse(r.body()).unwrap_or(Value::Null);
+    (status, json, r.headers().clone())
+}
+
+/// Every attribute of every item in `table`, as text.
+async fn dump(client: &aws_sdk_dynamodb::Client, table: &str) -> String {
+    let mut out = String::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        for item in page.items() {
+            out.push_str(&format!("{item:?}\n"));
+        }
+        match page.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => break,
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
+    let devnet = tokio::task::spawn_blocking(Devnet::start)
+        .await
+        .expect("devnet");
+    let env = devnet.server_env(Settlement::SelfSettle);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let rails = umpire_pay::config::rails_from(get).expect("rails");
+    let payments = umpire_pay::config::payments_from(&rails, get)
+        .await
+        .expect("payments");
+
+    let config = aws().await;
+    let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("s")));
+    let tables = [
+        names.verdicts.clone(),
+        names.idempotency.clone(),
+        names.rate_limits.clone(),
+        names.feedback.clone(),
+    ];
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let store = DynamoStore::new(client.clone(), names);
+    store.create_tables().await.expect("create tables");
+    let check_limit = std::time::Duration::from_secs(2);
+    let state = AppState {
+        config: Config {
+            check_limit,
+            rails,
+            rate_limits: None,
+            ..Config::default()
+        },
+        signer: Arc::new(LocalSigner::from_seed([0x51; 32])),
+        retired_keys: Vec::new(),
+        checker: Some(Arc::new(CheckerPool::new(PoolConfig {
+            program: env!("CARGO_BIN_EXE_worker").into(),
+            args: vec![WORKER_ARG.to_owned()],
+            check_limit,
+            max_workers: 2,
+        }))),
+        store: Arc::new(store),
+        queue: None,
+        payments,
+        sol_price: None,
+        feedback_chain: None,
+        fetcher: None,
+    };
+
+    // The 402, then the payment as the payer signs it.
+    let json = [("content-type", "application/json")];
+    let (status, _, headers) = call(&state, "POST", "/v1/verdicts/basic", &json, BODY).await;
+    assert_eq!(status, 402);
+    let required: umpire_pay::PaymentRequired =
+        umpire_pay::decode_header(headers["payment-required"].to_str().expect("ascii"))
+            .expect("requirements");
+    let accepted = umpire_pay::client::pick_evm(&required).expect("an EVM rail");
+    let signer: PrivateKeySigner = devnet.get("payer_private_key").parse().expect("key");
+    let payment = umpire_pay::client::sign_exact_evm(
+        &signer,
+        &required,
+        accepted,
+        umpire_core::time::now_unix(),
+        umpire_core::hash::random_bytes::<32>(),
+    )
+    .expect("signed");
+    let key = umpire_core::hash::random_id("atrest");
+    let paid = [
+        ("content-type", "application/json"),
+        ("payment-signature", payment.as_str()),
+        ("idempotency-key", key.as_str()),
+    ];
+
+    let (status, bought, _) = call(&state, "POST", "/v1/verdicts/basic", &paid, BODY).await;
+    assert_eq!(status, 201, "{bought:?}");
+    let secret = bought
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("a secret")
+        .to_owned();
+    let id = bought
+        .get("verdict_id")
+        .and_then(Value::as_str)
+        .expect("id")
+        .to_owned();
+
+    // The keyed replay gives the same secret back; the replay by payment withholds it.
+    let (status, replay, headers) = call(&state, "POST", "/v1/verdicts/basic", &paid, BODY).await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(
+        replay.get("secret").and_then(Value::as_str),
+        Some(secret.as_str())
+    );
+    assert!(
+        !headers.keys().any(|k| k.as_str().starts_with("umpire-")),
+        "internal marks stay inside: {headers:?}"
+    );
+    let unkeyed = [
+        ("content-type", "application/json"),
+        ("payment-signature", payment.as_str()),
+    ];
+    let (status, by_payment, _) = call(&state, "POST", "/v1/verdicts/basic", &unkeyed, BODY).await;
+    assert_eq!(status, 201, "{by_payment:?}");
+    assert_eq!(by_payment.get("verdict_id"), bought.get("verdict_id"));
+    assert_eq!(by_payment.get("secret"), Some(&Value::Null));
+
+    // The status link opens with the secret.
+    let bearer = format!("Bearer {secret}");
+    let (status, _, _) = call(
+        &state,
+        "GET",
+        &format!("/v1/verdicts/{id}"),
+        &[("authorization", bearer.as_str())],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let webhook_key = sha256_hex(secret.as_bytes());
+    let bare = secret.trim_start_matches("sec_");
+    let mut dumped = String::new();
+    for table in &tables {
+        dumped.push_str(&dump(&client, table).await);
+    }
+    assert!(
+        dumped.contains(&id),
+        "the dump holds the purchase: {dumped}"
+    );
+    for (what, needle) in [
+        ("the secret", bare),
+        ("the webhook key", webhook_key.as_str()),
+    ] {
+        assert!(!dumped.contains(needle), "{what} is stored:\n{dumped}");
+    }
+}
