@@ -26,7 +26,10 @@ use umpire_functions::worker::handle_batch;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
-use umpire_store::{Job, JobQueue, Store, StoredResponse, VerdictRecord, VerdictStatus};
+use umpire_store::{
+    Job, JobQueue, PaymentClaim, PaymentMove, PaymentPhase, PaymentState, Store, StoredResponse,
+    VerdictRecord, VerdictStatus,
+};
 
 const SECRET: &str = "sec_exactly_once_test";
 
@@ -121,26 +124,47 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
         .expect("put verdict");
     // The purchase that sold it, as the paid path records it (pass 2 asks).
     let payment_key =
-        umpire_api::checkout::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
-    state
-        .store
-        .claim_idempotency(&payment_key, "h", now, now + 60, now + 86_400)
-        .await
-        .expect("claim the payment");
-    state
-        .store
-        .complete_idempotency(
-            &payment_key,
-            "h",
-            &StoredResponse {
+        umpire_api::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
+    assert_eq!(
+        state
+            .store
+            .claim_payment(&payment_key, "h", now, now + 60, now + 86_400)
+            .await
+            .expect("claim the payment"),
+        PaymentClaim::Won
+    );
+    for to in [
+        PaymentState::Prepared {
+            answer: "{}".into(),
+        },
+        PaymentState::Settled {
+            transaction: "0xfeed".into(),
+            response: StoredResponse {
                 status: 202,
                 headers: Vec::new(),
                 body: format!(r#"{{"verdict_id":"{verdict_id}"}}"#),
             },
-            now + 86_400,
-        )
-        .await
-        .expect("record the sale");
+        },
+    ] {
+        let step = PaymentMove {
+            from: if matches!(to, PaymentState::Prepared { .. }) {
+                PaymentPhase::Claimed
+            } else {
+                PaymentPhase::Prepared
+            },
+            lapsed_at: None,
+            to,
+            held_until: now + 60,
+            expires_at: now + 86_400,
+        };
+        assert!(
+            state
+                .store
+                .move_payment(&payment_key, "h", &step)
+                .await
+                .expect("record the sale")
+        );
+    }
     let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now, &payment_key);
     (verdict_id, job)
 }

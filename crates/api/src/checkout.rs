@@ -1,23 +1,32 @@
-//! One paid request, whatever it sells (a verdict, a reputation report): idempotency
-//! in front of the paywall → 402 or the payment matched against our own requirements
-//! and verified → the key claimed, then the payment itself (one authorization pays for
-//! one purchase). The caller then does its work, settles through [`Checkout::ctx`], and
-//! hands its answer to [`Checkout::finish`], which records it for replays, or releases
-//! every claim when the purchase was voided.
+//! One paid request, whatever it sells (a verdict, a reputation report), top-down:
 //!
-//! Crash safety: the answer is written down ([`Prepared`], under the payment's key)
-//! before the payment settles. A process that dies after settling and before recording
-//! leaves that note; the customer's retry (the same request and payment, once the
-//! in-progress claim expired) is refused by verification (the authorization is spent,
-//! and may be past its validity window), finds the note, confirms on chain that this
-//! very authorization paid us, and gets the prepared answer. A payment that still
-//! verifies never settled: the retry is an ordinary purchase and replaces the note.
+//! 1. [`begin`]: idempotency in front of the paywall (a completed identical request is
+//!    replayed) → the 402, or the payment matched against our own requirements and
+//!    verified, its authorization lasting through this request's deadline → the
+//!    Idempotency-Key claimed, then the payment itself in the ledger ([`Hold::claim`]:
+//!    one authorization pays for one purchase, whatever its encoding). A payment that
+//!    fails verification because it already bought this very request is answered with
+//!    that purchase ([`replay_by_payment`]), or recovered from its prepared answer when
+//!    its request was interrupted ([`recover`]).
+//! 2. The caller does its work before [`Checkout::work_deadline`].
+//! 3. [`Checkout::settle`]: the answer written down in the ledger (`Prepared`), then
+//!    the payment settled by this purchase's own broadcast or facilitator call; not
+//!    started when the deadline leaves too little time.
+//! 4. [`Checkout::finish`]: a settled purchase is delivered (its verdict stored, the
+//!    settlement in body and header) and recorded (`Settled`, the key completed); a
+//!    failed one is voided (`Voided`, the key released, nothing charged); one whose
+//!    outcome is unknown stays prepared for the retry.
+//!
+//! Crash safety: a process that dies after settling and before recording leaves the
+//! prepared answer; the customer's retry (the same request and payment) is refused by
+//! verification (the authorization is spent), retakes the entry, confirms on chain that
+//! this very authorization paid us, and gets the prepared answer. A payment that still
+//! verifies never settled: the retry is an ordinary purchase and replaces the entry.
 //! No settled payment without its document, no document without a settled payment.
 
 use std::time::Duration;
 
 use http::HeaderValue;
-use umpire_core::hash::sha256_hex;
 use umpire_core::product::Price;
 use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode, Value};
@@ -29,9 +38,10 @@ use umpire_pay::{
     HEADER_X_PAYMENT_RESPONSE, PaymentContext, PaymentFailure, PaymentPayload, PaymentRequired,
     PaymentRequirementsV1, ResourceInfo, SettlementResponse, decode_header, encode_header,
 };
-use umpire_store::{Claim, IdempotencyState, StoreError, StoredResponse, VerdictRecord};
+use umpire_store::{StoreError, VerdictRecord};
 
 use crate::idempotency::{self, Decision, IdempotencyKey};
+use crate::ledger::{self, ClaimError, Hold, Retake, Running};
 use crate::{AppState, ClientIp, Request, Response, limits, payment, respond};
 
 /// A payment header as the client sent it.
@@ -254,30 +264,6 @@ pub fn out_of_time(budget: Duration) -> ApiError {
 /// customer paid: the answer is given even if the record cannot be stored).
 const PERSIST_ATTEMPTS: u32 = 3;
 
-/// The store key of one payment: one authorization pays for one purchase, whatever
-/// Idempotency-Key it arrives under and however it is encoded. EIP-3009 payments are
-/// keyed by what the chain dedupes (chain, token, payer, nonce), so re-encoded copies
-/// of one authorization (hex case, `from` in lower case, a leading zero, an extra
-/// field) meet on one claim; other payments by their x402 `payload`.
-pub fn payment_key(ctx: &PaymentContext) -> String {
-    match ctx.chain_identity() {
-        Some(identity) => format!("payment|{}", sha256_hex(identity.as_bytes())),
-        None => raw_payment_key(&ctx.raw),
-    }
-}
-
-/// A payment keyed by its `payload` JSON (stable JSON, so key order and spacing do
-/// not matter).
-pub fn raw_payment_key(raw_payment: &serde_json::Value) -> String {
-    let payload = Value::from(raw_payment.get("payload").cloned().unwrap_or_default());
-    format!("payment|{}", sha256_hex(&payload.to_canonical_vec()))
-}
-
-/// Where the prepared answer of a purchase paid with `payment_key` is written down.
-fn intent_key(payment_key: &str) -> String {
-    format!("settling|{payment_key}")
-}
-
 /// A purchase's answer as it will be given, written down before the payment settles:
 /// the response without its settlement, and the verdict to store once paid.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -407,40 +393,6 @@ fn settlement_value(s: &SettlementResponse) -> Value {
         .unwrap_or(Value::Null)
 }
 
-enum PaymentClaimError {
-    /// The payment completed a purchase already.
-    Spent,
-    /// Another request holds it now.
-    InUse,
-    Store(ApiError),
-}
-
-async fn claim_payment(
-    state: &AppState,
-    payment_key: &str,
-    request_hash: &str,
-) -> Result<(), PaymentClaimError> {
-    let now = umpire_core::time::now_unix();
-    match state
-        .store
-        .claim_idempotency(
-            payment_key,
-            request_hash,
-            now,
-            now + u64::from(state.config.in_progress_secs),
-            now + idempotency::COMPLETED_SECS,
-        )
-        .await
-        .map_err(|e| PaymentClaimError::Store(crate::internal(e)))?
-    {
-        Claim::Won => Ok(()),
-        Claim::Held(rec) => match rec.state {
-            IdempotencyState::Completed(_) => Err(PaymentClaimError::Spent),
-            IdempotencyState::InProgress { .. } => Err(PaymentClaimError::InUse),
-        },
-    }
-}
-
 /// A verified payment, claimed for this request.
 pub struct Checkout<'a> {
     sale: Sale<'a>,
@@ -452,11 +404,10 @@ pub struct Checkout<'a> {
     pub ctx: PaymentContext,
     /// The verified payer.
     pub payer: String,
+    /// The Idempotency-Key claimed, if the request came with one.
     claims: Claims<'a>,
-    payment_key: String,
-    request_hash: String,
-    /// Whether an answer was written down under [`intent_key`].
-    prepared: bool,
+    /// The payment's ledger entry, held for this request.
+    hold: Hold,
     /// When this request must have answered.
     deadline: Deadline,
 }
@@ -475,7 +426,7 @@ impl Checkout<'_> {
 
     /// Gives every claim back after our own failure: nothing was settled.
     pub async fn abandon(mut self, e: ApiError) -> Response {
-        self.forget_prepared().await;
+        self.hold.void(self.claims.state, e.code.as_str()).await;
         self.claims.release().await;
         respond::error(&e)
     }
@@ -508,17 +459,10 @@ impl Checkout<'_> {
                 self.claims.state.config.request_budget,
             )));
         }
-        let note =
-            serde_json::to_string(prepared).map_err(|e| Void::Internal(crate::internal(e)))?;
-        write_note(
-            self.claims.state,
-            &intent_key(&self.payment_key),
-            &self.request_hash,
-            note,
-        )
-        .await
-        .map_err(Void::Internal)?;
-        self.prepared = true;
+        self.hold
+            .prepare(self.claims.state, prepared)
+            .await
+            .map_err(Void::Internal)?;
         self.claims
             .state
             .payments
@@ -530,22 +474,17 @@ impl Checkout<'_> {
     /// The store key of this purchase's payment (pass 2 of a sworn verdict asks it
     /// whether the purchase went through).
     pub fn payment_key(&self) -> &str {
-        &self.payment_key
+        self.hold.key()
     }
 
-    async fn forget_prepared(&mut self) {
-        if std::mem::take(&mut self.prepared) {
-            forget_note(self.claims.state, &self.payment_key).await;
-        }
-    }
-
-    /// Answers a settled purchase and records the answer for replays, or releases the
-    /// claims of a voided one.
+    /// Answers a settled purchase and records it in the ledger and for replays, or
+    /// voids a purchase that took nothing and releases its key.
     pub async fn finish(
         mut self,
         answer: Result<(Prepared, SettlementResponse), Void>,
     ) -> Response {
-        let response = match answer {
+        let state = self.claims.state;
+        match answer {
             Err(v) if v.outcome_unknown() => {
                 // The transfer may have gone through with its answer lost: keep the
                 // prepared answer, so the identical retry either finds the payment
@@ -553,100 +492,43 @@ impl Checkout<'_> {
                 if let Void::Settlement(f) = &v {
                     tracing::warn!(error = %f, "settlement outcome unknown");
                 }
+                self.hold.leave_unknown(state).await;
                 self.claims.release().await;
-                return respond::error(&ApiError::new(
+                respond::error(&ApiError::new(
                     ErrorCode::ChainUnavailable,
                     "the payment could not be settled right now (chain or facilitator unreachable)",
                     "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice.",
                 )
-                .with_detail("retry_after_seconds", RETRY_AFTER_SECS));
+                .with_detail("retry_after_seconds", RETRY_AFTER_SECS))
             }
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 crate::metrics::record(crate::metrics::Metric::Settlement);
-                let r = deliver(
-                    self.claims.state,
-                    self.version,
-                    prepared,
-                    &settlement,
-                    self.deadline,
-                )
-                .await;
+                let r = deliver(state, self.version, prepared, &settlement, self.deadline).await;
+                self.hold.settled(state, &settlement.transaction, &r).await;
                 self.claims.complete(&r).await;
                 r
             }
             Err(Void::Settlement(f)) => {
                 crate::metrics::record(crate::metrics::Metric::Void);
                 tracing::warn!(error = %f, "settlement failed; purchase voided");
+                let r = self.refused(&f, true);
+                self.hold.void(state, &f.reason).await;
                 self.claims.release().await;
-                self.refused(&f, true)
+                r
             }
             Err(Void::Internal(e)) => {
                 crate::metrics::record(crate::metrics::Metric::Void);
+                self.hold.void(state, e.code.as_str()).await;
                 self.claims.release().await;
                 respond::error(&e)
             }
-        };
-        self.forget_prepared().await;
-        response
-    }
-}
-
-/// Writes a purchase's prepared answer under `key`. A note already there was left by an
-/// interrupted earlier attempt with this payment, which never settled (the payment
-/// verified again): it is replaced. Two store writes on the paid path; the delete only
-/// when such a note exists.
-async fn write_note(
-    state: &AppState,
-    key: &str,
-    request_hash: &str,
-    note: String,
-) -> Result<(), ApiError> {
-    let now = umpire_core::time::now_unix();
-    let until = now + idempotency::COMPLETED_SECS;
-    let store = &state.store;
-    let claim = || async {
-        store
-            .claim_idempotency(key, request_hash, now, until, until)
-            .await
-            .map_err(crate::internal)
-    };
-    if let Claim::Held(_) = claim().await? {
-        store
-            .delete_idempotency(key)
-            .await
-            .map_err(crate::internal)?;
-        if let Claim::Held(_) = claim().await? {
-            return Err(crate::internal(
-                "a prepared answer appeared under a held payment",
-            ));
         }
     }
-    let stored = StoredResponse {
-        status: 0,
-        headers: Vec::new(),
-        body: note,
-    };
-    store
-        .complete_idempotency(key, request_hash, &stored, until)
-        .await
-        .map_err(crate::internal)
 }
-
-async fn forget_note(state: &AppState, payment_key: &str) {
-    if let Err(e) = state
-        .store
-        .delete_idempotency(&intent_key(payment_key))
-        .await
-    {
-        // Harmless if left: a spent payment's purchase is never recovered twice.
-        tracing::warn!(error = %e, "could not remove a prepared answer");
-    }
-}
-
 /// The answer for a payment that already bought (or is buying) this very request: its
 /// purchase replayed with the secret withheld, waited for while it runs (`in_flight`
-/// past [`AWAIT_RUNNING_PURCHASE`]). Only for whoever holds the payer's
+/// past a while). Only for whoever holds the payer's
 /// own signature over the authorization (checked offline: cheap, and it is what scopes
 /// the replay to the wallet that paid); `None` when there is nothing to replay.
 async fn replay_by_payment(
@@ -665,57 +547,11 @@ async fn replay_by_payment(
     if let Err(e) = limits::enforce(state, "replay", ClientIp::of(req)).await {
         return Some(respond::error(&e));
     }
-    match await_purchase(state, payment_key, request_hash, deadline).await {
+    match ledger::await_purchase(state, payment_key, request_hash, deadline, payment_in_use).await {
         Running::Answered(r) => Some(r),
         Running::Gone => None,
     }
 }
-
-/// How long a resend waits for the purchase its payment is already paying for: well
-/// inside API Gateway's 30 s, longer than a purchase normally runs.
-const AWAIT_RUNNING_PURCHASE: Duration = Duration::from_secs(20);
-const AWAIT_POLL: Duration = Duration::from_millis(100);
-
-enum Running {
-    /// That purchase's answer (or `in_flight` when it outlasted the wait).
-    Answered(Response),
-    /// It ended without buying this request (voided, released, or lapsed).
-    Gone,
-}
-
-/// The purchase that `payment_key` bought for this very request, waiting for it while
-/// it runs: a client that resends its payment (a lost answer, a dropped connection)
-/// gets the purchase, not a `409` it has to retry by hand. `Gone` when there is none
-/// (never claimed, voided, lapsed, or held for another request).
-async fn await_purchase(
-    state: &AppState,
-    payment_key: &str,
-    request_hash: &str,
-    deadline: Deadline,
-) -> Running {
-    // Never past this request's own deadline (less a moment to answer in).
-    let wait = AWAIT_RUNNING_PURCHASE.min(deadline.remaining().saturating_sub(AWAIT_POLL * 5));
-    let started = tokio::time::Instant::now();
-    loop {
-        let now = umpire_core::time::now_unix();
-        match state.store.get_idempotency(payment_key, now).await {
-            Ok(Some(rec)) if rec.request_hash == request_hash => match &rec.state {
-                IdempotencyState::Completed(stored) => {
-                    return Running::Answered(idempotency::replay_without_secret(stored));
-                }
-                IdempotencyState::InProgress { until } if *until > now => {}
-                IdempotencyState::InProgress { .. } => return Running::Gone,
-            },
-            Ok(_) => return Running::Gone,
-            Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
-        }
-        if started.elapsed() >= wait {
-            return Running::Answered(respond::error(&payment_in_use()));
-        }
-        tokio::time::sleep(AWAIT_POLL).await;
-    }
-}
-
 /// A retry refused by verification, of a purchase whose process died (or lost its
 /// answer) after preparing it: if `ctx`'s payment has a prepared answer for this very
 /// request and the chain shows that authorization paid us, the answer (stored and
@@ -730,49 +566,26 @@ async fn recover(
     deadline: Deadline,
 ) -> Option<Response> {
     let err = |e: ApiError| Some(respond::error(&e));
-    let now = umpire_core::time::now_unix();
-    let note = match state
-        .store
-        .get_idempotency(&intent_key(payment_key), now)
-        .await
-    {
-        Ok(Some(rec)) if rec.request_hash == request_hash => rec,
-        Ok(_) => return None,
-        Err(e) => return err(crate::internal(e)),
+    // Take the payment back, and the key, as the purchase itself would.
+    let (hold, prepared) = match Hold::retake(state, payment_key, request_hash).await {
+        Ok(Retake::Taken(hold, prepared)) => (hold, *prepared),
+        Ok(Retake::Busy) => return err(payment_in_use()),
+        Ok(Retake::Nothing) => return None,
+        Err(e) => return err(e),
     };
-    let IdempotencyState::Completed(stored) = note.state else {
-        return None;
-    };
-    let prepared: Prepared = match serde_json::from_str(&stored.body) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "an unreadable prepared answer");
-            return None;
-        }
-    };
-    // Take the payment and the key as the purchase itself would.
     let mut claims = Claims {
         state,
         held: Vec::new(),
     };
-    match claim_payment(state, payment_key, request_hash).await {
-        Ok(()) => claims
-            .held
-            .push((payment_key.to_owned(), request_hash.to_owned())),
-        // Its purchase completed: the key it came with replays it, others are refused.
-        Err(PaymentClaimError::Spent) => return None,
-        Err(PaymentClaimError::InUse) => return err(payment_in_use()),
-        Err(PaymentClaimError::Store(e)) => return err(e),
-    }
     if let Some(scoped) = scoped {
         match idempotency::claim(state, scoped, request_hash).await {
             Ok(Decision::Proceed) => claims.held.push((scoped.clone(), request_hash.to_owned())),
             Ok(Decision::Replay(r)) => {
-                claims.release().await;
+                hold.leave_unknown(state).await;
                 return Some(r);
             }
             Err(e) => {
-                claims.release().await;
+                hold.leave_unknown(state).await;
                 return err(e);
             }
         }
@@ -795,97 +608,31 @@ async fn recover(
             );
             crate::metrics::record(crate::metrics::Metric::Settlement);
             let r = deliver(state, version, prepared, &settlement, deadline).await;
+            hold.settled(state, &settlement.transaction, &r).await;
             claims.complete(&r).await;
-            forget_note(state, payment_key).await;
             Some(r)
         }
         Ok(None) => {
-            // Never settled: refused for what verification found.
+            // Not settled (yet): refused for what verification found; the answer stays
+            // prepared in case a broadcast from the interrupted purchase still lands.
+            hold.leave_unknown(state).await;
             claims.release().await;
             None
         }
         Err(f) if f.kind == FailureKind::Unavailable => {
             // No lookup (a facilitator settles, or the chain is unreachable).
             tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
+            hold.leave_unknown(state).await;
             claims.release().await;
             err(chain_unavailable())
         }
         Err(f) => {
             tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
+            hold.void(state, &f.reason).await;
             claims.release().await;
-            forget_note(state, payment_key).await;
             None
         }
     }
-}
-
-/// Whether the purchase that minted `verdict_id` with the payment under `payment_key`
-/// went through, as pass 2 of a sworn verdict needs to know before finishing it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PurchaseOutcome {
-    /// Settled and recorded with this verdict.
-    Paid,
-    /// Still running, or interrupted with its answer prepared: the customer's retry
-    /// settles the question (see the module notes).
-    Unresolved,
-    /// Voided, or the payment bought another verdict: this one was never sold.
-    NotSold,
-}
-
-fn verdict_id_in(body: &str) -> Option<String> {
-    umpire_core::json::parse(body.as_bytes())
-        .ok()?
-        .get("verdict_id")?
-        .as_str()
-        .map(str::to_owned)
-}
-
-pub async fn purchase_outcome(
-    state: &AppState,
-    payment_key: &str,
-    verdict_id: &str,
-) -> Result<PurchaseOutcome, ApiError> {
-    let now = umpire_core::time::now_unix();
-    let store = &state.store;
-    let sale = store
-        .get_idempotency(payment_key, now)
-        .await
-        .map_err(crate::internal)?;
-    match sale.map(|rec| rec.state) {
-        Some(IdempotencyState::Completed(answer)) => {
-            return Ok(
-                if verdict_id_in(&answer.body).as_deref() == Some(verdict_id) {
-                    PurchaseOutcome::Paid
-                } else {
-                    PurchaseOutcome::NotSold
-                },
-            );
-        }
-        Some(IdempotencyState::InProgress { until }) if until > now => {
-            return Ok(PurchaseOutcome::Unresolved);
-        }
-        // Never claimed, released, or its holder died: the prepared answer tells.
-        _ => {}
-    }
-    let note = store
-        .get_idempotency(&intent_key(payment_key), now)
-        .await
-        .map_err(crate::internal)?;
-    let prepared_for_us = note.is_some_and(|rec| match rec.state {
-        IdempotencyState::Completed(stored) => {
-            serde_json::from_str::<Prepared>(&stored.body)
-                .ok()
-                .and_then(|p| verdict_id_in(&p.body))
-                .as_deref()
-                == Some(verdict_id)
-        }
-        IdempotencyState::InProgress { .. } => false,
-    });
-    Ok(if prepared_for_us {
-        PurchaseOutcome::Unresolved
-    } else {
-        PurchaseOutcome::NotSold
-    })
 }
 
 fn chain_unavailable() -> ApiError {
@@ -981,7 +728,7 @@ pub async fn begin<'a>(
         requirements,
         requirements_v1,
     };
-    let payment_key = payment_key(&ctx);
+    let payment_key = ledger::payment_key(&ctx);
     let now = umpire_core::time::now_unix();
     // The authorization must last until this request's last moment to settle; the
     // verification itself must leave the work and the settlement their time.
@@ -1043,8 +790,8 @@ pub async fn begin<'a>(
             Err(e) => return Err(err(e)),
         }
     }
-    let mut claimed = claim_payment(state, &payment_key, &request_hash).await;
-    if let Err(PaymentClaimError::InUse) = claimed {
+    let mut claimed = Hold::claim(state, &payment_key, &request_hash).await;
+    if let Err(ClaimError::InUse) = claimed {
         // Its twin is running (the same payment resent while its first request works):
         // answer with that purchase once it ends; if it ended without buying, try again
         // (a claim held for another request stays in use).
@@ -1052,34 +799,36 @@ pub async fn begin<'a>(
             claims.release().await;
             return Err(err(e));
         }
-        match await_purchase(state, &payment_key, &request_hash, deadline).await {
+        match ledger::await_purchase(state, &payment_key, &request_hash, deadline, payment_in_use)
+            .await
+        {
             Running::Answered(r) => {
                 claims.release().await;
                 return Err(r);
             }
-            Running::Gone => claimed = claim_payment(state, &payment_key, &request_hash).await,
+            Running::Gone => claimed = Hold::claim(state, &payment_key, &request_hash).await,
         }
     }
-    if let Err(f) = claimed {
-        claims.release().await;
-        return Err(match f {
-            PaymentClaimError::Spent => sale.refused(
-                header.version,
-                &network,
-                wallet,
-                &PaymentFailure::invalid(
-                    REASON_NONCE_USED,
-                    "this payment was already used for another purchase",
+    let hold = match claimed {
+        Ok(hold) => hold,
+        Err(f) => {
+            claims.release().await;
+            return Err(match f {
+                ClaimError::Spent => sale.refused(
+                    header.version,
+                    &network,
+                    wallet,
+                    &PaymentFailure::invalid(
+                        REASON_NONCE_USED,
+                        "this payment was already used for another purchase",
+                    ),
+                    false,
                 ),
-                false,
-            ),
-            PaymentClaimError::InUse => err(payment_in_use()),
-            PaymentClaimError::Store(e) => err(e),
-        });
-    }
-    claims
-        .held
-        .push((payment_key.clone(), request_hash.clone()));
+                ClaimError::InUse => err(payment_in_use()),
+                ClaimError::Store(e) => err(e),
+            });
+        }
+    };
     Ok(Checkout {
         sale,
         version: header.version,
@@ -1088,9 +837,7 @@ pub async fn begin<'a>(
         ctx,
         payer: verified.payer,
         claims,
-        payment_key,
-        request_hash,
-        prepared: false,
+        hold,
         deadline,
     })
 }

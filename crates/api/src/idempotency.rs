@@ -186,6 +186,19 @@ pub async fn complete(
     request_hash: &str,
     response: &Response,
 ) -> Result<(), ApiError> {
+    let stored = stored_answer(state, response);
+    let now = umpire_core::time::now_unix();
+    state
+        .store
+        .complete_idempotency(scoped_key, request_hash, &stored, now + COMPLETED_SECS)
+        .await
+        .map_err(crate::internal)
+}
+
+/// A response as written down for replays: the headers worth replaying, and the
+/// one-time secret left out (the record notes that the answer had one, and under which
+/// key it was derived, so the replay derives it again).
+pub(crate) fn stored_answer(state: &AppState, response: &Response) -> StoredResponse {
     let mut stored = StoredResponse {
         status: response.status().as_u16(),
         headers: response
@@ -196,8 +209,6 @@ pub async fn complete(
             .collect(),
         body: String::from_utf8_lossy(response.body()).into_owned(),
     };
-    // The one-time secret is not written down: the record notes that the answer had
-    // one (and under which key it was derived), and the replay derives it again.
     if let Ok(body) = umpire_core::json::parse(response.body())
         && body
             .get("secret")
@@ -210,12 +221,7 @@ pub async fn complete(
             .headers
             .push((SECRET_MARK.to_owned(), state.signer.key_id().to_owned()));
     }
-    let now = umpire_core::time::now_unix();
-    state
-        .store
-        .complete_idempotency(scoped_key, request_hash, &stored, now + COMPLETED_SECS)
-        .await
-        .map_err(crate::internal)
+    stored
 }
 
 /// Gives the key back: the purchase was voided and may be retried with it.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod datadir;
 pub mod feedback;
 pub mod idempotency;
+pub mod ledger;
 pub mod limits;
 pub mod local;
 pub mod lookup;

@@ -24,7 +24,7 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{Claim, Finalize, IdempotencyState, Job, MAX_DELAY, StoredResponse};
 
 use crate::AppState;
-use crate::checkout::{PurchaseOutcome, purchase_outcome};
+use crate::ledger::{PurchaseOutcome, purchase_outcome};
 use crate::purchase::Purchase;
 use crate::verdict;
 
@@ -81,7 +81,7 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         purchase,
         &[],
         0,
-        &crate::checkout::raw_payment_key(&serde_json::Value::Null),
+        &crate::ledger::raw_payment_key(&serde_json::Value::Null),
     )
     .payload
     .len();

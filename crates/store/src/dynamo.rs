@@ -14,8 +14,9 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::{
-    Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Result, Store, StoreError,
-    StoredResponse, Unix, VerdictRecord, VerdictStatus,
+    Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, PaymentClaim, PaymentEntry,
+    PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError, StoredResponse, Unix,
+    VerdictRecord, VerdictStatus,
 };
 
 /// One secondary index.
@@ -61,6 +62,15 @@ pub const IDEMPOTENCY: Table = Table {
     ttl: Some("expires_at"),
 };
 
+/// The purchase ledger: one entry per payment, keyed by what the chain dedupes on.
+pub const PAYMENTS: Table = Table {
+    logical_id: "PaymentsTable",
+    env: "UMPIRE_PAYMENTS_TABLE",
+    key: ("payment_key", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
 pub const RATE_LIMITS: Table = Table {
     logical_id: "RateLimitsTable",
     env: "UMPIRE_RATE_LIMITS_TABLE",
@@ -91,13 +101,14 @@ pub const FEEDBACK: Table = Table {
     ttl: None,
 };
 
-pub const TABLES: [Table; 4] = [VERDICTS, IDEMPOTENCY, RATE_LIMITS, FEEDBACK];
+pub const TABLES: [Table; 5] = [VERDICTS, IDEMPOTENCY, PAYMENTS, RATE_LIMITS, FEEDBACK];
 
 /// The physical table names, from the environment (`UMPIRE_*_TABLE`) or a prefix.
 #[derive(Debug, Clone)]
 pub struct TableNames {
     pub verdicts: String,
     pub idempotency: String,
+    pub payments: String,
     pub rate_limits: String,
     pub feedback: String,
 }
@@ -107,6 +118,7 @@ impl TableNames {
         TableNames {
             verdicts: format!("{prefix}verdicts"),
             idempotency: format!("{prefix}idempotency"),
+            payments: format!("{prefix}payments"),
             rate_limits: format!("{prefix}rate-limits"),
             feedback: format!("{prefix}feedback"),
         }
@@ -118,6 +130,7 @@ impl TableNames {
         TableNames {
             verdicts: get(VERDICTS, d.verdicts),
             idempotency: get(IDEMPOTENCY, d.idempotency),
+            payments: get(PAYMENTS, d.payments),
             rate_limits: get(RATE_LIMITS, d.rate_limits),
             feedback: get(FEEDBACK, d.feedback),
         }
@@ -127,6 +140,7 @@ impl TableNames {
         match t.logical_id {
             "VerdictsTable" => &self.verdicts,
             "IdempotencyTable" => &self.idempotency,
+            "PaymentsTable" => &self.payments,
             "RateLimitsTable" => &self.rate_limits,
             _ => &self.feedback,
         }
@@ -414,6 +428,60 @@ fn idempotency_from_item(item: &Item) -> Result<IdempotencyRecord> {
     })
 }
 
+fn payment_from_item(item: &Item) -> Result<PaymentEntry> {
+    let key = get_s(item, "payment_key")?;
+    let phase = get_s(item, "phase")?;
+    let state = match PaymentPhase::parse(&phase) {
+        Some(PaymentPhase::Claimed) => PaymentState::Claimed,
+        Some(PaymentPhase::Prepared) => PaymentState::Prepared {
+            answer: get_s(item, "answer")?,
+        },
+        Some(PaymentPhase::Settled) => PaymentState::Settled {
+            transaction: get_s(item, "tx_hash")?,
+            response: serde_json::from_str(&get_s(item, "response")?)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        },
+        Some(PaymentPhase::Voided) => PaymentState::Voided {
+            reason: opt_s(item, "reason").unwrap_or_default(),
+        },
+        None => {
+            return Err(StoreError::Corrupt(format!(
+                "payment {key}: phase {phase:?}"
+            )));
+        }
+    };
+    Ok(PaymentEntry {
+        payment_key: key,
+        request_hash: get_s(item, "request_hash")?,
+        state,
+        held_until: get_n(item, "held_until")?,
+        expires_at: get_n(item, "expires_at")?,
+    })
+}
+
+/// The state-specific attributes of a payment state; the others are removed.
+fn payment_attributes(state: &PaymentState) -> Result<Vec<(&'static str, AttributeValue)>> {
+    Ok(match state {
+        PaymentState::Claimed => Vec::new(),
+        PaymentState::Prepared { answer } => vec![("answer", s(answer))],
+        PaymentState::Settled {
+            transaction,
+            response,
+        } => vec![
+            ("tx_hash", s(transaction)),
+            (
+                "response",
+                s(serde_json::to_string(response)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            ),
+        ],
+        PaymentState::Voided { reason } => vec![("reason", s(reason))],
+    })
+}
+
+/// Every state-specific attribute a payment item may carry.
+const PAYMENT_STATE_ATTRIBUTES: [&str; 4] = ["answer", "tx_hash", "response", "reason"];
+
 fn feedback_from_item(item: &Item) -> Result<FeedbackRow> {
     Ok(FeedbackRow {
         tx_hash: get_s(item, "tx_hash")?,
@@ -659,6 +727,116 @@ impl Store for DynamoStore {
             .await?;
         let rec = item.as_ref().map(idempotency_from_item).transpose()?;
         Ok(rec.filter(|r| r.expires_at > now))
+    }
+
+    async fn claim_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        now: Unix,
+        held_until: Unix,
+        expires_at: Unix,
+    ) -> Result<PaymentClaim> {
+        // The condition is PaymentEntry::is_free, spelled for DynamoDB.
+        let r = self
+            .client
+            .put_item()
+            .table_name(&self.names.payments)
+            .item("payment_key", s(payment_key))
+            .item("request_hash", s(request_hash))
+            .item("phase", s(PaymentPhase::Claimed.as_str()))
+            .item("held_until", n(held_until))
+            .item("expires_at", n(expires_at))
+            .condition_expression(
+                "attribute_not_exists(payment_key) OR expires_at <= :now OR #p = :voided OR (#p IN (:claimed, :prepared) AND held_until <= :now)",
+            )
+            .expression_attribute_names("#p", "phase")
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":voided", s(PaymentPhase::Voided.as_str()))
+            .expression_attribute_values(":claimed", s(PaymentPhase::Claimed.as_str()))
+            .expression_attribute_values(":prepared", s(PaymentPhase::Prepared.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(PaymentClaim::Won),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                    match c.item() {
+                        Some(old) => Ok(PaymentClaim::Held(payment_from_item(old)?)),
+                        None => match self.get_payment(payment_key, now).await? {
+                            Some(entry) => Ok(PaymentClaim::Held(entry)),
+                            None => Err(StoreError::Unavailable(
+                                "payment entry changed during claim; retry".into(),
+                            )),
+                        },
+                    }
+                }
+                _ => Err(sdk(e)),
+            },
+        }
+    }
+
+    async fn move_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        step: &PaymentMove,
+    ) -> Result<bool> {
+        let set = payment_attributes(&step.to)?;
+        let mut update = "SET #p = :to, held_until = :held, expires_at = :exp".to_owned();
+        for (i, _) in set.iter().enumerate() {
+            update.push_str(&format!(", #a{i} = :a{i}"));
+        }
+        let removed: Vec<&str> = PAYMENT_STATE_ATTRIBUTES
+            .into_iter()
+            .filter(|a| !set.iter().any(|(k, _)| k == a))
+            .collect();
+        if !removed.is_empty() {
+            let names: Vec<String> = (0..removed.len()).map(|i| format!("#r{i}")).collect();
+            update.push_str(&format!(" REMOVE {}", names.join(", ")));
+        }
+        let mut condition = "request_hash = :h AND #p = :from".to_owned();
+        if step.lapsed_at.is_some() {
+            condition.push_str(" AND held_until <= :lapsed");
+        }
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.names.payments)
+            .key("payment_key", s(payment_key))
+            .update_expression(update)
+            .condition_expression(condition)
+            .expression_attribute_names("#p", "phase")
+            .expression_attribute_values(":to", s(step.to.phase().as_str()))
+            .expression_attribute_values(":held", n(step.held_until))
+            .expression_attribute_values(":exp", n(step.expires_at))
+            .expression_attribute_values(":h", s(request_hash))
+            .expression_attribute_values(":from", s(step.from.as_str()));
+        for (i, (k, v)) in set.into_iter().enumerate() {
+            req = req
+                .expression_attribute_names(format!("#a{i}"), k)
+                .expression_attribute_values(format!(":a{i}"), v);
+        }
+        for (i, k) in removed.into_iter().enumerate() {
+            req = req.expression_attribute_names(format!("#r{i}"), k);
+        }
+        if let Some(at) = step.lapsed_at {
+            req = req.expression_attribute_values(":lapsed", n(at));
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn get_payment(&self, payment_key: &str, now: Unix) -> Result<Option<PaymentEntry>> {
+        let item = self
+            .get_item(&self.names.payments, "payment_key", payment_key)
+            .await?;
+        let entry = item.as_ref().map(payment_from_item).transpose()?;
+        Ok(entry.filter(|e| e.expires_at > now))
     }
 
     async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64> {

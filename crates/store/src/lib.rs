@@ -123,6 +123,124 @@ pub enum Claim {
     Held(IdempotencyRecord),
 }
 
+/// Where one payment stands in the purchase ledger. One authorization pays for one
+/// purchase: `Claimed → Prepared → Settled | Voided`, each step a conditional write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentState {
+    /// A request verified the payment and is doing the work it pays for.
+    Claimed,
+    /// The answer is written down and settlement is under way, or its outcome is
+    /// unknown (a crash, a chain that stopped answering): the chain decides.
+    Prepared {
+        /// The prepared answer (JSON text the API reads back).
+        answer: String,
+    },
+    /// This purchase's own settlement paid us.
+    Settled {
+        transaction: String,
+        /// The answer as given, for replays (without the one-time secret).
+        response: StoredResponse,
+    },
+    /// The purchase ended without taking the money; the payment may buy again.
+    Voided { reason: String },
+}
+
+/// The name of a [`PaymentState`], as conditions and stores spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentPhase {
+    Claimed,
+    Prepared,
+    Settled,
+    Voided,
+}
+
+impl PaymentPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PaymentPhase::Claimed => "claimed",
+            PaymentPhase::Prepared => "prepared",
+            PaymentPhase::Settled => "settled",
+            PaymentPhase::Voided => "voided",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PaymentPhase> {
+        [
+            PaymentPhase::Claimed,
+            PaymentPhase::Prepared,
+            PaymentPhase::Settled,
+            PaymentPhase::Voided,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+}
+
+impl PaymentState {
+    pub fn phase(&self) -> PaymentPhase {
+        match self {
+            PaymentState::Claimed => PaymentPhase::Claimed,
+            PaymentState::Prepared { .. } => PaymentPhase::Prepared,
+            PaymentState::Settled { .. } => PaymentPhase::Settled,
+            PaymentState::Voided { .. } => PaymentPhase::Voided,
+        }
+    }
+}
+
+/// One payment's ledger entry, keyed by what the chain dedupes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentEntry {
+    pub payment_key: String,
+    /// sha256 of the request (method, path, body) the payment is buying.
+    pub request_hash: String,
+    pub state: PaymentState,
+    /// Claimed or prepared: until when its request is working on it. Past it the
+    /// request is gone (its budget is shorter) and another may take the payment over.
+    pub held_until: Unix,
+    pub expires_at: Unix,
+}
+
+impl PaymentEntry {
+    /// Whether a new claim may take this entry's place at `now`: expired, voided, or
+    /// left behind by a request that is no longer running.
+    pub fn is_free(&self, now: Unix) -> bool {
+        self.expires_at <= now
+            || match self.state {
+                PaymentState::Voided { .. } => true,
+                PaymentState::Claimed | PaymentState::Prepared { .. } => self.held_until <= now,
+                PaymentState::Settled { .. } => false,
+            }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PaymentClaim {
+    /// This request holds the payment now (state `Claimed`).
+    Won,
+    /// Another entry stands: settled, or held by a running request.
+    Held(PaymentEntry),
+}
+
+/// A conditional step of a payment held for `request_hash`: applied only when the
+/// entry is in phase `from` (and, with `lapsed_at`, its holder's time has run out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentMove {
+    pub from: PaymentPhase,
+    /// Taking over an interrupted purchase: only if `held_until <= lapsed_at`.
+    pub lapsed_at: Option<Unix>,
+    pub to: PaymentState,
+    pub held_until: Unix,
+    pub expires_at: Unix,
+}
+
+/// What a sworn verdict's webhook has come to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    Delivered,
+    /// Every attempt failed.
+    GaveUp,
+}
+
 /// One feedback row: addresses, hashes, enums and numbers only. Permanent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeedbackRow {
@@ -197,6 +315,26 @@ pub trait Store: Send + Sync {
     /// Removes a record whatever its state (a note its writer no longer needs).
     async fn delete_idempotency(&self, key: &str) -> Result<()>;
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
+
+    /// Takes a payment for a request: one conditional write, won when the payment has
+    /// no entry or its entry [`PaymentEntry::is_free`].
+    async fn claim_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        now: Unix,
+        held_until: Unix,
+        expires_at: Unix,
+    ) -> Result<PaymentClaim>;
+    /// Moves a payment held for `request_hash` one step; `false` when its entry is not
+    /// in the state the move starts from (another request took it over, or it moved).
+    async fn move_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        step: &PaymentMove,
+    ) -> Result<bool>;
+    async fn get_payment(&self, payment_key: &str, now: Unix) -> Result<Option<PaymentEntry>>;
 
     /// Counts one request in a fixed window; returns the count including this one.
     async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64>;
@@ -293,6 +431,22 @@ impl Store for NoStore {
         Self::refuse()
     }
     async fn get_idempotency(&self, _: &str, _: Unix) -> Result<Option<IdempotencyRecord>> {
+        Self::refuse()
+    }
+    async fn claim_payment(
+        &self,
+        _: &str,
+        _: &str,
+        _: Unix,
+        _: Unix,
+        _: Unix,
+    ) -> Result<PaymentClaim> {
+        Self::refuse()
+    }
+    async fn move_payment(&self, _: &str, _: &str, _: &PaymentMove) -> Result<bool> {
+        Self::refuse()
+    }
+    async fn get_payment(&self, _: &str, _: Unix) -> Result<Option<PaymentEntry>> {
         Self::refuse()
     }
     async fn count_request(&self, _: &str, _: Unix) -> Result<u64> {

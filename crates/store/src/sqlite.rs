@@ -10,7 +10,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::{
     Claim, Delivery, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Job, JobQueue,
-    Result, Store, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus,
+    PaymentClaim, PaymentEntry, PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError,
+    StoredResponse, Unix, VerdictRecord, VerdictStatus,
 };
 
 pub const FILE_NAME: &str = "umpire.sqlite3";
@@ -36,6 +37,17 @@ CREATE TABLE IF NOT EXISTS idempotency (
     in_progress_until INTEGER NOT NULL,
     response          TEXT,
     expires_at        INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS payments (
+    payment_key  TEXT PRIMARY KEY,
+    request_hash TEXT NOT NULL,
+    phase        TEXT NOT NULL,
+    held_until   INTEGER NOT NULL,
+    answer       TEXT,
+    tx_hash      TEXT,
+    response     TEXT,
+    reason       TEXT,
+    expires_at   INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS rate_limits (
     bucket     TEXT PRIMARY KEY,
@@ -141,11 +153,12 @@ impl SqliteStore {
     }
 
     /// Deletes what retention says is gone (expired verdicts, idempotency records,
-    /// rate-limit windows). Reads already hide them; this reclaims the space.
+    /// payment entries, rate-limit windows). Reads already hide them; this reclaims the space.
     pub async fn purge_expired(&self, now: Unix) -> Result<usize> {
         self.run(move |c| {
             let mut n = c.execute("DELETE FROM verdicts WHERE expires_at <= ?1", [now])?;
             n += c.execute("DELETE FROM idempotency WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM payments WHERE expires_at <= ?1", [now])?;
             n += c.execute("DELETE FROM rate_limits WHERE expires_at <= ?1", [now])?;
             Ok(n)
         })
@@ -210,6 +223,95 @@ fn idempotency_record(
         request_hash,
         state,
         expires_at,
+    })
+}
+
+/// A `payments` row as stored: the phase names which optional columns are set.
+struct PaymentRow {
+    payment_key: String,
+    request_hash: String,
+    phase: String,
+    held_until: Unix,
+    answer: Option<String>,
+    tx_hash: Option<String>,
+    response: Option<String>,
+    reason: Option<String>,
+    expires_at: Unix,
+}
+
+const PAYMENT_COLUMNS: &str =
+    "payment_key, request_hash, phase, held_until, answer, tx_hash, response, reason, expires_at";
+
+fn payment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PaymentRow> {
+    Ok(PaymentRow {
+        payment_key: r.get(0)?,
+        request_hash: r.get(1)?,
+        phase: r.get(2)?,
+        held_until: r.get(3)?,
+        answer: r.get(4)?,
+        tx_hash: r.get(5)?,
+        response: r.get(6)?,
+        reason: r.get(7)?,
+        expires_at: r.get(8)?,
+    })
+}
+
+impl PaymentRow {
+    fn entry(self) -> Result<PaymentEntry> {
+        let key = self.payment_key.clone();
+        let missing = |what: &str| StoreError::Corrupt(format!("payment {key}: no {what}"));
+        let state = match PaymentPhase::parse(&self.phase) {
+            Some(PaymentPhase::Claimed) => PaymentState::Claimed,
+            Some(PaymentPhase::Prepared) => PaymentState::Prepared {
+                answer: self.answer.ok_or_else(|| missing("answer"))?,
+            },
+            Some(PaymentPhase::Settled) => PaymentState::Settled {
+                transaction: self.tx_hash.ok_or_else(|| missing("transaction"))?,
+                response: serde_json::from_str(&self.response.ok_or_else(|| missing("response"))?)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            },
+            Some(PaymentPhase::Voided) => PaymentState::Voided {
+                reason: self.reason.unwrap_or_default(),
+            },
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "payment phase {:?}",
+                    self.phase
+                )));
+            }
+        };
+        Ok(PaymentEntry {
+            payment_key: self.payment_key,
+            request_hash: self.request_hash,
+            state,
+            held_until: self.held_until,
+            expires_at: self.expires_at,
+        })
+    }
+}
+
+/// The state-specific columns of a payment state: (answer, tx_hash, response, reason).
+type PaymentColumns = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+fn payment_columns(state: &PaymentState) -> Result<PaymentColumns> {
+    Ok(match state {
+        PaymentState::Claimed => (None, None, None, None),
+        PaymentState::Prepared { answer } => (Some(answer.clone()), None, None, None),
+        PaymentState::Settled {
+            transaction,
+            response,
+        } => (
+            None,
+            Some(transaction.clone()),
+            Some(serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            None,
+        ),
+        PaymentState::Voided { reason } => (None, None, None, Some(reason.clone())),
     })
 }
 
@@ -432,6 +534,89 @@ impl Store for SqliteStore {
             })
             .await?;
         row.map(idempotency_record).transpose()
+    }
+
+    async fn claim_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        now: Unix,
+        held_until: Unix,
+        expires_at: Unix,
+    ) -> Result<PaymentClaim> {
+        let (k, h) = (payment_key.to_owned(), request_hash.to_owned());
+        let held = self
+            .run(move |c| {
+                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let existing = tx
+                    .query_row(
+                        &format!("SELECT {PAYMENT_COLUMNS} FROM payments WHERE payment_key = ?1"),
+                        [&k],
+                        payment_from_row,
+                    )
+                    .optional()?;
+                let held = match existing {
+                    None => None,
+                    Some(row) => match row.entry() {
+                        Ok(entry) if entry.is_free(now) => None,
+                        Ok(entry) => Some(Ok(entry)),
+                        Err(e) => Some(Err(e)),
+                    },
+                };
+                if held.is_none() {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO payments (payment_key, request_hash, phase, held_until, expires_at) VALUES (?1, ?2, 'claimed', ?3, ?4)",
+                        params![k, h, held_until, expires_at],
+                    )?;
+                }
+                tx.commit()?;
+                Ok(held)
+            })
+            .await?;
+        match held {
+            None => Ok(PaymentClaim::Won),
+            Some(entry) => Ok(PaymentClaim::Held(entry?)),
+        }
+    }
+
+    async fn move_payment(
+        &self,
+        payment_key: &str,
+        request_hash: &str,
+        step: &PaymentMove,
+    ) -> Result<bool> {
+        let (answer, tx_hash, response, reason) = payment_columns(&step.to)?;
+        let (k, h) = (payment_key.to_owned(), request_hash.to_owned());
+        let (from, to) = (step.from.as_str(), step.to.phase().as_str());
+        let (held_until, expires_at) = (step.held_until, step.expires_at);
+        // Without a lapse condition every holder passes: held_until <= u64::MAX.
+        let lapsed_at = i64::try_from(step.lapsed_at.unwrap_or(u64::MAX)).unwrap_or(i64::MAX);
+        let changed = self
+            .run(move |c| {
+                c.execute(
+                    "UPDATE payments SET phase = ?3, held_until = ?4, expires_at = ?5, answer = ?6, tx_hash = ?7, response = ?8, reason = ?9 WHERE payment_key = ?1 AND request_hash = ?2 AND phase = ?10 AND held_until <= ?11",
+                    params![k, h, to, held_until, expires_at, answer, tx_hash, response, reason, from, lapsed_at],
+                )
+            })
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn get_payment(&self, payment_key: &str, now: Unix) -> Result<Option<PaymentEntry>> {
+        let k = payment_key.to_owned();
+        let row = self
+            .run(move |c| {
+                c.query_row(
+                    &format!(
+                        "SELECT {PAYMENT_COLUMNS} FROM payments WHERE payment_key = ?1 AND expires_at > ?2"
+                    ),
+                    params![k, now],
+                    payment_from_row,
+                )
+                .optional()
+            })
+            .await?;
+        row.map(PaymentRow::entry).transpose()
     }
 
     async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64> {

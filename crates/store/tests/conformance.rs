@@ -11,8 +11,8 @@ use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
-    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, Store, StoreError,
-    StoredResponse, VerdictRecord, VerdictStatus,
+    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PaymentClaim, PaymentMove,
+    PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord, VerdictStatus,
 };
 
 const NOW: u64 = 1_796_223_845;
@@ -351,6 +351,248 @@ async fn fifty_concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
     assert_eq!(winners, 1);
 }
 
+fn step(from: PaymentPhase, to: PaymentState, held_until: u64) -> PaymentMove {
+    PaymentMove {
+        from,
+        lapsed_at: None,
+        to,
+        held_until,
+        expires_at: NOW + 86_400,
+    }
+}
+
+/// Claimed → Prepared → Settled, each step conditional on the phase and the request,
+/// every state read back with its own attributes.
+async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
+    let k = "evm:8453:0xtoken:0xpayer:0xnonce-1";
+    assert!(store.get_payment(k, NOW).await.expect("get").is_none());
+    assert_eq!(
+        store
+            .claim_payment(k, "h1", NOW, NOW + 30, NOW + 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Won
+    );
+    let held = store
+        .claim_payment(k, "h2", NOW + 1, NOW + 31, NOW + 86_400)
+        .await
+        .expect("claim");
+    let PaymentClaim::Held(entry) = held else {
+        panic!("a held payment was claimed twice: {held:?}")
+    };
+    assert_eq!(
+        (entry.request_hash.as_str(), entry.state.clone()),
+        ("h1", PaymentState::Claimed)
+    );
+    assert_eq!(entry.held_until, NOW + 30);
+
+    let prepared = PaymentState::Prepared {
+        answer: r#"{"status":201}"#.into(),
+    };
+    // Only the holder's request, only from the phase it is in.
+    assert!(
+        !store
+            .move_payment(
+                k,
+                "h2",
+                &step(PaymentPhase::Claimed, prepared.clone(), NOW + 30)
+            )
+            .await
+            .expect("move")
+    );
+    assert!(
+        !store
+            .move_payment(
+                k,
+                "h1",
+                &step(PaymentPhase::Prepared, prepared.clone(), NOW + 30)
+            )
+            .await
+            .expect("move")
+    );
+    assert!(
+        store
+            .move_payment(
+                k,
+                "h1",
+                &step(PaymentPhase::Claimed, prepared.clone(), NOW + 30)
+            )
+            .await
+            .expect("move")
+    );
+    assert_eq!(
+        store
+            .get_payment(k, NOW)
+            .await
+            .expect("get")
+            .expect("entry")
+            .state,
+        prepared
+    );
+
+    let settled = PaymentState::Settled {
+        transaction: "0xabc".into(),
+        response: response(r#"{"verdict_id":"vrd_1"}"#),
+    };
+    assert!(
+        store
+            .move_payment(k, "h1", &step(PaymentPhase::Prepared, settled.clone(), NOW))
+            .await
+            .expect("move")
+    );
+    let entry = store
+        .get_payment(k, NOW)
+        .await
+        .expect("get")
+        .expect("entry");
+    assert_eq!(
+        entry.state, settled,
+        "the answer attribute goes with the prepared state"
+    );
+    // A settled payment is never taken again, not even once its holder's time is past.
+    let again = store
+        .claim_payment(k, "h1", NOW + 100, NOW + 130, NOW + 86_400)
+        .await
+        .expect("claim");
+    assert!(
+        matches!(again, PaymentClaim::Held(e) if e.state == settled),
+        "a settled payment was re-claimed"
+    );
+    // ...until its entry expires.
+    assert!(
+        store
+            .get_payment(k, NOW + 86_400)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert_eq!(
+        store
+            .claim_payment(k, "h3", NOW + 86_400, NOW + 86_430, NOW + 2 * 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Won
+    );
+}
+
+/// A voided payment and a holder whose time ran out free the payment; a prepared
+/// answer left by a lapsed holder can be retaken by the same request, keeping it.
+async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
+    let k = "evm:8453:0xtoken:0xpayer:0xnonce-2";
+    store
+        .claim_payment(k, "h1", NOW, NOW + 30, NOW + 86_400)
+        .await
+        .expect("claim");
+    let voided = PaymentState::Voided {
+        reason: "insufficient_funds".into(),
+    };
+    assert!(
+        store
+            .move_payment(k, "h1", &step(PaymentPhase::Claimed, voided.clone(), NOW))
+            .await
+            .expect("void")
+    );
+    assert_eq!(
+        store
+            .get_payment(k, NOW)
+            .await
+            .expect("get")
+            .expect("entry")
+            .state,
+        voided
+    );
+    assert_eq!(
+        store
+            .claim_payment(k, "h2", NOW + 1, NOW + 31, NOW + 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Won,
+        "a voided payment may buy again"
+    );
+
+    let answer = PaymentState::Prepared {
+        answer: "the answer".into(),
+    };
+    assert!(
+        store
+            .move_payment(
+                k,
+                "h2",
+                &step(PaymentPhase::Claimed, answer.clone(), NOW + 31)
+            )
+            .await
+            .expect("prepare")
+    );
+    // The holder is alive: no retake, no claim.
+    let retake = PaymentMove {
+        lapsed_at: Some(NOW + 10),
+        ..step(PaymentPhase::Prepared, answer.clone(), NOW + 60)
+    };
+    assert!(!store.move_payment(k, "h2", &retake).await.expect("retake"));
+    assert!(matches!(
+        store
+            .claim_payment(k, "h3", NOW + 10, NOW + 40, NOW + 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Held(_)
+    ));
+    // Its time is up: the same request retakes it with its answer.
+    let retake = PaymentMove {
+        lapsed_at: Some(NOW + 31),
+        ..retake
+    };
+    assert!(store.move_payment(k, "h2", &retake).await.expect("retake"));
+    let entry = store
+        .get_payment(k, NOW + 31)
+        .await
+        .expect("get")
+        .expect("entry");
+    assert_eq!((entry.state, entry.held_until), (answer, NOW + 60));
+    // Lapsed again: any request may claim it afresh (the answer goes).
+    assert_eq!(
+        store
+            .claim_payment(k, "h3", NOW + 61, NOW + 91, NOW + 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Won
+    );
+    assert_eq!(
+        store
+            .get_payment(k, NOW + 61)
+            .await
+            .expect("get")
+            .expect("entry")
+            .state,
+        PaymentState::Claimed
+    );
+}
+
+async fn fifty_concurrent_payment_claims_have_one_winner(store: Arc<dyn Store>) {
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .claim_payment(
+                        "evm:race",
+                        &format!("h{}", i % 3),
+                        NOW,
+                        NOW + 60,
+                        NOW + 3600,
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for t in tasks {
+        if t.await.expect("task").expect("claim") == PaymentClaim::Won {
+            winners += 1;
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
 async fn rate_counters_are_atomic(store: Arc<dyn Store>) {
     let tasks: Vec<_> = (0..30)
         .map(|_| {
@@ -470,6 +712,18 @@ macro_rules! conformance {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn idempotency_race() {
             super::fifty_concurrent_claims_have_one_winner($store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn payment_ledger() {
+            super::payment_ledger_moves_one_step_at_a_time(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn payment_void_and_lapse() {
+            super::voided_and_lapsed_payments_are_free(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn payment_race() {
+            super::fifty_concurrent_payment_claims_have_one_winner($store.await).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn rate_counters() {

@@ -1,0 +1,374 @@
+//! The purchase ledger: where each payment stands, in its own table (`payments`), one
+//! entry per payment keyed by what the chain dedupes on. One authorization pays for one
+//! purchase:
+//!
+//! ```text
+//!   (none) ──claim──▶ Claimed ──prepare──▶ Prepared ──settled──▶ Settled { tx }
+//!                        │                    │  ▲
+//!                        └──────void──────────┤  └─retake (same request, holder gone)
+//!                                             ▼
+//!                                   Voided { reason }   (the payment may buy again)
+//! ```
+//!
+//! Every step is a conditional write on the entry's phase and the request it is held
+//! for, so two requests never move one payment. A claimed or prepared entry is held
+//! until `held_until` (longer than any request's budget): past it the request is gone,
+//! and the payment is free again, except that a prepared answer is kept for the very
+//! request that prepared it, whose retry asks the chain whether it paid (see
+//! [`Hold::retake`]). A settlement whose outcome is unknown stays prepared with its
+//! hold lapsed at once, so the retry may proceed either way.
+
+use std::time::Duration;
+
+use umpire_core::hash::sha256_hex;
+use umpire_core::time::{Deadline, now_unix};
+use umpire_core::{ApiError, Value};
+use umpire_pay::PaymentContext;
+use umpire_store::{PaymentClaim, PaymentMove, PaymentPhase, PaymentState};
+
+use crate::checkout::Prepared;
+use crate::idempotency::{self, COMPLETED_SECS};
+use crate::{AppState, Response};
+
+/// How long a voided entry is kept (it frees the payment at once; it stays only so an
+/// operator and pass 2 can see what happened).
+const VOIDED_SECS: u64 = 3600;
+
+/// The ledger key of one payment: what the chain dedupes on, so re-encoded copies of
+/// one authorization (hex case, `from` in lower case, a leading zero, an extra field)
+/// meet on one entry. EIP-3009: (network, token, payer, nonce); other payments: their
+/// x402 `payload`.
+pub fn payment_key(ctx: &PaymentContext) -> String {
+    match ctx.chain_identity() {
+        Some(identity) => sha256_hex(identity.as_bytes()),
+        None => raw_payment_key(&ctx.raw),
+    }
+}
+
+/// A payment keyed by its `payload` JSON (stable JSON, so key order and spacing do
+/// not matter).
+pub fn raw_payment_key(raw_payment: &serde_json::Value) -> String {
+    let payload = Value::from(raw_payment.get("payload").cloned().unwrap_or_default());
+    let mut bytes = b"payload|".to_vec();
+    bytes.extend_from_slice(&payload.to_canonical_vec());
+    sha256_hex(&bytes)
+}
+
+/// Why a payment could not be claimed.
+pub enum ClaimError {
+    /// It settled a purchase already.
+    Spent,
+    /// A running request holds it.
+    InUse,
+    Store(ApiError),
+}
+
+/// What [`Hold::retake`] found.
+pub enum Retake {
+    /// The prepared purchase, held for this request again.
+    Taken(Hold, Box<Prepared>),
+    /// A running request holds the payment for this very request.
+    Busy,
+    /// Nothing prepared for this request (never, or it settled, voided or lapsed).
+    Nothing,
+}
+
+/// This request's hold on a payment's entry, moved through the states by its methods.
+/// Dropping it without a final step leaves the entry to lapse (a crash does the same).
+#[must_use = "a hold ends settled, voided or left unknown"]
+pub struct Hold {
+    key: String,
+    request_hash: String,
+    phase: PaymentPhase,
+    /// The prepared answer, once there is one.
+    answer: Option<String>,
+}
+
+fn held_until(state: &AppState, now: u64) -> u64 {
+    now + u64::from(state.config.in_progress_secs)
+}
+
+impl Hold {
+    /// Takes the payment for this request: won when it has no entry, or one that is
+    /// voided, expired, or left by a request that is gone.
+    pub async fn claim(
+        state: &AppState,
+        key: &str,
+        request_hash: &str,
+    ) -> Result<Hold, ClaimError> {
+        let now = now_unix();
+        let claim = state
+            .store
+            .claim_payment(
+                key,
+                request_hash,
+                now,
+                held_until(state, now),
+                now + COMPLETED_SECS,
+            )
+            .await
+            .map_err(|e| ClaimError::Store(crate::internal(e)))?;
+        match claim {
+            PaymentClaim::Won => Ok(Hold {
+                key: key.to_owned(),
+                request_hash: request_hash.to_owned(),
+                phase: PaymentPhase::Claimed,
+                answer: None,
+            }),
+            PaymentClaim::Held(entry) => Err(match entry.state {
+                PaymentState::Settled { .. } => ClaimError::Spent,
+                _ => ClaimError::InUse,
+            }),
+        }
+    }
+
+    /// Takes back a purchase this very request prepared and lost (its process died,
+    /// or the settlement's outcome was unknown), with its answer.
+    pub async fn retake(
+        state: &AppState,
+        key: &str,
+        request_hash: &str,
+    ) -> Result<Retake, ApiError> {
+        let now = now_unix();
+        let Some(entry) = state
+            .store
+            .get_payment(key, now)
+            .await
+            .map_err(crate::internal)?
+        else {
+            return Ok(Retake::Nothing);
+        };
+        if entry.request_hash != request_hash {
+            return Ok(Retake::Nothing);
+        }
+        let answer = match &entry.state {
+            PaymentState::Claimed | PaymentState::Prepared { .. } if entry.held_until > now => {
+                return Ok(Retake::Busy);
+            }
+            PaymentState::Prepared { answer } => answer,
+            _ => return Ok(Retake::Nothing),
+        };
+        let prepared: Prepared = match serde_json::from_str(answer) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "an unreadable prepared answer");
+                return Ok(Retake::Nothing);
+            }
+        };
+        let step = PaymentMove {
+            from: PaymentPhase::Prepared,
+            lapsed_at: Some(now),
+            to: entry.state.clone(),
+            held_until: held_until(state, now),
+            expires_at: entry.expires_at,
+        };
+        let retaken = state
+            .store
+            .move_payment(key, request_hash, &step)
+            .await
+            .map_err(crate::internal)?;
+        if !retaken {
+            // Another retry of the same request took it first.
+            return Ok(Retake::Busy);
+        }
+        let hold = Hold {
+            key: key.to_owned(),
+            request_hash: request_hash.to_owned(),
+            phase: PaymentPhase::Prepared,
+            answer: Some(answer.clone()),
+        };
+        Ok(Retake::Taken(hold, Box::new(prepared)))
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    async fn step(
+        &mut self,
+        state: &AppState,
+        to: PaymentState,
+        held: u64,
+        expires: u64,
+    ) -> Result<bool, ApiError> {
+        let step = PaymentMove {
+            from: self.phase,
+            lapsed_at: None,
+            held_until: held,
+            expires_at: expires,
+            to,
+        };
+        let moved = state
+            .store
+            .move_payment(&self.key, &self.request_hash, &step)
+            .await
+            .map_err(crate::internal)?;
+        if moved {
+            self.phase = step.to.phase();
+        }
+        Ok(moved)
+    }
+
+    /// Claimed → Prepared: the answer written down before any money moves, so a crash
+    /// from here on leaves what the customer's retry needs.
+    pub async fn prepare(&mut self, state: &AppState, prepared: &Prepared) -> Result<(), ApiError> {
+        let answer = serde_json::to_string(prepared).map_err(crate::internal)?;
+        let now = now_unix();
+        let to = PaymentState::Prepared {
+            answer: answer.clone(),
+        };
+        if self
+            .step(state, to, held_until(state, now), now + COMPLETED_SECS)
+            .await?
+        {
+            self.answer = Some(answer);
+            Ok(())
+        } else {
+            // Only a hold that outlived `held_until` can lose its entry; the budget
+            // check keeps requests far shorter.
+            Err(crate::internal(
+                "the payment's claim was taken over before settlement",
+            ))
+        }
+    }
+
+    /// Prepared → Settled with the answer as given (without the one-time secret), for
+    /// replays by payment.
+    pub async fn settled(mut self, state: &AppState, transaction: &str, response: &Response) {
+        let now = now_unix();
+        let to = PaymentState::Settled {
+            transaction: transaction.to_owned(),
+            response: idempotency::stored_answer(state, response),
+        };
+        match self.step(state, to, now, now + COMPLETED_SECS).await {
+            Ok(true) => {}
+            Ok(false) => tracing::error!(transaction, "a settled payment's entry was taken over"),
+            // The prepared answer stays: a retry finds the payment spent and recovers it.
+            Err(e) => {
+                tracing::error!(error = %e.message, transaction, "could not record a settled payment")
+            }
+        }
+    }
+
+    /// Claimed or Prepared → Voided: nothing was taken, the payment may buy again.
+    pub async fn void(mut self, state: &AppState, reason: &str) {
+        let now = now_unix();
+        let to = PaymentState::Voided {
+            reason: reason.to_owned(),
+        };
+        if let Err(e) = self.step(state, to, now, now + VOIDED_SECS).await {
+            // Left to lapse at `held_until`.
+            tracing::error!(error = %e.message, "could not void a payment's entry");
+        }
+    }
+
+    /// The settlement's outcome is unknown: the answer stays prepared with its hold
+    /// lapsed, so the identical retry either finds the payment spent and recovers the
+    /// answer ([`Hold::retake`]), or finds it unspent and buys afresh.
+    pub async fn leave_unknown(mut self, state: &AppState) {
+        let Some(answer) = self.answer.clone() else {
+            return self.void(state, "settlement_not_started").await;
+        };
+        let now = now_unix();
+        let to = PaymentState::Prepared { answer };
+        if let Err(e) = self.step(state, to, now, now + COMPLETED_SECS).await {
+            tracing::warn!(error = %e.message, "could not lapse a payment's hold; it lapses later");
+        }
+    }
+}
+
+/// How long a resend waits for the purchase its payment is already paying for: well
+/// inside API Gateway's 30 s, longer than a purchase normally runs.
+const AWAIT_RUNNING_PURCHASE: Duration = Duration::from_secs(20);
+const AWAIT_POLL: Duration = Duration::from_millis(100);
+
+pub enum Running {
+    /// That purchase's answer (or `in_flight` when it outlasted the wait).
+    Answered(Response),
+    /// It ended without buying this request (voided, released, or lapsed).
+    Gone,
+}
+
+/// The purchase that `key`'s payment bought for this very request, waited for while it
+/// runs: a client that resends its payment (a lost answer, a dropped connection) gets
+/// the purchase, not a `409` it has to retry by hand. The replay withholds the one-time
+/// secret (a payment is public once settled). `Gone` when there is none (never claimed,
+/// voided, lapsed, or held for another request).
+pub async fn await_purchase(
+    state: &AppState,
+    key: &str,
+    request_hash: &str,
+    deadline: Deadline,
+    in_use: impl Fn() -> ApiError,
+) -> Running {
+    // Never past this request's own deadline (less a moment to answer in).
+    let wait = AWAIT_RUNNING_PURCHASE.min(deadline.remaining().saturating_sub(AWAIT_POLL * 5));
+    let started = tokio::time::Instant::now();
+    loop {
+        let now = now_unix();
+        match state.store.get_payment(key, now).await {
+            Ok(Some(entry)) if entry.request_hash == request_hash => match &entry.state {
+                PaymentState::Settled { response, .. } => {
+                    return Running::Answered(idempotency::replay_without_secret(response));
+                }
+                PaymentState::Claimed | PaymentState::Prepared { .. } if entry.held_until > now => {
+                }
+                _ => return Running::Gone,
+            },
+            Ok(_) => return Running::Gone,
+            Err(e) => return Running::Answered(crate::respond::error(&crate::internal(e))),
+        }
+        if started.elapsed() >= wait {
+            return Running::Answered(crate::respond::error(&in_use()));
+        }
+        tokio::time::sleep(AWAIT_POLL).await;
+    }
+}
+
+/// Whether the purchase that minted `verdict_id` with the payment under `key` went
+/// through, as pass 2 of a sworn verdict needs to know before finishing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurchaseOutcome {
+    /// Settled with this verdict.
+    Paid,
+    /// Still running, or interrupted with its answer prepared: the customer's retry
+    /// settles the question.
+    Unresolved,
+    /// Voided, or the payment bought another verdict: this one was never sold.
+    NotSold,
+}
+
+fn verdict_id_in(body: &str) -> Option<String> {
+    umpire_core::json::parse(body.as_bytes())
+        .ok()?
+        .get("verdict_id")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+pub async fn purchase_outcome(
+    state: &AppState,
+    key: &str,
+    verdict_id: &str,
+) -> Result<PurchaseOutcome, ApiError> {
+    let now = now_unix();
+    let entry = state
+        .store
+        .get_payment(key, now)
+        .await
+        .map_err(crate::internal)?;
+    let ours = |body: &str| verdict_id_in(body).as_deref() == Some(verdict_id);
+    Ok(match entry.map(|e| (e.state, e.held_until)) {
+        Some((PaymentState::Settled { response, .. }, _)) if ours(&response.body) => {
+            PurchaseOutcome::Paid
+        }
+        Some((PaymentState::Prepared { answer }, _))
+            if serde_json::from_str::<Prepared>(&answer).is_ok_and(|p| ours(&p.body)) =>
+        {
+            PurchaseOutcome::Unresolved
+        }
+        // Someone is working on the payment: whether it sells this verdict is not known yet.
+        Some((PaymentState::Claimed, until)) if until > now => PurchaseOutcome::Unresolved,
+        _ => PurchaseOutcome::NotSold,
+    })
+}
