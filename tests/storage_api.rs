@@ -30,6 +30,7 @@ fn record(
         webhook_url: webhook.map(str::to_owned),
         created_at,
         expires_at: created_at + ttl,
+        webhook_outcome: None,
     }
 }
 

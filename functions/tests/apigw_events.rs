@@ -189,6 +189,7 @@ async fn status_and_find_read_path_query_and_bearer_from_the_event() {
             webhook_url: Some("https://hooks.example.com/u?a=1".into()),
             created_at: now,
             expires_at: now + 3600,
+            webhook_outcome: None,
         })
         .await
         .expect("seed");

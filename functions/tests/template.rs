@@ -137,8 +137,7 @@ fn the_worker_consumes_the_jobs_queue_with_partial_failures() {
         ("sqs:SendMessage", "JobsQueue"),
         ("dynamodb:GetItem", "VerdictsTable"),
         ("dynamodb:UpdateItem", "VerdictsTable"),
-        ("dynamodb:PutItem", "IdempotencyTable"),
-        ("dynamodb:UpdateItem", "IdempotencyTable"),
+        ("dynamodb:GetItem", "PaymentsTable"),
     ] {
         assert!(
             may(worker, action, resource),

@@ -119,6 +119,7 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
             webhook_url: purchase.webhook_url.clone(),
             created_at: now,
             expires_at: now + 86_400,
+            webhook_outcome: None,
         })
         .await
         .expect("put verdict");
@@ -292,10 +293,14 @@ async fn exactly_once(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, runner: R
         d.header("x-umpire-signature"),
         Some(webhook_signature(&sha256_hex(SECRET.as_bytes()), &d.body).as_str())
     );
-    assert_eq!(
-        sworn::webhook_status(&state, &verdict_id).await,
-        Some("delivered")
-    );
+    let now = umpire_core::time::now_unix();
+    let record = state
+        .store
+        .get_verdict(&verdict_id, now)
+        .await
+        .expect("read verdict")
+        .expect("verdict");
+    assert_eq!(sworn::webhook_status(&record), "delivered");
     assert!(
         page.received().len() >= 2,
         "pass 1 and pass 2 fetched the page"

@@ -146,6 +146,7 @@ impl Paid<'_, '_> {
             webhook_url: purchase.webhook_url.clone(),
             created_at: now,
             expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
+            webhook_outcome: None,
         }
     }
 

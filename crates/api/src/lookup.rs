@@ -88,7 +88,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .with(
             "webhook_delivery",
             match (&rec.webhook_url, &rec.document) {
-                (Some(_), Some(_)) => crate::sworn::webhook_status(state, &rec.verdict_id).await,
+                (Some(_), Some(_)) => Some(crate::sworn::webhook_status(&rec)),
                 _ => None,
             },
         ))

@@ -115,6 +115,7 @@ mod tests {
             webhook_url: None,
             created_at: 0,
             expires_at: 0,
+            webhook_outcome: None,
         };
         assert_eq!(webhook_key(&signer, &record), Some(webhook_key_of(&a)));
         let rotated = LocalSigner::from_seed([9; 32]);

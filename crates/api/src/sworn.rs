@@ -21,7 +21,7 @@ use umpire_core::json::{Value, parse};
 use umpire_core::product::{Tier, WEBHOOK_MAX_RETRIES};
 use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_core::{ApiError, ErrorCode};
-use umpire_store::{Claim, Finalize, IdempotencyState, Job, MAX_DELAY, StoredResponse};
+use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
 
 use crate::AppState;
 use crate::ledger::{PurchaseOutcome, purchase_outcome};
@@ -34,8 +34,9 @@ pub const JOB_WEBHOOK: &str = "sworn.webhook";
 pub const WEBHOOK_MAX_ATTEMPTS: u32 = 1 + WEBHOOK_MAX_RETRIES;
 /// A pass-2 job carries the deliverable; SQS messages hold at most 256 KB.
 pub const PASS2_JOB_MAX_BYTES: usize = 240 * 1024;
-/// How long records that deduplicate webhook attempts are kept.
-const WEBHOOK_RECORD_SECS: u64 = 7 * 24 * 3600;
+/// How long a worker holds a webhook attempt it claimed (the POST waits at most 12 s);
+/// a worker that dies leaves it to the redelivered job after this.
+const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -347,88 +348,13 @@ pub fn webhook_signature(secret_hash_hex: &str, body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-fn record_key(verdict_id: &str, what: &str) -> String {
-    format!("webhook|{verdict_id}|{what}")
-}
-
-/// Stores `note` as the completion of a claim this worker holds on `key`.
-async fn complete_with(
-    state: &AppState,
-    key: &str,
-    verdict_id: &str,
-    note: &str,
-) -> Result<(), JobError> {
-    let expires = umpire_core::time::now_unix() + WEBHOOK_RECORD_SECS;
-    state
-        .store
-        .complete_idempotency(
-            key,
-            verdict_id,
-            &StoredResponse {
-                status: 200,
-                headers: Vec::new(),
-                body: note.to_owned(),
-            },
-            expires,
-        )
-        .await
-        .map_err(retry)
-}
-
-/// Claims `key` for `hold_secs`; false when another worker holds it or finished it.
-async fn claim(
-    state: &AppState,
-    key: &str,
-    verdict_id: &str,
-    hold_secs: u64,
-) -> Result<bool, JobError> {
-    let now = umpire_core::time::now_unix();
-    Ok(matches!(
-        state
-            .store
-            .claim_idempotency(
-                key,
-                verdict_id,
-                now,
-                now + hold_secs,
-                now + WEBHOOK_RECORD_SECS
-            )
-            .await
-            .map_err(retry)?,
-        Claim::Won
-    ))
-}
-
-/// Marks `key` done with a short note (one writer wins).
-async fn record(state: &AppState, key: &str, verdict_id: &str, note: &str) -> Result<(), JobError> {
-    if claim(state, key, verdict_id, 60).await? {
-        complete_with(state, key, verdict_id, note).await?;
-    }
-    Ok(())
-}
-
-async fn is_recorded(state: &AppState, key: &str) -> Result<bool, JobError> {
-    let now = umpire_core::time::now_unix();
-    Ok(matches!(
-        state.store.get_idempotency(key, now).await.map_err(retry)?,
-        Some(r) if matches!(r.state, IdempotencyState::Completed(_))
-    ))
-}
-
-/// How a sworn verdict's webhook stands: delivered, failed (gave up), pending, or None.
-pub async fn webhook_status(state: &AppState, verdict_id: &str) -> Option<&'static str> {
-    if is_recorded(state, &record_key(verdict_id, "delivered"))
-        .await
-        .ok()?
-    {
-        Some("delivered")
-    } else if is_recorded(state, &record_key(verdict_id, "gave_up"))
-        .await
-        .ok()?
-    {
-        Some("failed")
-    } else {
-        Some("pending")
+/// How a sworn verdict's webhook stands, from the verdict itself: delivered, failed
+/// (every attempt failed), or pending.
+pub fn webhook_status(record: &VerdictRecord) -> &'static str {
+    match record.webhook_outcome {
+        Some(WebhookOutcome::Delivered) => "delivered",
+        Some(WebhookOutcome::GaveUp) => "failed",
+        None => "pending",
     }
 }
 
@@ -452,14 +378,17 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
     let (Some(url), Some(document)) = (&record_v.webhook_url, &record_v.document) else {
         return Ok(());
     };
-    if is_recorded(state, &record_key(verdict_id, "delivered")).await? {
-        return Ok(());
-    }
-    // Each attempt number is made once, whatever the queue delivers. The attempt is
-    // recorded last, after its follow-up is in place: a worker that dies in between
-    // leaves the claim to lapse and the redelivered job to try again, never a gap.
-    let attempt_key = record_key(verdict_id, &format!("attempt{attempt}"));
-    if !claim(state, &attempt_key, verdict_id, 120).await? {
+    // Each attempt number is made once, whatever the queue delivers, and never once
+    // the webhook was delivered (the claim is a conditional write on the verdict). The
+    // attempt is finished last, after its follow-up is in place: a worker that dies in
+    // between leaves the claim to lapse and the redelivered job to try again, never a gap.
+    if record_v.webhook_outcome.is_some()
+        || !state
+            .store
+            .claim_webhook_attempt(verdict_id, attempt, now, now + WEBHOOK_ATTEMPT_HOLD_SECS)
+            .await
+            .map_err(retry)?
+    {
         return Ok(());
     }
     let Some(fetcher) = &state.fetcher else {
@@ -487,20 +416,14 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
             ],
         )
         .await;
-    let note = match &outcome {
-        Ok(status) => format!("delivered: {status}"),
-        Err(e) => format!("failed: {e}"),
-    };
     match outcome {
-        Ok(_) => {
-            tracing::info!(verdict_id, attempt, "webhook delivered");
-            record(
-                state,
-                &record_key(verdict_id, "delivered"),
-                verdict_id,
-                &note,
-            )
-            .await?;
+        Ok(status) => {
+            tracing::info!(verdict_id, attempt, status, "webhook delivered");
+            state
+                .store
+                .record_webhook_outcome(verdict_id, WebhookOutcome::Delivered)
+                .await
+                .map_err(retry)?;
         }
         Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
             crate::metrics::record(crate::metrics::Metric::WebhookFailure);
@@ -522,10 +445,18 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
                 error = e,
                 "webhook failed for the last time; the document stays at the status link"
             );
-            record(state, &record_key(verdict_id, "gave_up"), verdict_id, &note).await?;
+            state
+                .store
+                .record_webhook_outcome(verdict_id, WebhookOutcome::GaveUp)
+                .await
+                .map_err(retry)?;
         }
     }
-    complete_with(state, &attempt_key, verdict_id, &note).await
+    state
+        .store
+        .finish_webhook_attempt(verdict_id, attempt)
+        .await
+        .map_err(retry)
 }
 
 /// `umpire serve`'s worker: polls the embedded store's delayed jobs and runs them,

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 use crate::{
     Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, PaymentClaim, PaymentEntry,
     PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError, StoredResponse, Unix,
-    VerdictRecord, VerdictStatus,
+    VerdictRecord, VerdictStatus, WebhookOutcome,
 };
 
 /// One secondary index.
@@ -404,6 +404,9 @@ fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
         webhook_url: opt_s(item, "webhook_url"),
         created_at: get_n(item, "created_at")?,
         expires_at: get_n(item, "expires_at")?,
+        webhook_outcome: opt_s(item, "webhook_outcome")
+            .as_deref()
+            .and_then(WebhookOutcome::parse),
     })
 }
 
@@ -710,23 +713,86 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn delete_idempotency(&self, key: &str) -> Result<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.names.idempotency)
-            .key("idem_key", s(key))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(sdk)
-    }
-
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
         let item = self
             .get_item(&self.names.idempotency, "idem_key", key)
             .await?;
         let rec = item.as_ref().map(idempotency_from_item).transpose()?;
         Ok(rec.filter(|r| r.expires_at > now))
+    }
+
+    async fn claim_webhook_attempt(
+        &self,
+        verdict_id: &str,
+        attempt: u32,
+        now: Unix,
+        held_until: Unix,
+    ) -> Result<bool> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .update_expression(
+                "SET webhook_attempt = :n, webhook_held_until = :held, webhook_done = if_not_exists(webhook_done, :zero)",
+            )
+            .condition_expression(
+                "attribute_exists(verdict_id) AND attribute_not_exists(webhook_outcome) AND (attribute_not_exists(webhook_attempt) OR webhook_attempt < :n OR (webhook_attempt = :n AND webhook_done < :n AND webhook_held_until <= :now))",
+            )
+            .expression_attribute_values(":n", n(attempt.into()))
+            .expression_attribute_values(":held", n(held_until))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":zero", n(0))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn finish_webhook_attempt(&self, verdict_id: &str, attempt: u32) -> Result<()> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .update_expression("SET webhook_done = :n")
+            .condition_expression("webhook_attempt = :n")
+            .expression_attribute_values(":n", n(attempt.into()))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            // A later attempt was claimed meanwhile: this one is behind it anyway.
+            Err(e) if condition_failed(&e) => Ok(()),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn record_webhook_outcome(
+        &self,
+        verdict_id: &str,
+        outcome: WebhookOutcome,
+    ) -> Result<()> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .update_expression("SET webhook_outcome = :o")
+            .condition_expression(
+                "attribute_exists(verdict_id) AND attribute_not_exists(webhook_outcome)",
+            )
+            .expression_attribute_values(":o", s(outcome.as_str()))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if condition_failed(&e) => Ok(()),
+            Err(e) => Err(sdk(e)),
+        }
     }
 
     async fn claim_payment(

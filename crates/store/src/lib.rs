@@ -76,6 +76,9 @@ pub struct VerdictRecord {
     pub webhook_url: Option<String>,
     pub created_at: Unix,
     pub expires_at: Unix,
+    /// What the sworn webhook came to, once it did (set by
+    /// [`Store::record_webhook_outcome`], never by `put_verdict`).
+    pub webhook_outcome: Option<WebhookOutcome>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,11 +237,28 @@ pub struct PaymentMove {
 }
 
 /// What a sworn verdict's webhook has come to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WebhookOutcome {
     Delivered,
     /// Every attempt failed.
     GaveUp,
+}
+
+impl WebhookOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookOutcome::Delivered => "delivered",
+            WebhookOutcome::GaveUp => "gave_up",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WebhookOutcome> {
+        match s {
+            "delivered" => Some(WebhookOutcome::Delivered),
+            "gave_up" => Some(WebhookOutcome::GaveUp),
+            _ => None,
+        }
+    }
 }
 
 /// One feedback row: addresses, hashes, enums and numbers only. Permanent.
@@ -284,6 +304,22 @@ pub trait Store: Send + Sync {
     /// Pending → final with `document`, exactly once.
     async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize>;
     async fn delete_verdict(&self, verdict_id: &str) -> Result<()>;
+    /// Claims attempt `attempt` (1-based) of a verdict's webhook until `held_until`,
+    /// stored on the verdict itself: won when the verdict exists, has no outcome, no
+    /// later attempt was claimed, and this one is neither finished nor held at `now`.
+    /// Each attempt is made once, whatever the queue redelivers.
+    async fn claim_webhook_attempt(
+        &self,
+        verdict_id: &str,
+        attempt: u32,
+        now: Unix,
+        held_until: Unix,
+    ) -> Result<bool>;
+    /// Marks a claimed attempt finished (its follow-up is in place).
+    async fn finish_webhook_attempt(&self, verdict_id: &str, attempt: u32) -> Result<()>;
+    /// Records what the webhook came to; the first outcome stays.
+    async fn record_webhook_outcome(&self, verdict_id: &str, outcome: WebhookOutcome)
+    -> Result<()>;
     /// Ids of live verdicts with this spec_hash and webhook URL (exact match).
     async fn find_verdicts(
         &self,
@@ -312,8 +348,6 @@ pub trait Store: Send + Sync {
     ) -> Result<()>;
     /// Gives a claim back (a voided purchase): the key may be used again.
     async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
-    /// Removes a record whatever its state (a note its writer no longer needs).
-    async fn delete_idempotency(&self, key: &str) -> Result<()>;
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
 
     /// Takes a payment for a request: one conditional write, won when the payment has
@@ -405,6 +439,15 @@ impl Store for NoStore {
     async fn find_verdicts(&self, _: &str, _: &str, _: Unix) -> Result<Vec<String>> {
         Self::refuse()
     }
+    async fn claim_webhook_attempt(&self, _: &str, _: u32, _: Unix, _: Unix) -> Result<bool> {
+        Self::refuse()
+    }
+    async fn finish_webhook_attempt(&self, _: &str, _: u32) -> Result<()> {
+        Self::refuse()
+    }
+    async fn record_webhook_outcome(&self, _: &str, _: WebhookOutcome) -> Result<()> {
+        Self::refuse()
+    }
     async fn claim_idempotency(
         &self,
         _: &str,
@@ -425,9 +468,6 @@ impl Store for NoStore {
         Self::refuse()
     }
     async fn release_idempotency(&self, _: &str, _: &str) -> Result<()> {
-        Self::refuse()
-    }
-    async fn delete_idempotency(&self, _: &str) -> Result<()> {
         Self::refuse()
     }
     async fn get_idempotency(&self, _: &str, _: Unix) -> Result<Option<IdempotencyRecord>> {

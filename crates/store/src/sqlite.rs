@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::{
     Claim, Delivery, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Job, JobQueue,
     PaymentClaim, PaymentEntry, PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError,
-    StoredResponse, Unix, VerdictRecord, VerdictStatus,
+    StoredResponse, Unix, VerdictRecord, VerdictStatus, WebhookOutcome,
 };
 
 pub const FILE_NAME: &str = "umpire.sqlite3";
@@ -78,6 +78,28 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (not_before);
 ";
 
+/// Columns added to `verdicts` after its first release: a data directory made by an
+/// earlier version gains them on open (the webhook's state, kept on the verdict).
+const VERDICT_ADDED_COLUMNS: [(&str, &str); 4] = [
+    ("webhook_attempt", "INTEGER"),
+    ("webhook_held_until", "INTEGER"),
+    ("webhook_done", "INTEGER"),
+    ("webhook_outcome", "TEXT"),
+];
+
+fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('verdicts')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, ty) in VERDICT_ADDED_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE verdicts ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
@@ -108,6 +130,7 @@ impl SqliteStore {
         )
         .map_err(unavailable)?;
         conn.execute_batch(SCHEMA).map_err(unavailable)?;
+        add_missing_columns(&conn).map_err(unavailable)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             clock: Arc::new(umpire_core::time::now_unix_ms),
@@ -180,6 +203,10 @@ fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, S
             webhook_url: r.get(7)?,
             created_at: r.get(8)?,
             expires_at: r.get(9)?,
+            webhook_outcome: r
+                .get::<_, Option<String>>(10)?
+                .as_deref()
+                .and_then(WebhookOutcome::parse),
         },
         status,
     ))
@@ -330,6 +357,8 @@ fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
 }
 
 const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at";
+/// What a verdict is read back with: its columns and the webhook's outcome.
+const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome";
 const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";
 
 #[async_trait]
@@ -367,7 +396,7 @@ impl Store for SqliteStore {
         let row = self
             .run(move |c| {
                 c.query_row(
-                    &format!("SELECT {VERDICT_COLUMNS} FROM verdicts WHERE verdict_id = ?1 AND expires_at > ?2"),
+                    &format!("SELECT {VERDICT_READ_COLUMNS} FROM verdicts WHERE verdict_id = ?1 AND expires_at > ?2"),
                     params![id, now],
                     verdict_from_row,
                 )
@@ -514,13 +543,6 @@ impl Store for SqliteStore {
         .map(|_| ())
     }
 
-    async fn delete_idempotency(&self, key: &str) -> Result<()> {
-        let k = key.to_owned();
-        self.run(move |c| c.execute("DELETE FROM idempotency WHERE key = ?1", params![k]))
-            .await
-            .map(|_| ())
-    }
-
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {
         let k = key.to_owned();
         let row = self
@@ -534,6 +556,53 @@ impl Store for SqliteStore {
             })
             .await?;
         row.map(idempotency_record).transpose()
+    }
+
+    async fn claim_webhook_attempt(
+        &self,
+        verdict_id: &str,
+        attempt: u32,
+        now: Unix,
+        held_until: Unix,
+    ) -> Result<bool> {
+        let id = verdict_id.to_owned();
+        let changed = self
+            .run(move |c| {
+                c.execute(
+                    "UPDATE verdicts SET webhook_attempt = ?2, webhook_held_until = ?4, webhook_done = COALESCE(webhook_done, 0) WHERE verdict_id = ?1 AND webhook_outcome IS NULL AND (webhook_attempt IS NULL OR webhook_attempt < ?2 OR (webhook_attempt = ?2 AND webhook_done < ?2 AND webhook_held_until <= ?3))",
+                    params![id, attempt, now, held_until],
+                )
+            })
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn finish_webhook_attempt(&self, verdict_id: &str, attempt: u32) -> Result<()> {
+        let id = verdict_id.to_owned();
+        self.run(move |c| {
+            c.execute(
+                "UPDATE verdicts SET webhook_done = ?2 WHERE verdict_id = ?1 AND webhook_attempt = ?2",
+                params![id, attempt],
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn record_webhook_outcome(
+        &self,
+        verdict_id: &str,
+        outcome: WebhookOutcome,
+    ) -> Result<()> {
+        let id = verdict_id.to_owned();
+        self.run(move |c| {
+            c.execute(
+                "UPDATE verdicts SET webhook_outcome = ?2 WHERE verdict_id = ?1 AND webhook_outcome IS NULL",
+                params![id, outcome.as_str()],
+            )
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn claim_payment(

@@ -13,6 +13,7 @@ use umpire_store::sqs::SqsQueue;
 use umpire_store::{
     Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PaymentClaim, PaymentMove,
     PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord, VerdictStatus,
+    WebhookOutcome,
 };
 
 const NOW: u64 = 1_796_223_845;
@@ -29,6 +30,7 @@ fn verdict(id: &str, spec_hash: &str, webhook: Option<&str>, expires_at: u64) ->
         webhook_url: webhook.map(str::to_owned),
         created_at: NOW,
         expires_at,
+        webhook_outcome: None,
     }
 }
 
@@ -247,24 +249,9 @@ async fn idempotency_lifecycle(store: &dyn Store) {
         }
         Claim::Won => panic!("a completed key was claimed again"),
     }
-    // Releasing a completed record does nothing; deleting it removes it.
+    // Releasing a completed record does nothing.
     store.release_idempotency(k, "h1").await.expect("release");
     assert!(store.get_idempotency(k, NOW).await.expect("get").is_some());
-    let note = "settling|payment-note-0000";
-    store
-        .claim_idempotency(note, "n", NOW, NOW + 60, NOW + 3600)
-        .await
-        .expect("claim");
-    store
-        .complete_idempotency(note, "n", &response("{}"), NOW + 3600)
-        .await
-        .expect("complete");
-    store.delete_idempotency(note).await.expect("delete");
-    assert_eq!(store.get_idempotency(note, NOW).await.expect("get"), None);
-    store
-        .delete_idempotency(note)
-        .await
-        .expect("deleting nothing is fine");
     // Past its expiry the key is free again.
     assert_eq!(
         store.get_idempotency(k, NOW + 86_400).await.expect("get"),
@@ -593,6 +580,99 @@ async fn fifty_concurrent_payment_claims_have_one_winner(store: Arc<dyn Store>) 
     assert_eq!(winners, 1);
 }
 
+/// A webhook's attempts and outcome live on its verdict: each attempt number is made
+/// once (a held one only after its hold lapsed, a finished one never), never behind a
+/// later one, and none after an outcome, which is recorded once.
+async fn webhook_attempts_are_made_once_and_outcomes_stay(store: &dyn Store) {
+    let id = "vrd_hook";
+    assert!(
+        !store
+            .claim_webhook_attempt(id, 1, NOW, NOW + 120)
+            .await
+            .expect("claim"),
+        "an attempt for a verdict that does not exist"
+    );
+    store
+        .put_verdict(&verdict(id, "sh", Some("https://h.example/x"), NOW + 3600))
+        .await
+        .expect("put");
+    assert!(
+        store
+            .claim_webhook_attempt(id, 1, NOW, NOW + 120)
+            .await
+            .expect("claim")
+    );
+    assert!(
+        !store
+            .claim_webhook_attempt(id, 1, NOW + 1, NOW + 121)
+            .await
+            .expect("claim"),
+        "a held attempt was claimed twice"
+    );
+    assert!(
+        store
+            .claim_webhook_attempt(id, 1, NOW + 120, NOW + 240)
+            .await
+            .expect("claim"),
+        "a lapsed attempt is retried"
+    );
+    store.finish_webhook_attempt(id, 1).await.expect("finish");
+    assert!(
+        !store
+            .claim_webhook_attempt(id, 1, NOW + 999, NOW + 1119)
+            .await
+            .expect("claim"),
+        "a finished attempt was made again"
+    );
+    assert!(
+        store
+            .claim_webhook_attempt(id, 3, NOW + 2, NOW + 122)
+            .await
+            .expect("claim")
+    );
+    assert!(
+        !store
+            .claim_webhook_attempt(id, 2, NOW + 999, NOW + 1119)
+            .await
+            .expect("claim"),
+        "an attempt behind a later one"
+    );
+    let read = |now| async move {
+        store
+            .get_verdict(id, now)
+            .await
+            .expect("get")
+            .expect("verdict")
+    };
+    assert_eq!(read(NOW).await.webhook_outcome, None);
+    store
+        .record_webhook_outcome(id, WebhookOutcome::Delivered)
+        .await
+        .expect("outcome");
+    store
+        .record_webhook_outcome(id, WebhookOutcome::GaveUp)
+        .await
+        .expect("outcome");
+    assert_eq!(
+        read(NOW).await.webhook_outcome,
+        Some(WebhookOutcome::Delivered),
+        "the first outcome stays"
+    );
+    assert!(
+        !store
+            .claim_webhook_attempt(id, 4, NOW + 999, NOW + 1119)
+            .await
+            .expect("claim"),
+        "an attempt after the outcome"
+    );
+    // Finalizing the verdict keeps its webhook state.
+    store.finalize_verdict(id, "{}").await.expect("finalize");
+    assert_eq!(
+        read(NOW).await.webhook_outcome,
+        Some(WebhookOutcome::Delivered)
+    );
+}
+
 async fn rate_counters_are_atomic(store: Arc<dyn Store>) {
     let tasks: Vec<_> = (0..30)
         .map(|_| {
@@ -726,6 +806,10 @@ macro_rules! conformance {
             super::fifty_concurrent_payment_claims_have_one_winner($store.await).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn webhook_attempts() {
+            super::webhook_attempts_are_made_once_and_outcomes_stay(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn rate_counters() {
             super::rate_counters_are_atomic($store.await).await;
         }
@@ -757,6 +841,36 @@ mod sqlite {
         let s = SqliteStore::open_in(&dir).expect("reopen");
         assert!(s.get_verdict("vrd_keep", NOW).await.expect("get").is_some());
         assert_eq!(s.purge_expired(NOW + 100).await.expect("purge"), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A data directory made before the webhook's state moved onto verdicts gains the
+    /// new columns on open, its verdicts intact.
+    #[tokio::test]
+    async fn an_older_data_directory_is_upgraded_on_open() {
+        let dir = std::env::temp_dir().join(umpire_core::hash::random_id("store"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        {
+            let c = rusqlite::Connection::open(dir.join(umpire_store::sqlite::FILE_NAME))
+                .expect("old file");
+            c.execute_batch(
+                "CREATE TABLE verdicts (verdict_id TEXT PRIMARY KEY, tier TEXT NOT NULL, status TEXT NOT NULL, document TEXT, preview TEXT, secret_hash TEXT NOT NULL, spec_hash TEXT NOT NULL, webhook_url TEXT, created_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);
+                 INSERT INTO verdicts VALUES ('vrd_old', 'sworn', 'final', '{}', NULL, 'ab', 'sh', 'https://h.example/x', 1, 9999999999);",
+            )
+            .expect("old schema");
+        }
+        let s = SqliteStore::open_in(&dir).expect("open an older file");
+        let old = s
+            .get_verdict("vrd_old", NOW)
+            .await
+            .expect("get")
+            .expect("kept");
+        assert_eq!(old.webhook_outcome, None);
+        assert!(
+            s.claim_webhook_attempt("vrd_old", 1, NOW, NOW + 120)
+                .await
+                .expect("claim")
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
