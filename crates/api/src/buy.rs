@@ -8,7 +8,6 @@ use umpire_core::document::CheckResult;
 use umpire_core::hash::random_id;
 use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
-use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode};
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
@@ -76,7 +75,7 @@ pub async fn buy(state: &AppState, req: &Request) -> Response {
 async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response> {
     let err = |e: ApiError| respond::error(&e);
     // The clock starts on arrival: everything below fits in one budget.
-    let deadline = Deadline::after(state.config.request_budget);
+    let deadline = state.config.clock.deadline(state.config.request_budget);
     // Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
@@ -166,7 +165,7 @@ impl Paid<'_, '_> {
         results: &[CheckResult],
     ) -> Result<(Prepared, SettlementResponse), Void> {
         let document = verdict::signed_verdict(self.state, purchase, self.verdict_id, results);
-        let now = umpire_core::time::now_unix();
+        let now = self.state.config.clock.now_unix();
         let record = VerdictRecord {
             document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
             ..self.record(purchase, now)
@@ -205,7 +204,7 @@ impl Paid<'_, '_> {
             .queue
             .as_ref()
             .ok_or_else(|| Void::Internal(crate::internal("sworn needs a job queue")))?;
-        let now = umpire_core::time::now_unix();
+        let now = self.state.config.clock.now_unix();
         let delay = self.state.config.sworn_delay_secs;
         let due = now + u64::from(delay);
         let preview = sworn::preview(results, due);

@@ -729,7 +729,7 @@ pub async fn begin<'a>(
         requirements_v1,
     };
     let payment_key = ledger::payment_key(&ctx);
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     // The authorization must last until this request's last moment to settle; the
     // verification itself must leave the work and the settlement their time.
     let work_deadline = deadline.less(settle_reserve(state.config.request_budget));

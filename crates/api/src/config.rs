@@ -27,6 +27,9 @@ pub struct Config {
     /// fetches, checks and settlement all fit inside it (API Gateway ends an HTTP
     /// integration at 30 s; the functions' Timeout is 29 s).
     pub request_budget: Duration,
+    /// The wall clock every hold, lapse and validity check reads (the system's; tests
+    /// move one ahead).
+    pub clock: umpire_core::time::Clock,
 }
 
 /// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
@@ -53,6 +56,7 @@ impl Default for Config {
             webhook_retry_base: Duration::from_secs(30),
             in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
             request_budget: DEFAULT_REQUEST_BUDGET,
+            clock: umpire_core::time::Clock::system(),
         }
     }
 }

@@ -143,7 +143,7 @@ pub async fn check(
     scoped_key: &str,
     request_hash: &str,
 ) -> Result<Decision, ApiError> {
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     match state
         .store
         .get_idempotency(scoped_key, now)
@@ -161,7 +161,7 @@ pub async fn claim(
     scoped_key: &str,
     request_hash: &str,
 ) -> Result<Decision, ApiError> {
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     match state
         .store
         .claim_idempotency(
@@ -187,7 +187,7 @@ pub async fn complete(
     response: &Response,
 ) -> Result<(), ApiError> {
     let stored = stored_answer(state, response);
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     state
         .store
         .complete_idempotency(scoped_key, request_hash, &stored, now + COMPLETED_SECS)

@@ -296,7 +296,7 @@ fn merchant_of(req: &Request) -> Result<String, ApiError> {
 }
 
 pub async fn reputation(state: &AppState, req: &Request) -> Response {
-    let deadline = umpire_core::time::Deadline::after(state.config.request_budget);
+    let deadline = state.config.clock.deadline(state.config.request_budget);
     let merchant = match merchant_of(req) {
         Ok(m) => m,
         Err(e) => return respond::error(&e),
@@ -310,7 +310,7 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     let since = now.saturating_sub(FEEDBACK_WINDOW_DAYS * 86_400);
     let read = tokio::time::timeout_at(
         checkout.work_deadline().instant().into(),

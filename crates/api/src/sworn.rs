@@ -168,7 +168,7 @@ fn merge(pass1: &[Value], pass2: Vec<CheckResult>) -> Vec<CheckResult> {
 
 async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
     let verdict_id = text(p, "verdict_id")?;
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     let Some(record) = state
         .store
         .get_verdict(verdict_id, now)
@@ -366,7 +366,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
         .and_then(|a| u32::try_from(a).ok())
         .filter(|a| (1..=WEBHOOK_MAX_ATTEMPTS).contains(a))
         .ok_or_else(|| retry("webhook job has no valid attempt number"))?;
-    let now = umpire_core::time::now_unix();
+    let now = state.config.clock.now_unix();
     let Some(record_v) = state
         .store
         .get_verdict(verdict_id, now)

@@ -17,6 +17,70 @@ pub fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The wall clock as the purchase path reads it (the ledger's holds, an authorization's
+/// validity, a claim's lapse): the system's, or one a test moves forward to make a hold
+/// lapse or an authorization expire without waiting. Budgets stay on the monotonic
+/// clock ([`Deadline`]); only unix seconds move.
+#[derive(Clone, Default)]
+pub struct Clock {
+    /// Seconds added to the system's time; None on the system clock.
+    ahead: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.ahead {
+            None => f.write_str("Clock(system)"),
+            Some(a) => write!(
+                f,
+                "Clock(system + {} s)",
+                a.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Clock {
+    /// The system's clock.
+    pub fn system() -> Clock {
+        Clock::default()
+    }
+
+    /// A clock that starts at the system's time and moves ahead by [`Clock::advance`].
+    pub fn adjustable() -> Clock {
+        Clock {
+            ahead: Some(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0))),
+        }
+    }
+
+    fn ahead_secs(&self) -> u64 {
+        self.ahead
+            .as_ref()
+            .map_or(0, |a| a.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Moves an adjustable clock `secs` ahead (every copy of it); no effect on the
+    /// system clock.
+    pub fn advance(&self, secs: u64) {
+        if let Some(a) = &self.ahead {
+            a.fetch_add(secs, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    pub fn now_unix(&self) -> u64 {
+        now_unix().saturating_add(self.ahead_secs())
+    }
+
+    /// `budget` from now, its unix seconds read on this clock.
+    pub fn deadline(&self, budget: std::time::Duration) -> Deadline {
+        let d = Deadline::after(budget);
+        Deadline {
+            at: d.at,
+            unix: d.unix.saturating_add(self.ahead_secs()),
+        }
+    }
+}
+
 /// When a request must have been answered: the platform's limit (API Gateway ends an
 /// integration at 30 s) less a margin, fixed when the request arrives and handed to
 /// everything the request waits on (fetches, checks, the chain, the facilitator).
@@ -102,6 +166,19 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    #[test]
+    fn an_adjustable_clock_moves_every_copy_and_the_system_clock_does_not() {
+        let clock = super::Clock::adjustable();
+        let copy = clock.clone();
+        let before = clock.now_unix();
+        copy.advance(300);
+        assert!(clock.now_unix() >= before + 300);
+        assert!(clock.deadline(Duration::from_secs(1)).unix() >= before + 301);
+        let system = super::Clock::system();
+        system.advance(300);
+        assert!(system.now_unix() < before + 300);
+    }
 
     #[test]
     fn a_deadline_counts_down_and_rounds_its_unix_time_up() {

@@ -31,7 +31,7 @@ use serde_json::{Map, Value};
 use crate::evm::EvmChain;
 use crate::price::{DEFAULT_SOL_PRICE_URL, SolPriceFeed};
 use crate::rails::{Rail, RailPricing, Rails};
-use crate::settle::{FacilitatorClient, Payments, SelfSettler};
+use crate::settle::{FacilitatorClient, Payments, SelfSettler, Settler};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
@@ -273,7 +273,7 @@ pub async fn payments_from(
             let chain = EvmChain::connect(&rpc, chain_id, Some(&key), Duration::from_secs(timeout))
                 .await
                 .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
-            Some(Arc::new(SelfSettler { chain }))
+            Some(Arc::new(SelfSettler { chain }) as Arc<dyn Settler>)
         }
         (other, _) => {
             return Err(err(

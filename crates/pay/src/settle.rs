@@ -458,8 +458,9 @@ impl Settler for FacilitatorClient {
 /// How payments are verified and settled on this deployment.
 #[derive(Clone, Default)]
 pub struct Payments {
-    /// EVM self-settlement; when None, EVM payments go to the facilitator.
-    pub evm: Option<Arc<SelfSettler>>,
+    /// Settles the EVM rail itself (a [`SelfSettler`], or a test's scripted one);
+    /// when None, EVM payments go to the facilitator.
+    pub evm: Option<Arc<dyn Settler>>,
     pub facilitator: Option<Arc<FacilitatorClient>>,
 }
 
