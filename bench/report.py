@@ -102,18 +102,14 @@ def http_load(path, script=None):
 REPLAY_BODY = '{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\\nall tests pass"}}'
 
 
-def replay_load():
-    """One purchase on a local chain (anvil + the test USDC, settled by the server), then
-    wrk replaying it: the identical request with its payment and Idempotency-Key."""
-    import shutil
-    import urllib.request
+ANVIL_BIN = os.path.join("node_modules", "@foundry-rs", "anvil-linux-amd64", "bin", "anvil")
 
-    anvil_bin = os.path.join("node_modules", "@foundry-rs", "anvil-linux-amd64", "bin", "anvil")
-    if not os.environ.get("UMPIRE_BIN") or not shutil.which("wrk") or not os.path.exists(anvil_bin):
-        return None
-    anvil = subprocess.Popen([anvil_bin, "--host", "127.0.0.1", "--port", "0"],
+
+def start_anvil():
+    """A fresh anvil on a free port with the test token deployed; (process, devnet.json
+    path, devnet). History is pruned: the bench needs no old states."""
+    anvil = subprocess.Popen([ANVIL_BIN, "--host", "127.0.0.1", "--port", "0", "--prune-history"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    server = None
     try:
         for line in anvil.stdout:
             if line.startswith("Listening on "):
@@ -121,13 +117,53 @@ def replay_load():
                 break
         threading.Thread(target=lambda: [None for _ in anvil.stdout], daemon=True).start()
         devnet_json = os.path.join(bench_dir, "devnet.json")
-        devnet = run_json(["node", "infra/devnet/deploy.mjs", "--rpc", rpc, "--out", devnet_json])
-        server, base = start_umpire({
-            "UMPIRE_EVM_PAY_TO": devnet["pay_to"], "UMPIRE_EVM_NETWORK": devnet["network"],
-            "UMPIRE_EVM_ASSET": devnet["asset"], "UMPIRE_EVM_ASSET_NAME": devnet["asset_name"],
-            "UMPIRE_EVM_ASSET_VERSION": str(devnet["asset_version"]), "UMPIRE_SETTLEMENT": "self",
-            "UMPIRE_EVM_RPC_URL": rpc, "UMPIRE_SETTLER_PRIVATE_KEY": devnet["settler_private_key"],
-        })
+        # $1M for the payer: a thousand $1 purchases per contender and room to spare.
+        devnet = run_json(["node", "infra/devnet/deploy.mjs", "--rpc", rpc, "--out", devnet_json,
+                           "--mint", str(10**12)])
+        return anvil, devnet_json, devnet
+    except BaseException:
+        stop(anvil)
+        raise
+
+
+def stop(process):
+    process.kill()
+    process.wait()
+
+
+def start_node(cmd):
+    """A Node server printing {"port": N} once listening; (process, port)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return proc, json.loads(proc.stdout.readline())["port"]
+
+
+def self_settling(devnet):
+    """`umpire serve`'s environment for the devnet's rail, settling with its own key."""
+    return {
+        "UMPIRE_EVM_PAY_TO": devnet["pay_to"], "UMPIRE_EVM_NETWORK": devnet["network"],
+        "UMPIRE_EVM_ASSET": devnet["asset"], "UMPIRE_EVM_ASSET_NAME": devnet["asset_name"],
+        "UMPIRE_EVM_ASSET_VERSION": str(devnet["asset_version"]), "UMPIRE_SETTLEMENT": "self",
+        "UMPIRE_EVM_RPC_URL": devnet["rpc_url"], "UMPIRE_SETTLER_PRIVATE_KEY": devnet["settler_private_key"],
+    }
+
+
+def have_chain_tools():
+    import shutil
+
+    return bool(os.environ.get("UMPIRE_BIN")) and shutil.which("wrk") and os.path.exists(ANVIL_BIN)
+
+
+def replay_load():
+    """One purchase on a local chain (anvil + the test USDC, settled by the server), then
+    wrk replaying it: the identical request with its payment and Idempotency-Key."""
+    import urllib.request
+
+    if not have_chain_tools():
+        return None
+    anvil, devnet_json, devnet = start_anvil()
+    server = None
+    try:
+        server, base = start_umpire(self_settling(devnet))
         url = base + "/v1/verdicts/basic"
         header = run_json(["node", "tests/js/buy.mjs", "--devnet", devnet_json, "--url", url,
                            "--body", REPLAY_BODY, "--sign-only"])["header"]
@@ -144,10 +180,80 @@ def replay_load():
         return wrk(url, script)
     finally:
         if server:
-            server.kill()
-            server.wait()
-        anvil.kill()
-        anvil.wait()
+            stop(server)
+        stop(anvil)
+
+
+PAID_PURCHASES = 1000
+
+
+def paid_run(who, concurrency, terms):
+    """PAID_PURCHASES distinct basic purchases at `concurrency`, each contender on its own
+    fresh anvil with the same token deployed the same way: anvil's cost per transaction
+    grows as a run adds blocks and token storage (three floors of 1,000 in a row on one
+    anvil: 900/s, 415/s, 264/s), so whoever ran second would pay for whoever ran first.
+    `terms` is filled from Umpire's 402 (amount, maxTimeoutSeconds) so the reference sells
+    at the same price. Returns paid_load.mjs's figures."""
+    import urllib.error
+    import urllib.request
+
+    anvil, devnet_json, devnet = start_anvil()
+    procs = []
+    try:
+        load = ["node", "bench/paid_load.mjs", "--concurrency", str(concurrency)]
+        if who == "floor":
+            return run_json(load + ["--floor", "--devnet", devnet_json, "--count", str(PAID_PURCHASES)])
+        if who == "umpire":
+            server, base = start_umpire(self_settling(devnet))
+            procs.append(server)
+            url = base + "/v1/verdicts/basic"
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, REPLAY_BODY.encode(), {"Content-Type": "application/json"}))
+            except urllib.error.HTTPError as e:
+                offer = json.loads(e.read())["requirements"]["accepts"][0]
+                terms.update(amount=offer["amount"], max_timeout=offer["maxTimeoutSeconds"])
+        else:
+            facilitator, fport = start_node(["node", "tests/js/facilitator.mjs", "--devnet", devnet_json, "--tuned"])
+            procs.append(facilitator)
+            seller, sport = start_node(["node", "bench/reference_seller.mjs", "--devnet", devnet_json,
+                                        "--facilitator", f"http://127.0.0.1:{fport}",
+                                        "--amount", terms["amount"], "--max-timeout", str(terms["max_timeout"])])
+            procs.append(seller)
+            url = f"http://127.0.0.1:{sport}/v1/verdicts/basic"
+        signed = os.path.join(bench_dir, f"signed-{who}.json")
+        with open(signed, "w") as f:
+            subprocess.run(["node", "tests/js/buy.mjs", "--devnet", devnet_json, "--url", url, "--body", REPLAY_BODY,
+                            "--sign-only", "--count", str(PAID_PURCHASES)], check=True, stdout=f)
+        return run_json(load + ["--url", url, "--body", REPLAY_BODY, "--headers", signed])
+    finally:
+        for p in procs:
+            stop(p)
+        stop(anvil)
+
+
+def refused(r):
+    return ", ".join(f"{n}x {s}" for s, n in r["statuses"].items() if not str(s).startswith("2")) or "none"
+
+
+def paid_path():
+    """Rows comparing Umpire's paid basic purchase (self-settled) with the reference
+    TypeScript stack's, and the chain's own floor."""
+    if not have_chain_tools():
+        return
+    for concurrency in (8, 32):
+        terms = {}
+        u = paid_run("umpire", concurrency, terms)
+        ref = paid_run("reference", concurrency, terms)
+        floor = paid_run("floor", concurrency, terms)
+        speed, p50 = u["rps"] / ref["rps"], u["p50_ms"] / ref["p50_ms"]
+        rows.append((f"HTTP paid basic purchase, {concurrency} connections", f"{u['rps']:,.0f}/s",
+                     f"p50 {u['p50_ms']:.0f} ms, p99 {u['p99_ms']:.0f} ms; refused: {refused(u)}", ">=3x ref", speed >= 3))
+        rows.append(("  the reference TS stack (@x402/express + facilitator)", f"{ref['rps']:,.0f}/s",
+                     f"p50 {ref['p50_ms']:.0f} ms, p99 {ref['p99_ms']:.0f} ms; refused: {refused(ref)}", "-", True))
+        rows.append(("  Umpire / reference", f"{speed:.1f}x",
+                     f"p50 {p50:.2f}x the reference's", "<=0.5 p50", p50 <= 0.5))
+        rows.append(("  floor: anvil's transferWithAuthorization round trip", f"{floor['rps']:,.0f}/s",
+                     f"p50 {floor['p50_ms']:.0f} ms, p99 {floor['p99_ms']:.0f} ms", "-", True))
 
 
 for name, load, target in [
@@ -161,6 +267,8 @@ for name, load, target in [
     rps, p50, p99, bad = r
     rows.append((name, f"{rps:,.0f}/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, non-2xx {bad}",
                  ">=5k/s p99<10ms" if target else "-", rps >= 5000 and p99 < 10 and bad == 0))
+
+paid_path()
 
 fn_dir = os.environ.get("UMPIRE_FUNCTIONS_DIR")
 if fn_dir:

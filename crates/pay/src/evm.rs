@@ -645,10 +645,9 @@ impl EvmChain {
             }
         };
         let hash = *pending.tx_hash();
-        // Bounded here, not only by alloy's watch timeout: after the watch, alloy asks
-        // for the receipt once more, and that call alone can hang on a slow RPC.
+        // Bounded as a whole: any one receipt call can hang on a slow RPC.
         let wait = self.receipt_timeout.min(receipt_wait);
-        let receipt = tokio::time::timeout(wait, pending.with_timeout(Some(wait)).get_receipt())
+        let receipt = tokio::time::timeout(wait, self.poll_receipt(hash))
             .await
             .map_err(|_| format!("no receipt within {} ms", wait.as_millis()))
             .and_then(|r| r.map_err(|e| e.to_string()));
@@ -670,6 +669,32 @@ impl EvmChain {
         }
     }
 }
+
+impl EvmChain {
+    /// Asks for the receipt at once, then again after `RECEIPT_POLL_FIRST`, doubling
+    /// up to `RECEIPT_POLL_MAX`. Not alloy's `get_receipt`: it re-polls at the client's
+    /// poll interval, 250 ms for a local RPC and 7 s for a remote one, so a purchase
+    /// on a chain with 2 s blocks would wait 7 s for a receipt that came after 2.
+    async fn poll_receipt(
+        &self,
+        hash: B256,
+    ) -> Result<alloy::rpc::types::TransactionReceipt, alloy::transports::TransportError> {
+        let mut pause = RECEIPT_POLL_FIRST;
+        loop {
+            if let Some(receipt) = self.provider.get_transaction_receipt(hash).await? {
+                return Ok(receipt);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RECEIPT_POLL_MAX);
+        }
+    }
+}
+
+/// The first pause between receipt polls (a local chain mines within milliseconds)
+/// and the longest (a quarter of Base's 2 s block time): about ten calls per purchase
+/// on Base, one or two on a local chain.
+const RECEIPT_POLL_FIRST: Duration = Duration::from_millis(5);
+const RECEIPT_POLL_MAX: Duration = Duration::from_millis(500);
 
 /// Where a submitted settlement stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
