@@ -93,7 +93,9 @@ fmt:
 
 # One run, every figure: criterion (Rust), the reference TypeScript verifier and the
 # contract's Python recipe on the same inputs, as ratios, and wrk (Debian) against a
-# release `umpire serve` (bench/report.py).
+# release `umpire serve`, and the paid path: 1,000 basic purchases from `umpire serve`
+# (self-settled) vs the reference @x402/express stack with the reference facilitator vs
+# anvil's own transfer round trip, each on a fresh anvil (bench/report.py).
 # Cold starts are measured on x86_64 release builds of these functions (the shipped
 # ones are arm64: `make lambda-build`), each answering its first event through a local
 # Runtime API (bench/cold_start.py). The hostile-load test holds /healthz's p99 to 100 ms
