@@ -42,6 +42,8 @@ function request(url, headers, body) {
       res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, text: Buffer.concat(chunks).toString("utf8") }));
     });
     req.on("error", reject);
+    // A request that hangs is counted as an error, not waited on forever.
+    req.setTimeout(30_000, () => req.destroy(new Error("no answer within 30 s")));
     req.end(body);
   });
 }
@@ -139,10 +141,14 @@ if (args.floor) {
   }
   const result = await run(n, async (i) => {
     const hash = await rpc(devnet.rpc_url, "eth_sendRawTransaction", [raws[i]]);
-    for (;;) {
+    // Polled every millisecond: as soon as a seller could know, without spinning on anvil.
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
       const receipt = await rpc(devnet.rpc_url, "eth_getTransactionReceipt", [hash]);
       if (receipt) return receipt.status === "0x1" ? 200 : "reverted";
+      await new Promise((r) => setTimeout(r, 1));
     }
+    return "no receipt within 30 s";
   });
   console.log(JSON.stringify(result));
 } else {

@@ -6,8 +6,9 @@
 //   node tests/js/facilitator.mjs --devnet devnet.json [--port 0] [--token secret] [--tuned]
 //
 // --tuned gives it what a deployer running it under load would: viem's nonce manager (so
-// concurrent settlements do not take the same account nonce) and a 50 ms receipt poll
-// instead of viem's 4 s default (make bench compares Umpire against it at its best).
+// concurrent settlements do not take the same account nonce) and a 5 ms poll (Umpire's
+// first pause between receipt polls) instead of viem's 4 s default (make bench compares Umpire against it at its best);
+// it also writes every refused verification or settlement to stderr, with its message.
 import { createServer } from "node:http";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -38,7 +39,7 @@ const client = createWalletClient({
   account: privateKeyToAccount(devnet.facilitator_private_key, args.tuned ? { nonceManager } : {}),
   chain,
   transport: http(devnet.rpc_url),
-  ...(args.tuned ? { pollingInterval: 50 } : {}),
+  ...(args.tuned ? { pollingInterval: 5 } : {}),
 }).extend(publicActions);
 const signer = toFacilitatorEvmSigner(
   {
@@ -72,11 +73,17 @@ const server = createServer(async (req, res) => {
       return json(res, 200, facilitator.getSupported());
     }
     const body = JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+    const logRefusal = (what, r) => {
+      if (args.tuned && !(r.isValid ?? r.success)) {
+        console.error(JSON.stringify({ refused: what, reason: r.invalidReason ?? r.errorReason, message: r.invalidMessage ?? r.errorMessage }));
+      }
+      return r;
+    };
     if (req.method === "POST" && req.url === "/verify") {
-      return json(res, 200, await facilitator.verify(body.paymentPayload, body.paymentRequirements));
+      return json(res, 200, logRefusal("verify", await facilitator.verify(body.paymentPayload, body.paymentRequirements)));
     }
     if (req.method === "POST" && req.url === "/settle") {
-      return json(res, 200, await facilitator.settle(body.paymentPayload, body.paymentRequirements));
+      return json(res, 200, logRefusal("settle", await facilitator.settle(body.paymentPayload, body.paymentRequirements)));
     }
     return json(res, 404, { error: "not found" });
   } catch (e) {

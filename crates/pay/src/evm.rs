@@ -649,8 +649,7 @@ impl EvmChain {
         let wait = self.receipt_timeout.min(receipt_wait);
         let receipt = tokio::time::timeout(wait, self.poll_receipt(hash))
             .await
-            .map_err(|_| format!("no receipt within {} ms", wait.as_millis()))
-            .and_then(|r| r.map_err(|e| e.to_string()));
+            .map_err(|_| format!("no receipt within {} ms", wait.as_millis()));
         match receipt {
             Ok(receipt) if receipt.status() => Ok(Submitted::Confirmed(hash)),
             Ok(_) => {
@@ -675,14 +674,16 @@ impl EvmChain {
     /// up to `RECEIPT_POLL_MAX`. Not alloy's `get_receipt`: it re-polls at the client's
     /// poll interval, 250 ms for a local RPC and 7 s for a remote one, so a purchase
     /// on a chain with 2 s blocks would wait 7 s for a receipt that came after 2.
-    async fn poll_receipt(
-        &self,
-        hash: B256,
-    ) -> Result<alloy::rpc::types::TransactionReceipt, alloy::transports::TransportError> {
+    /// A failed call is polled again like a missing receipt: the transfer is broadcast,
+    /// and giving up early would report it pending while time is left. The caller
+    /// bounds the whole loop.
+    async fn poll_receipt(&self, hash: B256) -> alloy::rpc::types::TransactionReceipt {
         let mut pause = RECEIPT_POLL_FIRST;
         loop {
-            if let Some(receipt) = self.provider.get_transaction_receipt(hash).await? {
-                return Ok(receipt);
+            match self.provider.get_transaction_receipt(hash).await {
+                Ok(Some(receipt)) => return receipt,
+                Ok(None) => {}
+                Err(e) => tracing::debug!(%hash, error = %e, "receipt poll failed; polling again"),
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(RECEIPT_POLL_MAX);
