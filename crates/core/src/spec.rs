@@ -809,6 +809,8 @@ fn parse_json_schema(
 }
 
 /// Every `pattern` and `patternProperties` key in a schema, skipping data keywords.
+/// The keys of `properties`, `$defs` and the like are names, not keywords: a property
+/// named `default` holds a schema like any other and is searched.
 fn schema_patterns(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
     match v {
         Value::Object(m) => {
@@ -820,6 +822,15 @@ fn schema_patterns(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
                         for (p, sub) in pp {
                             out.push((format!("{here}[{p:?}]"), p.clone()));
                             schema_patterns(sub, &format!("{here}[{p:?}]"), out);
+                        }
+                    }
+                    (
+                        "properties" | "$defs" | "definitions" | "dependentSchemas"
+                        | "dependencies",
+                        Value::Object(named),
+                    ) => {
+                        for (name, sub) in named {
+                            schema_patterns(sub, &format!("{here}.{name}"), out);
                         }
                     }
                     ("const" | "enum" | "default" | "examples", _) => {}
@@ -1397,6 +1408,29 @@ mod tests {
                 ),
             ]
         );
+        // Properties named like data keywords are schemas all the same.
+        for name in ["default", "const", "enum", "examples"] {
+            let named = codes(spec(
+                &format!(
+                    r#"{{"checks":[{{"type":"json_schema","schema":{{"properties":{{"{name}":{{"type":"string","pattern":"^(\\w+\\s?)*$"}}}},"$defs":{{"{name}":{{"pattern":"(x+)+y"}}}}}}}}]}}"#
+                ),
+                None,
+            ));
+            assert_eq!(
+                named,
+                vec![
+                    (
+                        format!("checks[0].schema.$defs.{name}.pattern"),
+                        "catastrophic_backtracking"
+                    ),
+                    (
+                        format!("checks[0].schema.properties.{name}.pattern"),
+                        "catastrophic_backtracking"
+                    ),
+                ],
+                "{name}"
+            );
+        }
         let remote = codes(spec(
             r#"{"checks":[{"type":"json_schema","schema":{"$ref":"http://127.0.0.1:9/x.json"}}]}"#,
             None,
