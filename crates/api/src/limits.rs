@@ -86,6 +86,24 @@ pub async fn enforce_for(
     enforce(state, bucket, ClientIp::of(req)).await
 }
 
+/// The address a request is counted under: an IPv4 address as it is, an IPv6 address
+/// by its /64 (one customer's link usually holds a whole /64, so counting full
+/// addresses would give one caller 2^64 buckets), an IPv4-mapped IPv6 address as the
+/// IPv4 address it is.
+fn counted_as(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+                format!("{net}/64")
+            }
+        },
+    }
+}
+
 /// Counts this request in `bucket` for the caller's IP; refuses past the limit.
 /// If the counter store fails, the request is let through (and logged): a free read
 /// is better served than refused for our own fault.
@@ -107,7 +125,7 @@ pub async fn enforce(
     // With the contract's minute this is the minute's number, as it always was.
     let window = now_ms / window_ms;
     let window_end_ms = (window + 1).saturating_mul(window_ms);
-    let who = ip.map_or_else(|| "unknown".to_owned(), |ClientIp(ip)| ip.to_string());
+    let who = ip.map_or_else(|| "unknown".to_owned(), |ClientIp(ip)| counted_as(ip));
     let key = format!("{bucket}#{who}#{window}");
     // Kept one window past its end, in whole seconds (the stores' expiry unit).
     let expires_at = window_end_ms.saturating_add(window_ms).div_ceil(1000);
@@ -131,5 +149,20 @@ pub async fn enforce(
             tracing::warn!(error = %e, bucket, "rate-limit counter unavailable; request let through");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counted_as;
+
+    #[test]
+    fn ipv6_callers_are_counted_by_their_64() {
+        let at = |s: &str| counted_as(s.parse().expect("an address"));
+        assert_eq!(at("203.0.113.7"), "203.0.113.7");
+        assert_eq!(at("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(at("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_eq!(at("2001:db8:1:2:ffff:ffff:ffff:ffff"), "2001:db8:1:2::/64");
+        assert_ne!(at("2001:db8:1:3::1"), at("2001:db8:1:2::1"));
     }
 }
