@@ -179,7 +179,7 @@ fn the_transport_answers_notifications_batches_and_mistakes_by_the_rules() {
 }
 
 #[test]
-fn mcp_calls_count_in_the_mcp_bucket_and_feedback_also_in_its_own() {
+fn mcp_calls_count_in_the_mcp_bucket_and_in_their_routes_own() {
     let server = Server::start_with(&[
         ("UMPIRE_RATE_LIMITS", "on"),
         ("UMPIRE_RATE_LIMIT_MCP", "4"),
@@ -196,15 +196,26 @@ fn mcp_calls_count_in_the_mcp_bucket_and_feedback_also_in_its_own() {
         )
     };
     let validate = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
-    // Two validate calls pass although HTTP validate allows 1: MCP has its own bucket.
-    for _ in 0..2 {
-        let r = call("validate", validate);
-        assert_eq!(r.status, 200);
-        assert_eq!(
-            r.json().get("result").and_then(|x| x.get("isError")),
-            Some(&Value::Bool(false))
-        );
-    }
+    // validate allows 1: the first call passes, the second is refused inside the tool
+    // result, and HTTP validate shares the spent bucket.
+    let first = call("validate", validate);
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        first.json().get("result").and_then(|x| x.get("isError")),
+        Some(&Value::Bool(false))
+    );
+    let second = call("validate", validate);
+    assert_eq!(second.status, 200);
+    let text = String::from_utf8_lossy(&second.body).into_owned();
+    assert!(
+        text.contains("rate_limited"),
+        "validate bucket over MCP: {text}"
+    );
+    assert_eq!(
+        server.post_json("/v1/validate", validate).status,
+        429,
+        "HTTP validate counts the MCP calls"
+    );
     // Feedback over HTTP uses the shared bucket's one request; over MCP it is refused.
     let feedback = r#"{"merchant":"0x1111111111111111111111111111111111111111","payer":"0x2222222222222222222222222222222222222222","tx_hash":"0x3333333333333333333333333333333333333333333333333333333333333333","outcome":"failed","signature":"0x00"}"#;
     let http = server.post_json("/v1/feedback", feedback);

@@ -65,24 +65,14 @@ impl RateLimits {
     }
 }
 
-/// Marks an internal request made by an MCP tool call: it was counted in the `mcp`
-/// bucket already, so only the buckets the contract shares with MCP (feedback) count it
-/// again.
-#[derive(Debug, Clone, Copy)]
-pub struct CountedAsMcp;
-
-/// Buckets an MCP tool call is also counted in.
-const SHARED_WITH_MCP: &[&str] = &["feedback"];
-
-/// [`enforce`] for the caller of `req`, honouring [`CountedAsMcp`].
+/// [`enforce`] for the caller of `req`. An MCP tool call is counted here too, in the
+/// bucket of the route it stands for, after the `mcp` bucket counted the call itself:
+/// otherwise a caller over its validate limit could go on validating through MCP.
 pub async fn enforce_for(
     state: &AppState,
     bucket: &'static str,
     req: &crate::Request,
 ) -> Result<(), ApiError> {
-    if req.extensions().get::<CountedAsMcp>().is_some() && !SHARED_WITH_MCP.contains(&bucket) {
-        return Ok(());
-    }
     enforce(state, bucket, ClientIp::of(req)).await
 }
 

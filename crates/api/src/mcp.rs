@@ -14,7 +14,7 @@ use umpire_core::json::{Value, parse, parse_str};
 use umpire_core::product::Tier;
 use umpire_core::spec::parse_deliverable;
 
-use crate::limits::{self, CountedAsMcp};
+use crate::limits;
 use crate::{AppState, ClientIp, Request, Response, respond};
 
 /// Protocol revisions we speak, newest first.
@@ -289,7 +289,6 @@ fn internal(
     if let Some(ip) = ClientIp::of(req) {
         inner.extensions_mut().insert(ip);
     }
-    inner.extensions_mut().insert(CountedAsMcp);
     Ok(inner)
 }
 
