@@ -340,6 +340,36 @@ fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry()
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 }
 
+#[test]
+fn a_failing_rate_limit_counter_lets_free_requests_through_and_says_so() {
+    let server = Server::start_logged(&[
+        ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
+    ]);
+    let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
+    assert_eq!(
+        server.post_json("/v1/validate", body).status,
+        200,
+        "the one allowed"
+    );
+    // The counter cannot be written now: the request that would be over the limit is
+    // let through uncounted (fail-open), and the metric says so.
+    let lock = StoreWriteLock::take(server.data.path());
+    let through = server.post_json("/v1/validate", body);
+    drop(lock);
+    assert_eq!(through.status, 200, "{}", text(&through));
+    let logs = server.logs();
+    assert!(
+        logs.contains("rate-limit counter unavailable") && logs.contains("RateLimitStoreFailures"),
+        "logged and counted: {logs}"
+    );
+    assert_eq!(
+        server.post_json("/v1/validate", body).status,
+        429,
+        "counted again once the store is back"
+    );
+}
+
 /// Another process holding the embedded store's write lock: every write of the server
 /// fails after its busy timeout (reads go on, as WAL allows). Released on drop.
 struct StoreWriteLock(std::process::Child);

@@ -95,8 +95,9 @@ fn counted_as(ip: std::net::IpAddr) -> String {
 }
 
 /// Counts this request in `bucket` for the caller's IP; refuses past the limit.
-/// If the counter store fails, the request is let through (and logged): a free read
-/// is better served than refused for our own fault.
+/// If the counter store fails, the request is let through, logged and counted in the
+/// `RateLimitStoreFailures` metric: a free read is better served than refused for our
+/// own fault, and the operator alarms on the metric.
 pub async fn enforce(
     state: &AppState,
     bucket: &'static str,
@@ -137,6 +138,7 @@ pub async fn enforce(
         Ok(_) => Ok(()),
         Err(e) => {
             tracing::warn!(error = %e, bucket, "rate-limit counter unavailable; request let through");
+            crate::metrics::record(crate::metrics::Metric::RateLimitUnavailable);
             Ok(())
         }
     }

@@ -21,6 +21,9 @@ pub enum Metric {
     Void,
     /// A webhook attempt failed (it will be retried, or it was the last).
     WebhookFailure,
+    /// The rate-limit counter could not be read or written: the request was let through
+    /// uncounted (fail-open, see `limits::enforce`). Alarm on it.
+    RateLimitUnavailable,
 }
 
 impl Metric {
@@ -31,6 +34,7 @@ impl Metric {
             Metric::Settlement => "Settlements",
             Metric::Void => "Voids",
             Metric::WebhookFailure => "WebhookFailures",
+            Metric::RateLimitUnavailable => "RateLimitStoreFailures",
         }
     }
 }
