@@ -167,6 +167,16 @@ impl Drop for Running {
 /// How long a shutdown waits for purchases in progress (longer than any runs).
 const DRAIN_PURCHASES: Duration = Duration::from_secs(60);
 
+/// A connection that has not sent a request's headers within this time is closed
+/// (slow or idle clients hold a connection each, not the server).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request whose body has not arrived in full within this time is refused with 408:
+/// 1 MiB at 100 KB/s, far longer than any real client needs.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; past it a new connection is closed at accept, so a
+/// flood of idle sockets cannot use up the process's file descriptors.
+pub const MAX_CONNECTIONS: usize = 4096;
+
 /// Serves until `shutdown` resolves; connections in progress finish on their own, and
 /// purchases in progress are waited for (up to a minute) before it returns, so stopping
 /// the server does not cut one between its settlement and its record.
@@ -177,6 +187,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     let purchases = Arc::new(Purchases::default());
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -194,9 +205,14 @@ pub async fn serve(
                 return Ok(());
             }
         };
+        let Ok(slot) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection limit reached; connection closed");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let (state, purchases) = (state.clone(), purchases.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let service = service_fn(move |req| {
                 let (state, purchases) = (state.clone(), purchases.clone());
                 async move {
@@ -205,6 +221,8 @@ pub async fn serve(
             });
             let _ = http1::Builder::new()
                 .keep_alive(true)
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -233,8 +251,24 @@ async fn serve_one(
     let (mut parts, body) = req.into_parts();
     let method = parts.method.clone();
     let path = parts.uri.path().to_owned();
-    let response = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => {
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(body, MAX_BODY_BYTES).collect(),
+    );
+    let response = match read.await {
+        Err(_) => {
+            let mut r = respond::error(&ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "the request body did not arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+                "Send the whole body at once, right after the headers.",
+            ));
+            *r.status_mut() = http::StatusCode::REQUEST_TIMEOUT;
+            r
+        }
+        Ok(Ok(collected)) => {
             parts.extensions.insert(ClientIp(peer.ip()));
             let req = http::Request::from_parts(parts, collected.to_bytes());
             if carries_payment(&req) {
@@ -263,7 +297,7 @@ async fn serve_one(
                 handle(&state, req).await
             }
         }
-        Err(e)
+        Ok(Err(e))
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
@@ -273,7 +307,7 @@ async fn serve_one(
                 "Send at most 1 MiB; deliverable text is capped at 200 KB.",
             ))
         }
-        Err(e) => respond::error(&ApiError::new(
+        Ok(Err(e)) => respond::error(&ApiError::new(
             ErrorCode::InvalidRequest,
             format!("the request body could not be read: {e}"),
             "Send the body in full with a correct Content-Length or chunked encoding.",
