@@ -786,7 +786,16 @@ fn parse_json_schema(
     let mut patterns = Vec::new();
     schema_patterns(schema, &format!("{at}.schema"), &mut patterns);
     for (where_, pattern) in patterns {
-        if let Err(r) = guard::check_pattern(&pattern) {
+        // The regex checks' cap, before the guard: the guard's cost grows with the
+        // pattern, and a schema must not be a way around the cap.
+        if pattern.chars().count() > MAX_PATTERN_CHARS {
+            problems.push(Problem::new(
+                where_,
+                "invalid_value",
+                format!("the pattern is longer than {MAX_PATTERN_CHARS} characters"),
+                "Shorten the pattern; the same cap holds for regex checks and for every pattern and patternProperties key in a schema.",
+            ));
+        } else if let Err(r) = guard::check_pattern(&pattern) {
             problems.push(Problem::new(where_, r.code, r.message, r.hint));
         }
     }
@@ -1407,6 +1416,36 @@ mod tests {
                     "catastrophic_backtracking"
                 ),
             ]
+        );
+        // Schema patterns have the regex checks' length cap, checked before the guard.
+        let long = "a".repeat(MAX_PATTERN_CHARS + 1);
+        assert_eq!(
+            codes(spec(
+                &format!(
+                    r#"{{"checks":[{{"type":"json_schema","schema":{{"properties":{{"a":{{"pattern":"{long}"}}}},"patternProperties":{{"{long}":{{}}}}}}}}]}}"#
+                ),
+                None,
+            )),
+            vec![
+                (
+                    format!("checks[0].schema.patternProperties[{long:?}]"),
+                    "invalid_value"
+                ),
+                (
+                    "checks[0].schema.properties.a.pattern".to_owned(),
+                    "invalid_value"
+                ),
+            ]
+        );
+        let at_cap = "a".repeat(MAX_PATTERN_CHARS);
+        assert!(
+            spec(
+                &format!(
+                    r#"{{"checks":[{{"type":"json_schema","schema":{{"pattern":"{at_cap}"}}}}]}}"#
+                ),
+                None
+            )
+            .is_ok()
         );
         // Properties named like data keywords are schemas all the same.
         for name in ["default", "const", "enum", "examples"] {
