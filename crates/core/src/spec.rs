@@ -11,6 +11,15 @@ use crate::product::{MAX_CHECKS, MAX_NETWORK_CHECKS, MAX_TEXT_BYTES, MIN_CHECKS,
 
 /// Regex patterns longer than this are refused (they are never needed to judge a deliverable).
 pub const MAX_PATTERN_CHARS: usize = 1000;
+/// Every pattern of a spec together (regex checks, schema `pattern`s and
+/// `patternProperties` keys): ten patterns at the cap. The guard and the compiler cost
+/// grows with the pattern text, and none of it is paid for when the spec is refused.
+pub const MAX_SPEC_PATTERN_CHARS: usize = 10 * MAX_PATTERN_CHARS;
+/// Patterns per spec: each compiles on its own, however short.
+pub const MAX_SPEC_PATTERNS: usize = 100;
+/// JSON values (objects, arrays, strings, numbers...) in all of a spec's schemas together:
+/// compiling a schema costs about 3 µs per value, so this keeps it to tens of milliseconds.
+pub const MAX_SCHEMA_VALUES: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -571,12 +580,20 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
         ));
     }
     if checks_v.len() > MAX_CHECKS {
+        // Nothing more is read: ten thousand checks are refused for the price of one.
         problems.push(Problem::new(
             "checks",
             "too_many_checks",
             format!("the spec has {} checks; at most {MAX_CHECKS} are allowed", checks_v.len()),
             "Split the spec into several verdicts or merge checks (one json_schema can assert many fields).",
         ));
+        return (checks, problems);
+    }
+    // The cheap structural limits come before any check is parsed, guarded or compiled.
+    let before = problems.len();
+    size_problems(checks_v, &mut problems);
+    if problems.len() > before {
+        return (checks, problems);
     }
     for (i, cv) in checks_v.iter().enumerate() {
         if let Some(c) = parse_check(cv, &format!("checks[{i}]"), &mut problems) {
@@ -587,6 +604,73 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
         tier_problems(tier, checks_v.len(), &checks, &mut problems);
     }
     (checks, problems)
+}
+
+/// The spec-wide limits on patterns and schemas, measured without parsing anything.
+fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
+    let schemas = || {
+        checks_v
+            .iter()
+            .filter_map(|c| match (c.get("type"), c.get("schema")) {
+                (Some(Value::String(t)), Some(s)) if t == "json_schema" => Some(s),
+                _ => None,
+            })
+    };
+    let values: usize = schemas().map(count_values).sum();
+    if values > MAX_SCHEMA_VALUES {
+        problems.push(Problem::new(
+            "checks",
+            "spec_too_large",
+            format!(
+                "the spec's schemas hold {values} JSON values; at most {MAX_SCHEMA_VALUES} are allowed across a spec"
+            ),
+            "Shrink the schemas: assert the fields the verdict depends on, and move long enum or const data out of the spec.",
+        ));
+        return;
+    }
+    let mut patterns: Vec<String> = Vec::new();
+    for c in checks_v {
+        if let (Some(Value::String(t)), Some(Value::String(p))) = (c.get("type"), c.get("pattern"))
+            && t == "regex"
+        {
+            patterns.push(p.clone());
+        }
+    }
+    for s in schemas() {
+        let mut found = Vec::new();
+        schema_patterns(s, "", &mut found);
+        patterns.extend(found.into_iter().map(|(_, p)| p));
+    }
+    let chars: usize = patterns.iter().map(|p| p.chars().count()).sum();
+    if patterns.len() > MAX_SPEC_PATTERNS {
+        problems.push(Problem::new(
+            "checks",
+            "spec_too_large",
+            format!(
+                "the spec has {} patterns; at most {MAX_SPEC_PATTERNS} are allowed across a spec",
+                patterns.len()
+            ),
+            "Merge patterns (one pattern can list alternatives), or assert fewer fields by pattern.",
+        ));
+    } else if chars > MAX_SPEC_PATTERN_CHARS {
+        problems.push(Problem::new(
+            "checks",
+            "spec_too_large",
+            format!(
+                "the spec's patterns hold {chars} characters; at most {MAX_SPEC_PATTERN_CHARS} are allowed across a spec"
+            ),
+            "Shorten the patterns; the same cap holds for regex checks and every pattern and patternProperties key in a schema.",
+        ));
+    }
+}
+
+/// Every JSON value in `v`, `v` included (the parser's depth limit bounds the recursion).
+fn count_values(v: &Value) -> usize {
+    1 + match v {
+        Value::Array(a) => a.iter().map(count_values).sum(),
+        Value::Object(m) => m.values().map(count_values).sum(),
+        _ => 0,
+    }
 }
 
 fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: &mut Vec<Problem>) {
@@ -1395,6 +1479,72 @@ mod tests {
         assert_eq!(
             codes(spec(r#"{"checks":[]}"#, Some(Tier::Basic))),
             vec![("checks".to_owned(), "too_few_checks")]
+        );
+    }
+
+    #[test]
+    fn spec_wide_size_limits_come_before_parsing() {
+        // Ten thousand checks, every one broken: one problem, the count, nothing parsed.
+        let broken = r#"{"type":"regex","pattern":"("}"#;
+        let many = format!(r#"{{"checks":[{}]}}"#, vec![broken; 10_000].join(","));
+        assert_eq!(
+            codes(spec(&many, None)),
+            vec![("checks".to_owned(), "too_many_checks")]
+        );
+        // Patterns at the per-pattern cap, more of them than the spec-wide cap allows,
+        // some inside schemas: refused as a whole, before any is guarded (these would
+        // each be catastrophic_backtracking).
+        let at_cap = format!("({}a+a+)+", "b".repeat(MAX_PATTERN_CHARS - 7));
+        assert_eq!(at_cap.chars().count(), MAX_PATTERN_CHARS);
+        let regex = format!(r#"{{"type":"regex","pattern":"{at_cap}"}}"#);
+        let schema = format!(
+            r#"{{"type":"json_schema","schema":{{"properties":{{"default":{{"pattern":"{at_cap}"}}}},"patternProperties":{{"{at_cap}":{{}}}}}}}}"#
+        );
+        let total = format!(
+            r#"{{"checks":[{regex},{regex},{regex},{regex},{schema},{schema},{schema},{schema}]}}"#
+        );
+        let (checks, problems) =
+            parse_spec_partial(&crate::json::parse_str(&total).expect("json"), None);
+        assert!(checks.is_empty());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].code, "spec_too_large");
+        assert!(
+            problems[0].message.contains("12000 characters"),
+            "{}",
+            problems[0].message
+        );
+        // Exactly at the cap (ten patterns of 1000 characters) the patterns are guarded.
+        let ten = format!(r#"{{"checks":[{}]}}"#, [regex.as_str(); 10].join(","));
+        let got = codes(spec(&ten, None));
+        assert_eq!(got.len(), 10);
+        assert!(
+            got.iter().all(|(_, c)| *c == "catastrophic_backtracking"),
+            "{got:?}"
+        );
+        // More patterns than allowed, however short.
+        let props: Vec<String> = (0..=MAX_SPEC_PATTERNS)
+            .map(|i| format!(r#""p{i}":{{"pattern":"^a"}}"#))
+            .collect();
+        let count = format!(
+            r#"{{"checks":[{{"type":"json_schema","schema":{{"properties":{{{}}}}}}}]}}"#,
+            props.join(",")
+        );
+        assert_eq!(
+            codes(spec(&count, None)),
+            vec![("checks".to_owned(), "spec_too_large")]
+        );
+        // Schema values are counted across the spec, enum data included.
+        let half: Vec<String> = (0..MAX_SCHEMA_VALUES / 2).map(|i| i.to_string()).collect();
+        let enum_check = format!(
+            r#"{{"type":"json_schema","schema":{{"enum":[{}]}}}}"#,
+            half.join(",")
+        );
+        let one = format!(r#"{{"checks":[{enum_check}]}}"#);
+        assert_eq!(codes(spec(&one, None)), vec![]);
+        let two = format!(r#"{{"checks":[{enum_check},{enum_check}]}}"#);
+        assert_eq!(
+            codes(spec(&two, None)),
+            vec![("checks".to_owned(), "spec_too_large")]
         );
     }
 
