@@ -13,8 +13,8 @@ use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
 use crate::checkout::{self, Checkout, Prepared, Product, Void};
-use crate::handlers::json_body;
-use crate::purchase::{Envelope, Purchase, assess};
+use crate::handlers::json_bytes;
+use crate::purchase::{Envelope, Purchase, assess, off_thread};
 use crate::{AppState, Request, Response, respond, sworn, verdict};
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
@@ -31,15 +31,19 @@ fn tier_of(req: &Request) -> Result<Tier, ApiError> {
 
 /// The purchase in the body, or the corrective refusal (nothing asked, nothing charged).
 async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
-    let body = json_body(req)?;
-    let Some(obj) = body.as_object() else {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("the body must be a JSON object, not {}", body.type_name()),
-            "Send {\"spec\":{\"checks\":[...]},\"deliverable\":{\"text\":\"...\"}}.",
-        ));
-    };
-    let mut assessment = assess(tier, obj, Envelope::Purchase, &state.fetch_policy());
+    let (body, policy) = (req.body().clone(), state.fetch_policy());
+    let mut assessment = off_thread(move || {
+        let body = json_bytes(&body)?;
+        let Some(obj) = body.as_object() else {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("the body must be a JSON object, not {}", body.type_name()),
+                "Send {\"spec\":{\"checks\":[...]},\"deliverable\":{\"text\":\"...\"}}.",
+            ));
+        };
+        Ok(assess(tier, obj, Envelope::Purchase, &policy))
+    })
+    .await?;
     let needs_fetch = !assessment.urls.is_empty();
     match &state.fetcher {
         Some(f) => assessment.resolve_urls(f).await,

@@ -143,14 +143,19 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
 
 /// Parses a JSON request body, refusing what cannot be judged faithfully.
 pub fn json_body(req: &Request) -> Result<Value, ApiError> {
-    if req.body().is_empty() {
+    json_bytes(req.body())
+}
+
+/// [`json_body`] for a body already taken out of its request.
+pub fn json_bytes(body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
         return Err(ApiError::new(
             ErrorCode::InvalidJson,
             "the request body is empty",
             "Send a JSON object in the body with Content-Type: application/json.",
         ));
     }
-    parse(req.body()).map_err(|e: ParseError| {
+    parse(body).map_err(|e: ParseError| {
         ApiError::new(
             ErrorCode::InvalidJson,
             format!("the body is not acceptable JSON: {e}"),
@@ -168,8 +173,12 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
     respond::outcome(validate_inner(state, req).await, None)
 }
 
-async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    let body = json_body(req)?;
+/// The CPU part of validate: the body read and assessed, nothing looked up.
+fn validate_assess(
+    body: &[u8],
+    policy: &umpire_fetch::Policy,
+) -> Result<(Tier, crate::purchase::Assessment), ApiError> {
+    let body = json_bytes(body)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -201,7 +210,13 @@ async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiErr
             ));
         }
     };
-    let mut a = assess(tier, obj, Envelope::Validate, &state.fetch_policy());
+    Ok((tier, assess(tier, obj, Envelope::Validate, policy)))
+}
+
+async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
+    let (body, policy) = (req.body().clone(), state.fetch_policy());
+    let (tier, mut a) =
+        crate::purchase::off_thread(move || validate_assess(&body, &policy)).await?;
     if let Some(f) = &state.fetcher {
         a.resolve_urls(f).await;
     }
