@@ -7,6 +7,10 @@
 //! each in its own invocation: the one that dies again fails at the limit, the others
 //! get their true outcome.
 //!
+//! Lambda refuses payloads over 6 MB. Each fetched body travels once (by sha256) and
+//! only with the checks that read it; a pass whose event would still be too large (three
+//! different 2 MB bodies) is judged in several invocations, cut where the events fit.
+//!
 //! Wire format: the event is `{"request": "<a worker protocol request line>"}` and the
 //! answer `{"answers": "<the worker's answer lines>"}`. The lines travel as strings so
 //! that numbers in specs and deliverables survive exactly (stable JSON on both sides).
@@ -20,6 +24,10 @@ use umpire_core::eval::Outcome;
 /// `UMPIRE_CHECKER_FUNCTION`: the checker function's name or ARN. When set, judging
 /// functions invoke it instead of starting local worker processes.
 pub const CHECKER_FUNCTION_ENV: &str = "UMPIRE_CHECKER_FUNCTION";
+
+/// Lambda refuses a synchronous invocation whose payload is larger than this
+/// ("Request must be smaller than 6291456 bytes for the InvokeFunction operation").
+pub const MAX_INVOKE_PAYLOAD_BYTES: usize = 6_291_456;
 
 /// Invokes the checker function.
 pub struct LambdaChecker {
@@ -53,13 +61,20 @@ impl LambdaChecker {
         start: usize,
         end: usize,
     ) -> Result<Invocation, CheckerError> {
-        let line = String::from_utf8_lossy(&req.line_for(start, end)).into_owned();
-        let event = serde_json::json!({ "request": line });
+        self.invoke_event(event(req, start, end), start, end).await
+    }
+
+    async fn invoke_event(
+        &self,
+        event: Vec<u8>,
+        start: usize,
+        end: usize,
+    ) -> Result<Invocation, CheckerError> {
         let out = self
             .client
             .invoke()
             .function_name(&self.function)
-            .payload(Blob::new(event.to_string()))
+            .payload(Blob::new(event))
             .send()
             .await
             .map_err(|e| {
@@ -103,31 +118,79 @@ impl LambdaChecker {
     }
 }
 
+/// The checker event for checks `start..end`: `{"request": "<request line>"}`.
+pub fn event(req: &JudgeRequest, start: usize, end: usize) -> Vec<u8> {
+    let line = String::from_utf8_lossy(&req.line_for(start, end)).into_owned();
+    serde_json::json!({ "request": line })
+        .to_string()
+        .into_bytes()
+}
+
+/// The pass cut into runs of checks whose events Lambda accepts: the whole pass when it
+/// fits (the normal case, one round trip), otherwise halves, and so on. Each fetched
+/// body travels only with the checks that read it, so within the contract's limits
+/// (three network checks, 2 MB each, a 1 MiB request) every single check fits.
+pub fn batches(req: &JudgeRequest, start: usize, end: usize) -> Vec<(usize, usize, Vec<u8>)> {
+    let e = event(req, start, end);
+    if e.len() <= MAX_INVOKE_PAYLOAD_BYTES || end - start <= 1 {
+        return vec![(start, end, e)];
+    }
+    let mid = start + (end - start) / 2;
+    let mut out = batches(req, start, mid);
+    out.extend(batches(req, mid, end));
+    out
+}
+
 #[async_trait::async_trait]
 impl Judge for LambdaChecker {
     async fn judge(&self, req: &JudgeRequest) -> Result<Vec<Outcome>, CheckerError> {
         let n = req.check_count();
-        match self.invoke(req, 0, n).await? {
-            Invocation::Answered(outcomes) => return Ok(outcomes),
-            Invocation::TimedOut => {
-                tracing::warn!(
-                    "the checker function timed out on a pass; judging its checks one by one"
-                );
-            }
-            Invocation::Died(why) => {
-                tracing::warn!(
-                    why,
-                    "the checker function died on a pass; judging its checks one by one"
-                );
-            }
-        }
         let mut outcomes = Vec::with_capacity(n);
-        for i in 0..n {
-            outcomes.push(match self.invoke(req, i, i + 1).await? {
-                Invocation::Answered(mut one) => one.remove(0),
-                Invocation::TimedOut => timed_out(self.limit),
-                Invocation::Died(_) => crashed(),
-            });
+        for (start, end, event) in batches(req, 0, n) {
+            if event.len() > MAX_INVOKE_PAYLOAD_BYTES {
+                // Cannot happen within the contract's limits (a test holds the largest
+                // legal probe under the limit); fail the check rather than the pass.
+                tracing::error!(
+                    bytes = event.len(),
+                    "a check's inputs exceed Lambda's payload limit"
+                );
+                outcomes.push(Outcome {
+                    passed: false,
+                    reason: format!(
+                        "the check's inputs ({} bytes) exceed the isolated checker's {MAX_INVOKE_PAYLOAD_BYTES}-byte payload limit; the check fails",
+                        event.len()
+                    ),
+                });
+                continue;
+            }
+            let why = match self.invoke_event(event, start, end).await? {
+                Invocation::Answered(answered) => {
+                    outcomes.extend(answered);
+                    continue;
+                }
+                Invocation::TimedOut => None,
+                Invocation::Died(why) => Some(why),
+            };
+            // A batch of one has had its try: the check is what killed the sandbox.
+            if end - start == 1 {
+                outcomes.push(match why {
+                    None => timed_out(self.limit),
+                    Some(_) => crashed(),
+                });
+                continue;
+            }
+            // Which check killed the sandbox is unknown: each again, alone.
+            tracing::warn!(
+                why = why.as_deref().unwrap_or("timed out"),
+                "the checker function died on a batch; judging its checks one by one"
+            );
+            for i in start..end {
+                outcomes.push(match self.invoke(req, i, i + 1).await? {
+                    Invocation::Answered(mut one) => one.remove(0),
+                    Invocation::TimedOut => timed_out(self.limit),
+                    Invocation::Died(_) => crashed(),
+                });
+            }
         }
         Ok(outcomes)
     }

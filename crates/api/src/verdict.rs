@@ -1,6 +1,8 @@
 //! Judging a purchase and signing the verdict: the one path every tier, the CLI's
 //! `judge` and (later) the sworn worker go through.
 
+use std::sync::Arc;
+
 use umpire_checker::{CheckerError, JudgeRequest};
 use umpire_core::Value;
 use umpire_core::document::{CheckResult, VerdictFacts, sign, verdict_document};
@@ -24,7 +26,7 @@ pub enum JudgeError {
 pub async fn run_checks(
     state: &AppState,
     purchase: &Purchase,
-    fetched: Vec<Option<FetchedBody>>,
+    fetched: Vec<Option<Arc<FetchedBody>>>,
 ) -> Result<Vec<CheckResult>, JudgeError> {
     let checker = state.checker.as_ref().ok_or(JudgeError::NoChecker)?;
     let n = purchase.spec.checks.len();
@@ -65,24 +67,32 @@ pub async fn judge(state: &AppState, purchase: &Purchase) -> Result<Vec<CheckRes
     let mut distinct: Vec<&str> = urls.iter().flatten().copied().collect();
     distinct.sort_unstable();
     distinct.dedup();
-    let fetches: Vec<(&str, Fetched)> = if distinct.is_empty() {
+    // Each distinct URL's body once, shared by every check that reads it.
+    let fetches: Vec<(&str, Fetched, Option<Arc<FetchedBody>>)> = if distinct.is_empty() {
         Vec::new()
     } else {
         let fetcher = state.fetcher.as_ref().ok_or(JudgeError::NoFetcher)?;
         let done = futures::future::join_all(distinct.iter().map(|u| fetcher.fetch(u))).await;
-        distinct.into_iter().zip(done).collect()
+        distinct
+            .into_iter()
+            .zip(done)
+            .map(|(u, mut f)| {
+                let body = f.body.take().map(Arc::new);
+                (u, f, body)
+            })
+            .collect()
     };
-    let fetched_for = |url: Option<&str>| -> Option<&Fetched> {
+    let fetched_for = |url: Option<&str>| {
         let url = url?;
-        fetches.iter().find(|(u, _)| *u == url).map(|(_, f)| f)
+        fetches.iter().find(|(u, ..)| *u == url)
     };
     let bodies = urls
         .iter()
-        .map(|u| fetched_for(*u).and_then(|f| f.body.clone()))
+        .map(|u| fetched_for(*u).and_then(|(.., b)| b.clone()))
         .collect();
     let mut results = run_checks(state, purchase, bodies).await?;
     for (r, url) in results.iter_mut().zip(&urls) {
-        if let Some(f) = fetched_for(*url) {
+        if let Some((_, f, _)) = fetched_for(*url) {
             r.observations = Some(vec![f.observation.to_value()]);
             if let Some(e) = &f.observation.error {
                 r.passed = false;

@@ -9,7 +9,8 @@
 //! the hard limit.
 //!
 //! Protocol (one JSON value per line, stable JSON, so exact numbers survive):
-//! request  `{"spec": <normalized spec>, "deliverable": {"text","json"}, "fetched": [<body or null> per check], "start": k, "end": e}`
+//! request  `{"spec": <normalized spec>, "deliverable": {"text","json"}, "fetched": [{"status","body_sha256","truncated"} or null per check], "bodies": {"<sha256>": "<base64>"}, "start": k, "end": e}`
+//!          (each body once, only those of checks k..e)
 //! answers  `{"index": i, "passed": bool, "reason": "..."}` for i = k..e (e defaults to n), in order.
 
 mod pool;
