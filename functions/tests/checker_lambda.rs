@@ -153,3 +153,132 @@ fn the_handler_answers_in_the_worker_protocol_and_refuses_garbage() {
         assert!(refused["error"].is_string(), "{refused}");
     }
 }
+
+/// `n` bytes that do not compress (sha256 in counter mode), as a hostile body would be.
+fn noise(n: usize, seed: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 32);
+    let mut i = 0u64;
+    while out.len() < n {
+        let mut block = vec![seed];
+        block.extend_from_slice(&i.to_le_bytes());
+        out.extend_from_slice(&umpire_core::hash::sha256(&block));
+        i += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+/// The largest legal probe: three URL checks, each reading a 2 MB body (the read cap),
+/// beside a regex check on a 200 KB deliverable. `bodies` says which body each URL
+/// check reads.
+fn largest_probe(bodies: [&std::sync::Arc<umpire_core::eval::FetchedBody>; 3]) -> JudgeRequest {
+    let sha = |b: &umpire_core::eval::FetchedBody| umpire_core::hash::sha256_hex(&b.body);
+    let mut req = request(
+        &format!(
+            r#"[{{"type":"content_hash","target":"url","url":"https://a.example/x","sha256":"{}"}},{{"type":"url_probe","url":"https://b.example/x","expect":{{"status":200}}}},{{"type":"content_hash","target":"url","url":"https://c.example/x","sha256":"{}"}},{{"type":"regex","pattern":"^z+$"}}]"#,
+            sha(bodies[0]),
+            sha(bodies[2]),
+        ),
+        &"z".repeat(umpire_core::product::MAX_TEXT_BYTES),
+    );
+    req.fetched = vec![
+        Some(bodies[0].clone()),
+        Some(bodies[1].clone()),
+        Some(bodies[2].clone()),
+        None,
+    ];
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_legal_probe_fits_the_checker_functions_payload_limit() {
+    use umpire_functions::checker::{MAX_INVOKE_PAYLOAD_BYTES, batches, event};
+    let cap = usize::try_from(umpire_core::product::FETCH_READ_CAP_BYTES).expect("cap");
+    let body = |seed| {
+        std::sync::Arc::new(umpire_core::eval::FetchedBody {
+            status: 200,
+            body: noise(cap, seed),
+            truncated: false,
+        })
+    };
+    let (one, two, three) = (body(1), body(2), body(3));
+    let (lambda, checker) = checker_function(Duration::from_secs(10)).await;
+
+    // The emulator refuses what AWS refuses: a payload over 6 MB never reaches the function.
+    let refused = client(&lambda.endpoint())
+        .await
+        .invoke()
+        .function_name("checker")
+        .payload(aws_sdk_lambda::primitives::Blob::new(vec![
+            b' ';
+            MAX_INVOKE_PAYLOAD_BYTES
+                + 1
+        ]))
+        .send()
+        .await
+        .expect_err("too large");
+    assert!(
+        format!("{}", aws_sdk_lambda::error::DisplayErrorContext(&refused))
+            .contains("RequestEntityTooLarge"),
+        "{refused:?}"
+    );
+    assert_eq!(lambda.invocations(), 0);
+
+    // Three checks on one 2 MB body: it travels once, the pass is one invocation.
+    let shared = largest_probe([&one, &one, &one]);
+    let whole = event(&shared, 0, 4).len();
+    assert!(
+        whole < MAX_INVOKE_PAYLOAD_BYTES,
+        "{whole} bytes for three checks on one body"
+    );
+    let outcomes = checker.judge(&shared).await.expect("judged");
+    assert!(
+        outcomes.iter().all(|o| o.passed),
+        "{:?}",
+        outcomes.iter().map(|o| &o.reason).collect::<Vec<_>>()
+    );
+    assert_eq!(lambda.invocations(), 1, "one round trip");
+
+    // Three different 2 MB bodies cannot travel together (8 MB in base64): the pass is
+    // cut where each event fits, and every check keeps its true outcome.
+    let distinct = largest_probe([&one, &two, &three]);
+    assert!(event(&distinct, 0, 4).len() > MAX_INVOKE_PAYLOAD_BYTES);
+    let cut = batches(&distinct, 0, 4);
+    assert!(cut.len() > 1);
+    for (start, end, e) in &cut {
+        assert!(
+            e.len() <= MAX_INVOKE_PAYLOAD_BYTES,
+            "checks {start}..{end}: {} bytes",
+            e.len()
+        );
+    }
+    let outcomes = checker.judge(&distinct).await.expect("judged in parts");
+    assert!(
+        outcomes.iter().all(|o| o.passed),
+        "{:?}",
+        outcomes.iter().map(|o| &o.reason).collect::<Vec<_>>()
+    );
+    assert_eq!(lambda.invocations(), 1 + cut.len() as u64);
+
+    // A body that does not match the hash it travels under is refused, not judged.
+    let small = std::sync::Arc::new(umpire_core::eval::FetchedBody {
+        status: 200,
+        body: b"small".to_vec(),
+        truncated: false,
+    });
+    let line =
+        String::from_utf8(largest_probe([&small, &small, &small]).line_for(0, 1)).expect("utf-8");
+    let forged = line.replace(
+        &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"small"),
+        &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"other"),
+    );
+    assert_ne!(forged, line);
+    let refused =
+        umpire_functions::checker::handle_event(&serde_json::json!({ "request": forged }));
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("another sha256")),
+        "{refused}"
+    );
+}

@@ -7,6 +7,8 @@ It speaks the two documented HTTP APIs a Rust function meets in AWS:
 - the Runtime API (/2018-06-01/runtime/...), which the function's bootstrap polls
   (AWS_LAMBDA_RUNTIME_API points here).
 
+It refuses payloads over Lambda's 6 MB synchronous limit (413
+RequestEntityTooLargeException; a larger answer becomes Function.ResponseSizeTooLarge).
 And it enforces what matters for isolation, as Lambda does: an invocation that runs
 past the function's timeout gets its sandbox killed (SIGKILL), a fresh one is started,
 and the caller receives `X-Amz-Function-Error: Unhandled` with "Task timed out after
@@ -29,6 +31,9 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# Lambda's synchronous payload limit, for the request and for the response alike.
+MAX_PAYLOAD_BYTES = 6_291_456
 
 INVOKE = re.compile(r"^/2015-03-31/functions/([^/]+)/invocations$")
 RESULT = re.compile(r"^/2018-06-01/runtime/invocation/([^/]+)/(response|error)$")
@@ -56,6 +61,7 @@ class Sandbox:
         self.turn = threading.Lock()  # one invocation in the sandbox at a time
         self.proc = None
         self.kills = 0
+        self.invocations = 0
 
     def start(self):
         env = dict(os.environ)
@@ -85,6 +91,7 @@ class Sandbox:
 
     def invoke(self, payload):
         with self.turn:
+            self.invocations += 1
             inv = Invocation(payload)
             with self.lock:
                 self.running[inv.id] = inv
@@ -161,7 +168,12 @@ def handler_for(sandbox):
                     ],
                 )
             elif self.path == "/stats":
-                self.reply(200, json.dumps({"kills": sandbox.kills}).encode())
+                self.reply(
+                    200,
+                    json.dumps(
+                        {"kills": sandbox.kills, "invocations": sandbox.invocations}
+                    ).encode(),
+                )
             else:
                 self.reply(404, b'{"message":"not found"}')
 
@@ -176,7 +188,28 @@ def handler_for(sandbox):
                         [("X-Amzn-ErrorType", "ResourceNotFoundException")],
                     )
                     return
+                if len(body) > MAX_PAYLOAD_BYTES:
+                    # As AWS answers it: the function never sees the event.
+                    self.reply(
+                        413,
+                        json.dumps(
+                            {
+                                "Type": "User",
+                                "message": f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation",
+                            }
+                        ).encode(),
+                        [("X-Amzn-ErrorType", "RequestEntityTooLargeException")],
+                    )
+                    return
                 inv = sandbox.invoke(body or b"{}")
+                if len(inv.body) > MAX_PAYLOAD_BYTES:
+                    inv.function_error = "Unhandled"
+                    inv.body = json.dumps(
+                        {
+                            "errorType": "Function.ResponseSizeTooLarge",
+                            "errorMessage": f"Response payload size ({len(inv.body)} bytes) exceeded maximum allowed payload size ({MAX_PAYLOAD_BYTES} bytes).",
+                        }
+                    ).encode()
                 headers = [("X-Amz-Executed-Version", "$LATEST")]
                 if inv.function_error:
                     headers.append(("X-Amz-Function-Error", inv.function_error))

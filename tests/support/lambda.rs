@@ -56,9 +56,18 @@ impl LambdaEmulator {
 
     /// How many sandboxes were killed at the timeout so far.
     pub fn kills(&self) -> u64 {
+        self.stat("kills")
+    }
+
+    /// How many invocations reached the function so far (refused payloads do not).
+    pub fn invocations(&self) -> u64 {
+        self.stat("invocations")
+    }
+
+    fn stat(&self, name: &str) -> u64 {
         let r = request(self.addr, "GET", "/stats", &[], None);
         r.json()
-            .get("kills")
+            .get(name)
             .and_then(umpire_core::Value::as_u64)
             .unwrap_or(0)
     }
