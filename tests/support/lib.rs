@@ -277,7 +277,26 @@ impl Server {
     }
 
     fn spawn(data: TempDir, env: &[(&str, &str)], stderr: Stdio) -> Server {
-        let mut cmd = Command::new(umpire_bin());
+        Server::spawn_bin(&umpire_bin(), data, env, stderr)
+    }
+
+    /// `umpire serve` from the binary `bin` (a release build, say) in its own process.
+    pub fn start_bin(bin: &Path, env: &[(&str, &str)]) -> Server {
+        Server::spawn_bin(bin, TempDir::new("serve"), env, Stdio::inherit())
+    }
+
+    /// CPU time (user + system, every thread, finished ones included) the server's
+    /// process has used so far, from `/proc/<pid>/stat`; only for a server in its own
+    /// process. Its resolution is the kernel's clock tick (10 ms at 100 Hz).
+    pub fn cpu_time(&self) -> Duration {
+        let Runner::Process(child) = &self.runner else {
+            panic!("only a server in its own process has its own CPU time");
+        };
+        process_cpu_time(child.id())
+    }
+
+    fn spawn_bin(bin: &Path, data: TempDir, env: &[(&str, &str)], stderr: Stdio) -> Server {
+        let mut cmd = Command::new(bin);
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
             .arg(data.path())
             .env("RUST_LOG", "warn")
@@ -352,6 +371,29 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// User + system CPU time of process `pid`, from `/proc/<pid>/stat` (fields 14 and 15,
+/// counted after the command name, which may itself hold spaces and parentheses).
+pub fn process_cpu_time(pid: u32) -> Duration {
+    static TICKS_PER_SECOND: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let hz = *TICKS_PER_SECOND.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100)
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    let after_name = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let fields: Vec<u64> = after_name
+        .split(' ')
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let ticks = fields[11] + fields[12];
+    Duration::from_micros(ticks * 1_000_000 / hz)
 }
 
 #[derive(Debug)]

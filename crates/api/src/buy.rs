@@ -13,8 +13,9 @@ use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
 use crate::checkout::{self, Checkout, Prepared, Product, Void};
+use crate::cpu::{DropOffThread, off_thread};
 use crate::handlers::json_bytes;
-use crate::purchase::{Envelope, Purchase, assess, off_thread};
+use crate::purchase::{Envelope, Purchase, assess};
 use crate::{AppState, Request, Response, respond, sworn, verdict};
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
@@ -30,7 +31,11 @@ fn tier_of(req: &Request) -> Result<Tier, ApiError> {
 }
 
 /// The purchase in the body, or the corrective refusal (nothing asked, nothing charged).
-async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purchase, ApiError> {
+async fn purchase_of(
+    state: &AppState,
+    tier: Tier,
+    req: &Request,
+) -> Result<DropOffThread<Purchase>, ApiError> {
     let (body, policy) = (req.body().clone(), state.fetch_policy());
     let mut assessment = off_thread(move || {
         let body = json_bytes(&body)?;
@@ -56,16 +61,21 @@ async fn purchase_of(state: &AppState, tier: Tier, req: &Request) -> Result<Purc
         }
         None => {}
     }
-    let purchase = assessment.into_purchase(tier)?;
-    if tier == Tier::Sworn {
-        sworn::check_job_size(&purchase)?;
-        if state.queue.is_none() {
-            return Err(ApiError::new(
-                ErrorCode::Unavailable,
-                "this process cannot schedule pass 2, so it does not sell sworn verdicts",
-                "Buy a probe verdict, or use a deployment with a job queue; nothing was charged.",
-            ));
+    // Refused or sized for pass 2 off the async threads too: both touch the whole body.
+    let purchase = off_thread(move || {
+        let purchase = assessment.into_purchase(tier)?;
+        if tier == Tier::Sworn {
+            sworn::check_job_size(&purchase)?;
         }
+        Ok::<_, ApiError>(DropOffThread::new(purchase))
+    })
+    .await?;
+    if tier == Tier::Sworn && state.queue.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "this process cannot schedule pass 2, so it does not sell sworn verdicts",
+            "Buy a probe verdict, or use a deployment with a job queue; nothing was charged.",
+        ));
     }
     Ok(purchase)
 }

@@ -7,7 +7,10 @@ use umpire_core::product::{
     MAX_TEXT_BYTES, OPERATOR, RATE_LIMITS, REPUTATION_PRICE, SWORN_PASS2_DELAY_SECS, Tier,
 };
 use umpire_core::signer::key_document;
-use umpire_core::spec::{CHECK_TYPES, problems_value};
+use umpire_core::spec::{
+    CHECK_TYPES, MAX_PATTERN_CHARS, MAX_SCHEMA_VALUES, MAX_SPEC_PATTERN_CHARS, MAX_SPEC_PATTERNS,
+    problems_value,
+};
 use umpire_core::{ApiError, ErrorCode};
 
 use crate::purchase::{Envelope, assess};
@@ -115,6 +118,11 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
                 )
                 .with("deliverable_text_bytes", MAX_TEXT_BYTES)
                 .with("request_body_bytes", MAX_BODY_BYTES)
+                .with("json_depth", umpire_core::json::MAX_DEPTH)
+                .with("pattern_chars", MAX_PATTERN_CHARS)
+                .with("spec_patterns", MAX_SPEC_PATTERNS)
+                .with("spec_pattern_chars", MAX_SPEC_PATTERN_CHARS)
+                .with("spec_schema_values", MAX_SCHEMA_VALUES)
                 .with(
                     "check_time_limit_ms",
                     state.config.check_limit.as_millis() as u64,
@@ -170,7 +178,18 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
     if let Err(e) = crate::limits::enforce_for(state, "validate", req).await {
         return respond::error(&e);
     }
-    respond::outcome(validate_inner(state, req).await, None)
+    let (body, policy) = (req.body().clone(), state.fetch_policy());
+    let (tier, mut a) = match crate::cpu::off_thread(move || validate_assess(&body, &policy)).await
+    {
+        Ok(assessed) => assessed,
+        Err(e) => return respond::error(&e),
+    };
+    if let Some(f) = &state.fetcher {
+        a.resolve_urls(f).await;
+    }
+    // The answer echoes the normalized spec and hashes the deliverable: as large as
+    // the request, so built (and the assessment dropped) off the async threads too.
+    crate::cpu::off_thread(move || respond::json(200, &validate_answer(tier, &a))).await
 }
 
 /// The CPU part of validate: the body read and assessed, nothing looked up.
@@ -213,15 +232,9 @@ fn validate_assess(
     Ok((tier, assess(tier, obj, Envelope::Validate, policy)))
 }
 
-async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
-    let (body, policy) = (req.body().clone(), state.fetch_policy());
-    let (tier, mut a) =
-        crate::purchase::off_thread(move || validate_assess(&body, &policy)).await?;
-    if let Some(f) = &state.fetcher {
-        a.resolve_urls(f).await;
-    }
+fn validate_answer(tier: Tier, a: &crate::purchase::Assessment) -> Value {
     let price = tier.price();
-    Ok(Value::object()
+    Value::object()
         .with("valid", a.problems.is_empty())
         .with("tier", tier.as_str())
         .with(
@@ -241,7 +254,7 @@ async fn validate_inner(state: &AppState, req: &Request) -> Result<Value, ApiErr
             "urls",
             Value::Array(a.urls.iter().map(|u| u.to_value()).collect()),
         )
-        .with("fetched", false))
+        .with("fetched", false)
 }
 
 /// The OpenAPI 3.1 description, kept beside the handlers it describes (a test checks

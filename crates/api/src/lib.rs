@@ -5,6 +5,7 @@
 pub mod buy;
 pub mod checkout;
 pub mod config;
+pub mod cpu;
 pub mod datadir;
 pub mod feedback;
 pub mod idempotency;

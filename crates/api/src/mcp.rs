@@ -14,8 +14,10 @@ use umpire_core::json::{Value, parse, parse_str};
 use umpire_core::product::Tier;
 use umpire_core::spec::parse_deliverable;
 
+use crate::cpu::off_thread;
 use crate::limits;
 use crate::{AppState, ClientIp, Request, Response, respond};
+use umpire_core::signer::PublicKey;
 
 /// Protocol revisions we speak, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
@@ -150,7 +152,10 @@ pub async fn mcp(state: &AppState, req: &Request) -> Response {
             ),
         );
     }
-    let body = match parse(req.body()) {
+    // Parsing, serializing and dropping what a caller sent (up to 1 MiB, hundreds of
+    // thousands of values) happens on the blocking pool, never on the async threads.
+    let raw = req.body().clone();
+    let body = match off_thread(move || parse(&raw)).await {
         Ok(v) => v,
         Err(e) => {
             return json_response(
@@ -170,28 +175,27 @@ pub async fn mcp(state: &AppState, req: &Request) -> Response {
             return respond::error(&e);
         }
     }
-    match body {
-        Value::Array(batch) if batch.is_empty() => json_response(
-            400,
-            &rpc_error(&Value::Null, INVALID_REQUEST, "an empty batch"),
-        ),
+    let reply = match body {
+        Value::Array(batch) if batch.is_empty() => {
+            return json_response(
+                400,
+                &rpc_error(&Value::Null, INVALID_REQUEST, "an empty batch"),
+            );
+        }
         Value::Array(batch) => {
             let mut replies = Vec::new();
-            for message in &batch {
+            for message in batch {
                 if let Some(reply) = handle_message(state, req, message).await {
                     replies.push(reply);
                 }
             }
-            if replies.is_empty() {
-                accepted()
-            } else {
-                json_response(200, &Value::Array(replies))
-            }
+            (!replies.is_empty()).then_some(Value::Array(replies))
         }
-        message => match handle_message(state, req, &message).await {
-            Some(reply) => json_response(200, &reply),
-            None => accepted(),
-        },
+        message => handle_message(state, req, message).await,
+    };
+    match reply {
+        None => accepted(),
+        Some(reply) => off_thread(move || json_response(200, &reply)).await,
     }
 }
 
@@ -203,8 +207,8 @@ fn accepted() -> Response {
 }
 
 /// One JSON-RPC message; None for notifications and client responses.
-async fn handle_message(state: &AppState, req: &Request, message: &Value) -> Option<Value> {
-    let Some(obj) = message.as_object() else {
+async fn handle_message(state: &AppState, req: &Request, message: Value) -> Option<Value> {
+    let Value::Object(mut obj) = message else {
         return Some(rpc_error(
             &Value::Null,
             INVALID_REQUEST,
@@ -226,12 +230,13 @@ async fn handle_message(state: &AppState, req: &Request, message: &Value) -> Opt
         // A response to something we never asked: nothing to answer.
         return None;
     };
-    let params = obj.get("params").cloned().unwrap_or_else(Value::object);
-    Some(match method {
+    let method = method.to_owned();
+    let params = obj.remove("params").unwrap_or_else(Value::object);
+    Some(match method.as_str() {
         "initialize" => rpc_result(&id, initialize(&params)),
         "ping" => rpc_result(&id, Value::object()),
         "tools/list" => rpc_result(&id, tools_list()),
-        "tools/call" => match call_tool(state, req, &params).await {
+        "tools/call" => match call_tool(state, req, params).await {
             Ok(result) => rpc_result(&id, result),
             Err(message) => rpc_error(&id, INVALID_PARAMS, message),
         },
@@ -276,15 +281,14 @@ fn internal(
     method: Method,
     uri: &str,
     headers: &[(&str, String)],
-    body: Option<&Value>,
+    body: Option<Bytes>,
 ) -> Result<Request, String> {
     let mut builder = http::Request::builder().method(method).uri(uri);
     for (k, v) in headers {
         builder = builder.header(*k, v);
     }
-    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_canonical_vec()));
     let mut inner = builder
-        .body(body)
+        .body(body.unwrap_or_default())
         .map_err(|e| format!("bad arguments: {e}"))?;
     if let Some(ip) = ClientIp::of(req) {
         inner.extensions_mut().insert(ip);
@@ -320,22 +324,25 @@ fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
         .ok_or_else(|| format!("argument {name:?} (a string) is required"))
 }
 
-async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Value, String> {
-    let name = params
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or("tools/call needs params.name")?;
-    let args = params
-        .get("arguments")
-        .cloned()
-        .unwrap_or_else(Value::object);
+async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Value, String> {
+    let Value::Object(mut params) = params else {
+        return Err("tools/call needs params, an object".into());
+    };
+    let name = match params.get("name") {
+        Some(Value::String(n)) => n.clone(),
+        _ => return Err("tools/call needs params.name".into()),
+    };
+    let args = params.remove("arguments").unwrap_or_else(Value::object);
     if args.as_object().is_none() {
         return Err("params.arguments must be an object".into());
     }
     let json = ("content-type", "application/json".to_owned());
-    let response = match name {
+    // Arguments that become a request body are serialized off the async threads.
+    let body_of = |args: Value| off_thread(move || Bytes::from(args.to_canonical_vec()));
+    let response = match name.as_str() {
         "validate" => {
-            let r = internal(req, Method::POST, "/v1/validate", &[json], Some(&args))?;
+            let body = body_of(args).await;
+            let r = internal(req, Method::POST, "/v1/validate", &[json], Some(body))?;
             crate::handlers::validate(state, &r).await
         }
         "quote" => {
@@ -364,10 +371,14 @@ async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Va
             crate::lookup::find(state, &r).await
         }
         "submit_feedback" => {
-            let r = internal(req, Method::POST, "/v1/feedback", &[json], Some(&args))?;
+            let body = body_of(args).await;
+            let r = internal(req, Method::POST, "/v1/feedback", &[json], Some(body))?;
             crate::feedback::submit(state, &r).await
         }
-        "verify_document" => return Ok(verify_document(state, &args)),
+        "verify_document" => {
+            let ours = state.public_keys();
+            return Ok(off_thread(move || verify_document(ours, &args)).await);
+        }
         other => {
             return Err(format!(
                 "no tool {other:?}; tools/list names {}",
@@ -375,11 +386,11 @@ async fn call_tool(state: &AppState, req: &Request, params: &Value) -> Result<Va
             ));
         }
     };
-    Ok(route_result(response))
+    Ok(off_thread(move || route_result(response)).await)
 }
 
 /// The contract's recipe, step by step, as a tool result.
-fn verify_document(state: &AppState, args: &Value) -> Value {
+fn verify_document(ours: Vec<PublicKey>, args: &Value) -> Value {
     let fail = |message: String| {
         Value::object()
             .with(
@@ -394,7 +405,7 @@ fn verify_document(state: &AppState, args: &Value) -> Value {
         return fail("argument \"document\" (the signed document, an object) is required".into());
     };
     let keys = match args.get("key_document") {
-        None => state.public_keys(),
+        None => ours,
         Some(doc) => doc
             .get("keys")
             .and_then(Value::as_array)

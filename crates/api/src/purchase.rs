@@ -66,17 +66,6 @@ pub enum Envelope {
     Purchase,
 }
 
-/// Runs CPU work an unpaid caller can ask for (parsing a body, guarding and compiling
-/// its patterns and schemas) on the blocking pool, so the async threads keep answering
-/// `/healthz` and everyone else while it runs.
-pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(v) => v,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => panic!("the blocking pool dropped a task: {e}"),
-    }
-}
-
 pub fn assess(
     tier: Tier,
     body: &BTreeMap<String, Value>,

@@ -1,0 +1,43 @@
+//! CPU work a caller can make us do for free (parsing, guarding, compiling, serializing
+//! and dropping what a request carries) runs on tokio's blocking pool, so the async
+//! threads keep answering `/healthz` and everyone else meanwhile.
+
+/// Runs `work` on the blocking pool and waits for it.
+pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("the blocking pool dropped a task: {e}"),
+    }
+}
+
+/// Holds a value that may be costly to drop (a purchase carrying up to a megabyte of
+/// parsed JSON) and drops it on the blocking pool, whichever way the request ends.
+pub struct DropOffThread<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> DropOffThread<T> {
+    pub fn new(value: T) -> Self {
+        DropOffThread(Some(value))
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for DropOffThread<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(v) => v,
+            // Only `drop` takes the value out.
+            None => unreachable!("a DropOffThread is read after its drop"),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for DropOffThread<T> {
+    fn drop(&mut self) {
+        if let Some(v) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn_blocking(move || drop(v));
+        }
+    }
+}
