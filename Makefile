@@ -13,6 +13,8 @@ PY_DEPS := $(VENV)/.installed-v4
 # TypeScript SDK and playwright-core, pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
+# The hostile-input tests hold the release build to its CPU budget per request.
+UMPIRE_RELEASE := $(CARGO_TARGET_DIR)/release/umpire
 ADDR    ?= 127.0.0.1:8080
 
 .PHONY: run build check test test-lambda watch lint fmt bench fuzz lambda-build deploy devnet clean help
@@ -79,7 +81,9 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
 	cargo build --workspace --bins --quiet
-	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) infra/local/with-moto.sh $(VENV) \
+	cargo build --release -p umpire-cli --quiet
+	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
+	  infra/local/with-moto.sh $(VENV) \
 	  cargo nextest run --workspace --lib --bins --tests --no-fail-fast --cargo-quiet 2>&1 | tee $(CACHE)/test.log || true
 	@awk '/^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($$(i+1) ~ /^passed/) p = $$i + 0; \
 	  if ($$(i+1) ~ /^failed/ || ($$(i+1) == "timed" && $$(i+2) ~ /^out/)) f += $$i + 0 } } \
@@ -99,7 +103,8 @@ fmt:
 # Cold starts are measured on x86_64 release builds of these functions (the shipped
 # ones are arm64: `make lambda-build`), each answering its first event through a local
 # Runtime API (bench/cold_start.py). The hostile-load test holds /healthz's p99 to 100 ms
-# against the release server.
+# against the release server while 100 paid hostile checks run; the hostile-input load
+# holds it to 50 ms with eight hostile bodies always in flight before payment.
 BENCH_DIR := $(CACHE)/bench
 BENCH_FUNCTIONS := health key validate verdicts checker worker
 bench: build $(PY_DEPS) $(NODE_DEPS)
@@ -111,6 +116,8 @@ bench: build $(PY_DEPS) $(NODE_DEPS)
 	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay
 	set -o pipefail; UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
 	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"
+	set -o pipefail; UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) UMPIRE_HOSTILE_INPUT_P99_MS=50 \
+	  cargo test -p umpire-blackbox --test hostile_input -- --nocapture 2>&1 | grep -E "hostile input load|test result"
 	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/release \
 	  $(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
 
@@ -120,13 +127,16 @@ FUZZ_SECONDS ?= 60
 # The nightly the targets were last run with: rustc 1.97.0-nightly (e50aa6fba 2026-05-19).
 # rustup names an installed nightly "nightly"; set FUZZ_TOOLCHAIN=nightly-YYYY-MM-DD to pin.
 FUZZ_TOOLCHAIN ?= nightly
-FUZZ_TARGETS := spec stable_json payment_header json_path url_policy feedback_body
+FUZZ_TARGETS := spec stable_json payment_header json_path url_policy feedback_body guard
+# guard asserts a time budget per input, so it runs without a sanitizer (timings as in a
+# release build); the others run under AddressSanitizer.
 fuzz: $(PY_DEPS)
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 	rustc +$(FUZZ_TOOLCHAIN) --version
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
 	  echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
-	  CARGO_TARGET_DIR=$(HOME)/.cache/umpire/fuzz-target cargo +$(FUZZ_TOOLCHAIN) fuzz run $$t -- \
+	  if [ $$t = guard ]; then san=none; else san=address; fi; \
+	  CARGO_TARGET_DIR=$(HOME)/.cache/umpire/fuzz-target cargo +$(FUZZ_TOOLCHAIN) fuzz run -s $$san $$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 || exit 1; done
 	UMPIRE_PYTHON=$(PY) UMPIRE_FUZZ_CORPUS=$(CURDIR)/fuzz/corpus/stable_json \
 	  cargo test -p umpire-core --test canonical fuzz_corpus_agrees_with_python -- --ignored --nocapture

@@ -67,3 +67,25 @@ fn a_body_that_never_arrives_in_full_is_refused_with_408() {
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("did not arrive within"), "{text}");
 }
+
+#[test]
+fn a_kept_alive_connection_left_idle_is_closed_after_the_header_timeout() {
+    let server = Server::start();
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: umpire\r\n\r\n")
+        .expect("one request, kept alive");
+    // The answer arrives and the connection stays open for the next request...
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).expect("the answer");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // ...which never comes: the server closes it once the next headers are overdue.
+    let started = Instant::now();
+    read_until_closed(&mut s, HEADER_READ_TIMEOUT * 3).expect("closed by the server");
+    assert!(
+        started.elapsed() >= HEADER_READ_TIMEOUT / 2,
+        "closed after {:?}, before the timeout",
+        started.elapsed()
+    );
+}
