@@ -11,10 +11,10 @@ use crate::spec::{
 /// time: the worker's wall-clock limit is what really stops a hostile pattern).
 pub const REGEX_BACKTRACK_LIMIT: usize = 1_000_000;
 
-/// The compiled size a pattern may reach (the regex crate's own default is 10 MiB). The
-/// compiler works until it reaches the limit, so counted repetitions of large classes
-/// (`(?:\w{100}){100}`) are refused in milliseconds instead of ~40 ms each, before payment.
-pub const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// The compiled size one regex may reach (the regex crate's own default). What a
+/// spec's patterns compile to together is bounded before payment too
+/// (`patterns::SPEC_REGEX_BYTES`).
+pub const REGEX_SIZE_LIMIT: usize = 10 << 20;
 
 /// Longest rendering of an observed value inside a reason.
 const REASON_VALUE_CHARS: usize = 120;
@@ -57,13 +57,10 @@ pub struct FetchedBody {
     pub truncated: bool,
 }
 
+/// A regex check's pattern compiled for judging (with a prefilter: searching is what
+/// the check does). Before payment `patterns::check_regex` decides whether it compiles.
 pub fn compile_regex(pattern: &str, flags: &str) -> Result<fancy_regex::Regex, String> {
-    let full = if flags.is_empty() {
-        pattern.to_owned()
-    } else {
-        format!("(?{flags}){pattern}")
-    };
-    fancy_regex::RegexBuilder::new(&full)
+    fancy_regex::RegexBuilder::new(&crate::patterns::with_flags(pattern, flags))
         .backtrack_limit(REGEX_BACKTRACK_LIMIT)
         .delegate_size_limit(REGEX_SIZE_LIMIT)
         .build()

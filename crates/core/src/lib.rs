@@ -9,6 +9,7 @@ pub mod guard;
 pub mod hash;
 pub mod json;
 pub mod jsonpath;
+pub mod patterns;
 pub mod product;
 pub mod signer;
 pub mod spec;

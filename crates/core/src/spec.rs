@@ -4,22 +4,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::guard;
 use crate::json::Value;
 use crate::jsonpath::{JsonPath, PATH_HINT};
 use crate::product::{MAX_CHECKS, MAX_NETWORK_CHECKS, MAX_TEXT_BYTES, MIN_CHECKS, Tier};
 
-/// Regex patterns longer than this are refused (they are never needed to judge a deliverable).
-pub const MAX_PATTERN_CHARS: usize = 1000;
-/// Every pattern of a spec together (regex checks, schema `pattern`s and
-/// `patternProperties` keys): ten patterns at the cap. The guard and the compiler cost
-/// grows with the pattern text, and none of it is paid for when the spec is refused.
-pub const MAX_SPEC_PATTERN_CHARS: usize = 10 * MAX_PATTERN_CHARS;
-/// Patterns per spec: each compiles on its own, however short.
-pub const MAX_SPEC_PATTERNS: usize = 100;
+use crate::patterns::{self, RegexBudget};
+pub use crate::patterns::{MAX_PATTERN_CHARS, MAX_SPEC_PATTERN_CHARS, MAX_SPEC_PATTERNS};
 /// JSON values (objects, arrays, strings, numbers...) in all of a spec's schemas together:
 /// compiling a schema costs about 3 µs per value, so this keeps it to tens of milliseconds.
 pub const MAX_SCHEMA_VALUES: usize = 10_000;
+/// The JSON pointers of every value in a spec's schemas, in bytes, together: a schema
+/// validator names each place it compiles by its path, so a long property name over
+/// thousands of values costs its length thousands of times (a 700 KB name over 9,000
+/// properties took seconds). Real schemas use a fraction of this.
+pub const MAX_SCHEMA_PATH_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -271,6 +269,19 @@ impl Check {
 
     pub fn needs_json(&self) -> bool {
         matches!(self, Check::JsonSchema { .. } | Check::JsonPath(_))
+    }
+
+    /// [`Check::needs_text`] and [`Check::needs_json`] read off a check's normalized
+    /// JSON (what the isolated checker is sent), so a request carries only the parts
+    /// of the deliverable its checks read. A test holds the two readings equal.
+    pub fn reads_of_normalized(check: &Value) -> (bool, bool) {
+        let ty = check.get("type").and_then(Value::as_str);
+        let text = match ty {
+            Some("regex" | "length") => true,
+            Some("content_hash") => check.get("target").and_then(Value::as_str) == Some("text"),
+            _ => false,
+        };
+        (text, matches!(ty, Some("json_schema" | "json_path")))
     }
 
     /// The normalized form: every field spelled out with its default.
@@ -595,8 +606,10 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
     if problems.len() > before {
         return (checks, problems);
     }
+    // One compiled-size allowance for every pattern of the spec, spent in order.
+    let mut budget = RegexBudget::default();
     for (i, cv) in checks_v.iter().enumerate() {
-        if let Some(c) = parse_check(cv, &format!("checks[{i}]"), &mut problems) {
+        if let Some(c) = parse_check(cv, &format!("checks[{i}]"), &mut budget, &mut problems) {
             checks.push((i, c));
         }
     }
@@ -616,7 +629,12 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
                 _ => None,
             })
     };
-    let values: usize = schemas().map(count_values).sum();
+    let (mut values, mut path_bytes) = (0, 0);
+    for s in schemas() {
+        let (v, p) = weigh_values(s, 0);
+        values += v;
+        path_bytes += p;
+    }
     if values > MAX_SCHEMA_VALUES {
         problems.push(Problem::new(
             "checks",
@@ -625,6 +643,17 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
                 "the spec's schemas hold {values} JSON values; at most {MAX_SCHEMA_VALUES} are allowed across a spec"
             ),
             "Shrink the schemas: assert the fields the verdict depends on, and move long enum or const data out of the spec.",
+        ));
+        return;
+    }
+    if path_bytes > MAX_SCHEMA_PATH_BYTES {
+        problems.push(Problem::new(
+            "checks",
+            "spec_too_large",
+            format!(
+                "the paths to the values of the spec's schemas hold {path_bytes} bytes together; at most {MAX_SCHEMA_PATH_BYTES} are allowed across a spec"
+            ),
+            "Shorten the property names (a long name is repeated in the path of everything beneath it) or flatten the schema.",
         ));
         return;
     }
@@ -637,9 +666,8 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
         }
     }
     for s in schemas() {
-        let mut found = Vec::new();
-        schema_patterns(s, "", &mut found);
-        patterns.extend(found.into_iter().map(|(_, p)| p));
+        let scan = patterns::scan_schema(s, "");
+        patterns.extend(scan.patterns.into_iter().map(|(_, p)| p));
     }
     let chars: usize = patterns.iter().map(|p| p.chars().count()).sum();
     if patterns.len() > MAX_SPEC_PATTERNS {
@@ -664,13 +692,32 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
     }
 }
 
-/// Every JSON value in `v`, `v` included (the parser's depth limit bounds the recursion).
-fn count_values(v: &Value) -> usize {
-    1 + match v {
-        Value::Array(a) => a.iter().map(count_values).sum(),
-        Value::Object(m) => m.values().map(count_values).sum(),
-        _ => 0,
+/// Every JSON value in `v`, `v` included, and the bytes of their paths below `v` together
+/// (`path` is the length of the path to `v`). The parser's depth limit bounds the recursion.
+fn weigh_values(v: &Value, path: usize) -> (usize, usize) {
+    let mut total = (1, path);
+    let mut add = |(n, p): (usize, usize)| {
+        total.0 += n;
+        total.1 = total.1.saturating_add(p);
+    };
+    match v {
+        Value::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                add(weigh_values(item, path + 1 + decimal_len(i)));
+            }
+        }
+        Value::Object(m) => {
+            for (k, item) in m {
+                add(weigh_values(item, path + 1 + k.len()));
+            }
+        }
+        _ => {}
     }
+    total
+}
+
+fn decimal_len(i: usize) -> usize {
+    i.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: &mut Vec<Problem>) {
@@ -718,7 +765,12 @@ fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: 
     }
 }
 
-fn parse_check(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Check> {
+fn parse_check(
+    v: &Value,
+    at: &str,
+    budget: &mut RegexBudget,
+    problems: &mut Vec<Problem>,
+) -> Option<Check> {
     let obj = object_at(v, at, "a check", problems)?;
     let ty = match obj.get("type") {
         Some(Value::String(t)) => t.as_str(),
@@ -738,7 +790,7 @@ fn parse_check(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Check
     };
     let before = problems.len();
     let check = match ty {
-        "json_schema" => parse_json_schema(obj, at, problems),
+        "json_schema" => parse_json_schema(obj, at, budget, problems),
         "json_path" => {
             let f = Fields::new(
                 obj,
@@ -750,7 +802,7 @@ fn parse_check(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Check
             parse_path_assertion(&f, problems).map(Check::JsonPath)
         }
         "content_hash" => parse_content_hash(obj, at, problems),
-        "regex" => parse_regex(obj, at, problems),
+        "regex" => parse_regex(obj, at, budget, problems),
         "length" => parse_length(obj, at, problems),
         "url_probe" => parse_url_probe(obj, at, problems),
         other => {
@@ -830,6 +882,7 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
 fn parse_json_schema(
     obj: &BTreeMap<String, Value>,
     at: &str,
+    budget: &mut RegexBudget,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
     let f = Fields::new(
@@ -867,24 +920,25 @@ fn parse_json_schema(
             "Remove \"$schema\" or set it to https://json-schema.org/draft/2020-12/schema.",
         ));
     }
-    let mut patterns = Vec::new();
-    schema_patterns(schema, &format!("{at}.schema"), &mut patterns);
-    for (where_, pattern) in patterns {
-        // The regex checks' cap, before the guard: the guard's cost grows with the
-        // pattern, and a schema must not be a way around the cap.
-        if pattern.chars().count() > MAX_PATTERN_CHARS {
-            problems.push(Problem::new(
-                where_,
-                "invalid_value",
-                format!("the pattern is longer than {MAX_PATTERN_CHARS} characters"),
-                "Shorten the pattern; the same cap holds for regex checks and for every pattern and patternProperties key in a schema.",
-            ));
-        } else if let Err(r) = guard::check_pattern(&pattern) {
-            problems.push(Problem::new(where_, r.code, r.message, r.hint));
+    let scan = patterns::scan_schema(schema, &format!("{at}.schema"));
+    for (where_, reference) in &scan.refs_into_data {
+        problems.push(Problem::new(
+            where_.as_str(),
+            "invalid_schema",
+            format!("{reference:?} points into data (const, enum, default or examples), which is never a schema"),
+            "Point $ref at a schema: move the definition under $defs and refer to it there.",
+        ));
+    }
+    for (where_, pattern) in &scan.patterns {
+        if let Err(r) = patterns::check_schema_pattern(pattern, budget) {
+            problems.push(Problem::new(where_.as_str(), r.code, r.message, r.hint));
         }
     }
+    // Every other rule of the schema, checked on the copy whose patterns are trivial:
+    // its own patterns compiled above as jsonschema compiles them, without the
+    // prefilter jsonschema would build for each (judging builds them, in the checker).
     if problems.len() == before
-        && let Err(e) = crate::eval::compile_schema(schema)
+        && let Err(e) = crate::eval::compile_schema(&scan.neutralized)
     {
         problems.push(Problem::new(
             f.path("schema"),
@@ -899,45 +953,6 @@ fn parse_json_schema(
     Some(Check::JsonSchema {
         schema: schema.clone(),
     })
-}
-
-/// Every `pattern` and `patternProperties` key in a schema, skipping data keywords.
-/// The keys of `properties`, `$defs` and the like are names, not keywords: a property
-/// named `default` holds a schema like any other and is searched.
-fn schema_patterns(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
-    match v {
-        Value::Object(m) => {
-            for (k, val) in m {
-                let here = format!("{at}.{k}");
-                match (k.as_str(), val) {
-                    ("pattern", Value::String(p)) => out.push((here, p.clone())),
-                    ("patternProperties", Value::Object(pp)) => {
-                        for (p, sub) in pp {
-                            out.push((format!("{here}[{p:?}]"), p.clone()));
-                            schema_patterns(sub, &format!("{here}[{p:?}]"), out);
-                        }
-                    }
-                    (
-                        "properties" | "$defs" | "definitions" | "dependentSchemas"
-                        | "dependencies",
-                        Value::Object(named),
-                    ) => {
-                        for (name, sub) in named {
-                            schema_patterns(sub, &format!("{here}.{name}"), out);
-                        }
-                    }
-                    ("const" | "enum" | "default" | "examples", _) => {}
-                    _ => schema_patterns(val, &here, out),
-                }
-            }
-        }
-        Value::Array(a) => {
-            for (i, item) in a.iter().enumerate() {
-                schema_patterns(item, &format!("{at}[{i}]"), out);
-            }
-        }
-        _ => {}
-    }
 }
 
 fn parse_content_hash(
@@ -1005,6 +1020,7 @@ fn parse_content_hash(
 fn parse_regex(
     obj: &BTreeMap<String, Value>,
     at: &str,
+    budget: &mut RegexBudget,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
     let f = Fields::new(
@@ -1049,22 +1065,8 @@ fn parse_regex(
                 "the pattern is empty and would match anything",
                 "Write the text or pattern the deliverable must (or must not) contain.",
             ));
-        } else if p.chars().count() > MAX_PATTERN_CHARS {
-            problems.push(Problem::new(
-                f.path("pattern"),
-                "invalid_value",
-                format!("the pattern is longer than {MAX_PATTERN_CHARS} characters"),
-                "Shorten the pattern or split it into several regex checks.",
-            ));
-        } else if let Err(r) = guard::check_pattern(p) {
+        } else if let Err(r) = patterns::check_regex(p, &flags, budget) {
             problems.push(Problem::new(f.path("pattern"), r.code, r.message, r.hint));
-        } else if let Err(e) = crate::eval::compile_regex(p, &flags) {
-            problems.push(Problem::new(
-                f.path("pattern"),
-                "invalid_regex",
-                format!("the pattern does not compile: {e}"),
-                "Fix the regular expression syntax.",
-            ));
         }
     }
     if problems.len() > before {
@@ -1549,6 +1551,29 @@ mod tests {
     }
 
     #[test]
+    fn schemas_that_would_cost_more_than_they_say_are_refused() {
+        // A $ref into data would make the data a schema nobody checked.
+        let into_data = r##"{"checks":[{"type":"json_schema","schema":{"$ref":"#/default","default":{"pattern":"(a+)+$"}}}]}"##;
+        assert_eq!(
+            codes(spec(into_data, None)),
+            vec![("checks[0].schema.$ref".to_owned(), "invalid_schema")]
+        );
+        let into_a_property = r##"{"checks":[{"type":"json_schema","schema":{"$ref":"#/properties/default","properties":{"default":{"type":"string"}}}}]}"##;
+        assert_eq!(codes(spec(into_a_property, None)), vec![]);
+        // A long property name over many values: its length in every path below it.
+        let children: Vec<String> = (0..100).map(|i| format!(r#""c{i}":{{}}"#)).collect();
+        let long_name = format!(
+            r#"{{"checks":[{{"type":"json_schema","schema":{{"properties":{{"{}":{{"properties":{{{}}}}}}}}}}}]}}"#,
+            "n".repeat(50_000),
+            children.join(",")
+        );
+        assert_eq!(
+            codes(spec(&long_name, None)),
+            vec![("checks".to_owned(), "spec_too_large")]
+        );
+    }
+
+    #[test]
     fn schemas_are_guarded_and_never_fetch() {
         let got = codes(spec(
             r#"{"checks":[{"type":"json_schema","schema":{"properties":{"a":{"type":"string","pattern":"(x+)+y"}},"patternProperties":{"(a|aa)+":{}}}}]}"#,
@@ -1578,7 +1603,8 @@ mod tests {
             )),
             vec![
                 (
-                    format!("checks[0].schema.patternProperties[{long:?}]"),
+                    // A long key is shortened where it names the place.
+                    format!("checks[0].schema.patternProperties[\"{}…\"]", &long[..64]),
                     "invalid_value"
                 ),
                 (
@@ -1636,6 +1662,24 @@ mod tests {
             file,
             vec![("checks[0].schema".to_owned(), "invalid_schema")]
         );
+    }
+
+    #[test]
+    fn what_a_check_reads_is_the_same_on_its_normalized_json() {
+        let all = spec(
+            r#"{"checks":[{"type":"json_schema","schema":{}},{"type":"json_path","path":"a","op":"exists"},{"type":"content_hash","sha256":"00000000000000000000000000000000000000000000000000000000000000aa"},{"type":"content_hash","target":"url","url":"https://example.com/","sha256":"00000000000000000000000000000000000000000000000000000000000000aa"},{"type":"regex","pattern":"a"},{"type":"length","min":1},{"type":"url_probe","url":"https://example.com/"}]}"#,
+            None,
+        )
+        .expect("spec");
+        assert_eq!(all.checks.len(), CHECK_TYPES.len() + 1);
+        for c in &all.checks {
+            assert_eq!(
+                Check::reads_of_normalized(&c.to_value()),
+                (c.needs_text(), c.needs_json()),
+                "{}",
+                c.type_name()
+            );
+        }
     }
 
     #[test]
