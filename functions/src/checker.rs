@@ -5,11 +5,14 @@
 //! the whole pass (the normal case costs one round trip). If that invocation dies, we
 //! cannot tell which check killed it, so every check of the pass is judged again alone,
 //! each in its own invocation: the one that dies again fails at the limit, the others
-//! get their true outcome.
+//! get their true outcome. A one-check invocation killed at the timeout fails at once;
+//! one that died otherwise gets a second try.
 //!
-//! Lambda refuses payloads over 6 MB. Each fetched body travels once (by sha256) and
-//! only with the checks that read it; a pass whose event would still be too large (three
-//! different 2 MB bodies) is judged in several invocations, cut where the events fit.
+//! Lambda refuses payloads over 6 MB. An event carries only what its checks read: each
+//! fetched body once (by sha256) and only with the checks that read it, the deliverable's
+//! text and JSON only with checks that read them. A pass whose event would still be too
+//! large (three different 2 MB bodies) is judged in several invocations, cut where the
+//! events fit; a single check always fits within the contract's limits.
 //!
 //! Wire format: the event is `{"request": "<a worker protocol request line>"}` and the
 //! answer `{"answers": "<the worker's answer lines>"}`. The lines travel as strings so
@@ -127,9 +130,9 @@ pub fn event(req: &JudgeRequest, start: usize, end: usize) -> Vec<u8> {
 }
 
 /// The pass cut into runs of checks whose events Lambda accepts: the whole pass when it
-/// fits (the normal case, one round trip), otherwise halves, and so on. Each fetched
-/// body travels only with the checks that read it, so within the contract's limits
-/// (three network checks, 2 MB each, a 1 MiB request) every single check fits.
+/// fits (the normal case, one round trip), otherwise halves, and so on. Within the
+/// contract's limits (three network checks, 2 MB each, a 1 MiB request) every single
+/// check fits: a URL check carries its body and not the deliverable.
 pub fn batches(req: &JudgeRequest, start: usize, end: usize) -> Vec<(usize, usize, Vec<u8>)> {
     let e = event(req, start, end);
     if e.len() <= MAX_INVOKE_PAYLOAD_BYTES || end - start <= 1 {
@@ -148,20 +151,13 @@ impl Judge for LambdaChecker {
         let mut outcomes = Vec::with_capacity(n);
         for (start, end, event) in batches(req, 0, n) {
             if event.len() > MAX_INVOKE_PAYLOAD_BYTES {
-                // Cannot happen within the contract's limits (a test holds the largest
-                // legal probe under the limit); fail the check rather than the pass.
-                tracing::error!(
-                    bytes = event.len(),
-                    "a check's inputs exceed Lambda's payload limit"
-                );
-                outcomes.push(Outcome {
-                    passed: false,
-                    reason: format!(
-                        "the check's inputs ({} bytes) exceed the isolated checker's {MAX_INVOKE_PAYLOAD_BYTES}-byte payload limit; the check fails",
-                        event.len()
-                    ),
-                });
-                continue;
+                // Cannot happen within the contract's limits (a check carries only what
+                // it reads; a test holds the largest legal probe under the limit). Not
+                // a verdict on the check: the purchase is voided, nothing is charged.
+                return Err(CheckerError::Invoke(format!(
+                    "checks {start}..{end} need a {}-byte event, over Lambda's {MAX_INVOKE_PAYLOAD_BYTES}",
+                    event.len()
+                )));
             }
             let why = match self.invoke_event(event, start, end).await? {
                 Invocation::Answered(answered) => {
@@ -171,11 +167,16 @@ impl Judge for LambdaChecker {
                 Invocation::TimedOut => None,
                 Invocation::Died(why) => Some(why),
             };
-            // A batch of one has had its try: the check is what killed the sandbox.
+            // A batch of one names its culprit: at the limit it fails; a sandbox that
+            // died otherwise (out of memory, a crash of the platform) gets one more try.
             if end - start == 1 {
                 outcomes.push(match why {
                     None => timed_out(self.limit),
-                    Some(_) => crashed(),
+                    Some(_) => match self.invoke(req, start, end).await? {
+                        Invocation::Answered(mut one) => one.remove(0),
+                        Invocation::TimedOut => timed_out(self.limit),
+                        Invocation::Died(_) => crashed(),
+                    },
                 });
                 continue;
             }

@@ -38,8 +38,11 @@ async fn checker_function(limit: Duration) -> (LambdaEmulator, LambdaChecker) {
     (lambda, checker)
 }
 
+/// A request as the API sends it: the spec normalized (left as it is when it does not
+/// parse, to see the function refuse it).
 fn request(checks: &str, text: &str) -> JudgeRequest {
-    let spec = parse_str(&format!(r#"{{"checks":{checks}}}"#)).expect("spec json");
+    let raw = parse_str(&format!(r#"{{"checks":{checks}}}"#)).expect("spec json");
+    let spec = umpire_core::spec::parse_spec(&raw, None).map_or(raw, |s| s.normalized);
     let n = spec
         .get("checks")
         .and_then(umpire_core::Value::as_array)
@@ -169,18 +172,26 @@ fn noise(n: usize, seed: u8) -> Vec<u8> {
 }
 
 /// The largest legal probe: three URL checks, each reading a 2 MB body (the read cap),
-/// beside a regex check on a 200 KB deliverable. `bodies` says which body each URL
-/// check reads.
-fn largest_probe(bodies: [&std::sync::Arc<umpire_core::eval::FetchedBody>; 3]) -> JudgeRequest {
+/// beside a check on the largest deliverable a 1 MiB request can carry once it is in
+/// stable JSON: 200,000 numbers written `1e15`, which Python's form spells
+/// `1000000000000000.0` (3.7 MB); or, not `heavy`, a small one. `bodies` says which body
+/// each URL check reads.
+fn largest_probe(
+    bodies: [&std::sync::Arc<umpire_core::eval::FetchedBody>; 3],
+    heavy: bool,
+) -> JudgeRequest {
     let sha = |b: &umpire_core::eval::FetchedBody| umpire_core::hash::sha256_hex(&b.body);
     let mut req = request(
         &format!(
-            r#"[{{"type":"content_hash","target":"url","url":"https://a.example/x","sha256":"{}"}},{{"type":"url_probe","url":"https://b.example/x","expect":{{"status":200}}}},{{"type":"content_hash","target":"url","url":"https://c.example/x","sha256":"{}"}},{{"type":"regex","pattern":"^z+$"}}]"#,
+            r#"[{{"type":"content_hash","target":"url","url":"https://a.example/x","sha256":"{}"}},{{"type":"url_probe","url":"https://b.example/x","expect":{{"status":200}}}},{{"type":"content_hash","target":"url","url":"https://c.example/x","sha256":"{}"}},{{"type":"json_path","path":"[-1]","op":"eq","value":1e15}}]"#,
             sha(bodies[0]),
             sha(bodies[2]),
         ),
-        &"z".repeat(umpire_core::product::MAX_TEXT_BYTES),
+        "",
     );
+    let count = if heavy { 200_000 } else { 200 };
+    let numbers = format!("[{}1e15]", "1e15,".repeat(count - 1));
+    req.deliverable.json = Some(parse_str(&numbers).expect("numbers"));
     req.fetched = vec![
         Some(bodies[0].clone()),
         Some(bodies[1].clone()),
@@ -225,7 +236,7 @@ async fn the_largest_legal_probe_fits_the_checker_functions_payload_limit() {
     assert_eq!(lambda.invocations(), 0);
 
     // Three checks on one 2 MB body: it travels once, the pass is one invocation.
-    let shared = largest_probe([&one, &one, &one]);
+    let shared = largest_probe([&one, &one, &one], false);
     let whole = event(&shared, 0, 4).len();
     assert!(
         whole < MAX_INVOKE_PAYLOAD_BYTES,
@@ -239,9 +250,10 @@ async fn the_largest_legal_probe_fits_the_checker_functions_payload_limit() {
     );
     assert_eq!(lambda.invocations(), 1, "one round trip");
 
-    // Three different 2 MB bodies cannot travel together (8 MB in base64): the pass is
-    // cut where each event fits, and every check keeps its true outcome.
-    let distinct = largest_probe([&one, &two, &three]);
+    // Three different 2 MB bodies cannot travel together (8 MB in base64), nor with a
+    // deliverable of 3.7 MB: the pass is cut where each event fits, and every check
+    // keeps its true outcome.
+    let distinct = largest_probe([&one, &two, &three], true);
     assert!(event(&distinct, 0, 4).len() > MAX_INVOKE_PAYLOAD_BYTES);
     let cut = batches(&distinct, 0, 4);
     assert!(cut.len() > 1);
@@ -266,8 +278,8 @@ async fn the_largest_legal_probe_fits_the_checker_functions_payload_limit() {
         body: b"small".to_vec(),
         truncated: false,
     });
-    let line =
-        String::from_utf8(largest_probe([&small, &small, &small]).line_for(0, 1)).expect("utf-8");
+    let line = String::from_utf8(largest_probe([&small, &small, &small], false).line_for(0, 1))
+        .expect("utf-8");
     let forged = line.replace(
         &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"small"),
         &base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"other"),

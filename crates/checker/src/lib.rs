@@ -9,8 +9,9 @@
 //! the hard limit.
 //!
 //! Protocol (one JSON value per line, stable JSON, so exact numbers survive):
-//! request  `{"spec": <normalized spec>, "deliverable": {"text","json"}, "fetched": [{"status","body_sha256","truncated"} or null per check], "bodies": {"<sha256>": "<base64>"}, "start": k, "end": e}`
-//!          (each body once, only those of checks k..e)
+//! request  `{"protocol": 2, "spec": <normalized spec>, "deliverable": {"text","json"}, "fetched": [{"status","body_sha256","truncated"} or null per check], "bodies": {"<sha256>": "<base64>"}, "start": k, "end": e}`
+//!          (only what checks k..e read: each body once, text and json only if read;
+//!          a request of another protocol, or missing a body, is refused)
 //! answers  `{"index": i, "passed": bool, "reason": "..."}` for i = k..e (e defaults to n), in order.
 
 mod pool;

@@ -9,7 +9,10 @@ use base64::engine::general_purpose::STANDARD as B64;
 use umpire_core::eval::{FetchedBody, Outcome, evaluate};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::{Value, parse};
-use umpire_core::spec::{Deliverable, parse_spec};
+use umpire_core::spec::{Check, Deliverable, parse_spec};
+
+/// The version of the request line; a worker refuses any other.
+pub const PROTOCOL: u64 = 2;
 
 /// One pass of one verdict, as sent to a worker.
 #[derive(Debug, Clone)]
@@ -30,10 +33,27 @@ impl JudgeRequest {
     /// The request for checks `start..end` only, as one line (the checker Lambda's
     /// payload, and a single check's retry after a batch died).
     ///
-    /// Each body travels once, under its sha256, however many checks read it, and only
-    /// the bodies of checks in `start..end` travel at all: three checks on one 2 MB body
-    /// cost one base64 copy (2.7 MB), not three (8 MB, over Lambda's 6 MB payload limit).
+    /// A request carries only what its checks read. Each body travels once, under its
+    /// sha256, however many checks read it, and only for checks in `start..end`: three
+    /// checks on one 2 MB body cost one base64 copy (2.7 MB), not three (8 MB, over
+    /// Lambda's 6 MB payload limit). The deliverable's text and JSON travel only when a
+    /// check in the range reads them, so a URL check never carries a large deliverable.
     pub fn line_for(&self, start: usize, end: usize) -> Vec<u8> {
+        let checks: &[Value] = self
+            .spec
+            .get("checks")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice);
+        let (mut text, mut json) = (false, false);
+        for c in checks.get(start..end.min(checks.len())).unwrap_or_default() {
+            let (t, j) = Check::reads_of_normalized(c);
+            text |= t;
+            json |= j;
+        }
+        let deliverable = Deliverable {
+            text: self.deliverable.text.clone().filter(|_| text),
+            json: self.deliverable.json.clone().filter(|_| json),
+        };
         let mut bodies = Value::object();
         let fetched: Vec<Value> = self
             .fetched
@@ -54,8 +74,9 @@ impl JudgeRequest {
             })
             .collect();
         let v = Value::object()
+            .with("protocol", PROTOCOL)
             .with("spec", self.spec.clone())
-            .with("deliverable", self.deliverable.hash_input())
+            .with("deliverable", deliverable.hash_input())
             .with("fetched", Value::Array(fetched))
             .with("bodies", bodies)
             .with("start", start)
@@ -97,6 +118,14 @@ struct Decoded {
 
 fn decode_request(line: &str) -> Result<Decoded, String> {
     let v = parse(line.as_bytes()).map_err(|e| e.to_string())?;
+    // A request from another version of the protocol is refused, never half-read: a
+    // check judged without the body it reads would be signed as failed.
+    if v.get("protocol").and_then(Value::as_u64) != Some(PROTOCOL) {
+        return Err(format!(
+            "the request speaks checker protocol {:?}, this worker {PROTOCOL}",
+            v.get("protocol")
+        ));
+    }
     let spec = parse_spec(v.get("spec").ok_or("no spec")?, None)
         .map_err(|p| format!("invalid spec: {p:?}"))?;
     let d = v.get("deliverable").ok_or("no deliverable")?;
@@ -104,34 +133,6 @@ fn decode_request(line: &str) -> Result<Decoded, String> {
         text: d.get("text").and_then(Value::as_str).map(str::to_owned),
         json: d.get("json").filter(|j| **j != Value::Null).cloned(),
     };
-    // Each body once, checked against the hash it travels under.
-    let mut bodies: BTreeMap<&str, Arc<Vec<u8>>> = BTreeMap::new();
-    if let Some(m) = v.get("bodies").and_then(Value::as_object) {
-        for (sha, b64) in m {
-            let body = B64
-                .decode(b64.as_str().ok_or("a body is not a string")?)
-                .map_err(|e| format!("a body is not base64: {e}"))?;
-            if sha256_hex(&body) != *sha {
-                return Err(format!("the body sent as {sha} has another sha256"));
-            }
-            bodies.insert(sha.as_str(), Arc::new(body));
-        }
-    }
-    let fetched = v
-        .get("fetched")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|f| {
-                    Some(FetchedBody {
-                        status: u16::try_from(f.get("status")?.as_u64()?).ok()?,
-                        body: bodies.get(f.get("body_sha256")?.as_str()?)?.to_vec(),
-                        truncated: f.get("truncated")?.as_bool()?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
     let start = v
         .get("start")
         .and_then(Value::as_u64)
@@ -142,6 +143,45 @@ fn decode_request(line: &str) -> Result<Decoded, String> {
         .and_then(Value::as_u64)
         .and_then(|s| usize::try_from(s).ok())
         .unwrap_or(usize::MAX);
+    // Each body once, checked against the hash it travels under.
+    let mut bodies: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+    if let Some(m) = v.get("bodies").and_then(Value::as_object) {
+        for (sha, b64) in m {
+            let body = B64
+                .decode(b64.as_str().ok_or("a body is not a string")?)
+                .map_err(|e| format!("a body is not base64: {e}"))?;
+            if sha256_hex(&body) != *sha {
+                return Err(format!("the body sent as {sha} has another sha256"));
+            }
+            bodies.insert(sha.as_str(), body);
+        }
+    }
+    let mut fetched = Vec::new();
+    for (i, f) in v
+        .get("fetched")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .enumerate()
+    {
+        if *f == Value::Null || !(start..end).contains(&i) {
+            fetched.push(None);
+            continue;
+        }
+        let field = |k: &str| f.get(k).ok_or_else(|| format!("fetched[{i}] has no {k}"));
+        let sha = field("body_sha256")?.as_str().unwrap_or_default();
+        fetched.push(Some(FetchedBody {
+            status: field("status")?
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .ok_or_else(|| format!("fetched[{i}].status is not an HTTP status"))?,
+            body: bodies
+                .get(sha)
+                .cloned()
+                .ok_or_else(|| format!("the body of check {i} was not sent"))?,
+            truncated: field("truncated")?.as_bool().unwrap_or_default(),
+        }));
+    }
     Ok(Decoded {
         checks: spec.checks,
         deliverable,
@@ -219,4 +259,101 @@ pub fn worker_main() -> std::io::Result<()> {
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     worker_loop(stdin.lock(), stdout.lock())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use umpire_core::json::parse_str;
+
+    fn request() -> JudgeRequest {
+        let spec = parse_spec(
+            &parse_str(
+                r#"{"checks":[{"type":"url_probe","url":"https://a.example/","expect":{"keyword":"ok"}},{"type":"regex","pattern":"^t"},{"type":"json_path","path":"a","op":"exists"}]}"#,
+            )
+            .expect("json"),
+            None,
+        )
+        .expect("spec");
+        JudgeRequest {
+            spec: spec.normalized,
+            deliverable: Deliverable {
+                text: Some("text".into()),
+                json: Some(parse_str(r#"{"a":1}"#).expect("json")),
+            },
+            fetched: vec![
+                Some(Arc::new(FetchedBody {
+                    status: 200,
+                    body: b"ok".to_vec(),
+                    truncated: false,
+                })),
+                None,
+                None,
+            ],
+        }
+    }
+
+    fn line_value(req: &JudgeRequest, start: usize, end: usize) -> Value {
+        parse(&req.line_for(start, end)).expect("a line is JSON")
+    }
+
+    #[test]
+    fn a_line_carries_only_what_its_checks_read() {
+        let req = request();
+        let url_only = line_value(&req, 0, 1);
+        assert_eq!(
+            url_only.get("deliverable"),
+            Some(
+                &Value::object()
+                    .with("json", Value::Null)
+                    .with("text", Value::Null)
+            )
+        );
+        assert_eq!(
+            url_only
+                .get("bodies")
+                .and_then(Value::as_object)
+                .map(|m| m.len()),
+            Some(1)
+        );
+        let text_only = line_value(&req, 1, 2);
+        assert_eq!(
+            text_only.get("deliverable").and_then(|d| d.get("text")),
+            Some(&Value::from("text"))
+        );
+        assert_eq!(
+            text_only.get("deliverable").and_then(|d| d.get("json")),
+            Some(&Value::Null)
+        );
+        assert_eq!(
+            text_only
+                .get("bodies")
+                .and_then(Value::as_object)
+                .map(|m| m.len()),
+            Some(0)
+        );
+        // Judged from those lines, every check still has what it reads.
+        for (start, end) in [(0, 1), (1, 2), (2, 3), (0, 3)] {
+            let line = String::from_utf8(req.line_for(start, end)).expect("utf-8");
+            let answers = judge_line(&line).expect("judged");
+            for a in answers.lines() {
+                let (i, o) = parse_answer(a).expect("answer");
+                assert!(o.passed, "check {i} from {start}..{end}: {}", o.reason);
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_without_its_body_or_of_another_protocol_is_refused() {
+        let req = request();
+        let line = String::from_utf8(req.line_for(0, 1)).expect("utf-8");
+        let sha = sha256_hex(b"ok");
+        let without_body = line.replace(&format!("\"{sha}\":\"b2s=\""), "");
+        assert_ne!(without_body, line);
+        assert!(
+            judge_line(&without_body).is_err_and(|e| e.contains("body of check 0 was not sent")),
+        );
+        let old = line.replace("\"protocol\":2,", "");
+        assert!(judge_line(&old).is_err_and(|e| e.contains("protocol")));
+    }
 }
