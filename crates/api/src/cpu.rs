@@ -2,8 +2,29 @@
 //! and dropping what a request carries) runs on tokio's blocking pool, so the async
 //! threads keep answering `/healthz` and everyone else meanwhile.
 
-/// Runs `work` on the blocking pool and waits for it.
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Semaphore;
+
+/// Work of this kind running at once: one per core. Past it, requests wait their turn
+/// (asleep, costing nothing), so a flood of large bodies holds at most this many parsed
+/// at a time and leaves the async threads their share of the cores.
+fn slots() -> &'static Arc<Semaphore> {
+    static SLOTS: OnceLock<Arc<Semaphore>> = OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        Arc::new(Semaphore::new(cores))
+    })
+}
+
+/// Runs `work` on the blocking pool, in its turn, and waits for it. The turn is held by
+/// the work itself, so a caller that goes away does not free it early.
 pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let turn = slots().clone().acquire_owned().await;
+    let work = move || {
+        let _turn = turn;
+        work()
+    };
     match tokio::task::spawn_blocking(work).await {
         Ok(v) => v,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

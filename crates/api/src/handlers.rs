@@ -1,6 +1,7 @@
 //! The handlers of the free endpoints built so far.
 
 use umpire_core::json::{ParseError, Value, parse};
+use umpire_core::patterns::SPEC_REGEX_BYTES;
 use umpire_core::product::{
     ALLOWED_PORTS, DOCUMENT_RETENTION_DAYS, FETCH_MAX_REDIRECTS, FETCH_READ_CAP_BYTES,
     FETCH_TIMEOUT_SECS, FETCH_USER_AGENT, MAX_BODY_BYTES, MAX_CHECKS, MAX_NETWORK_CHECKS,
@@ -8,8 +9,8 @@ use umpire_core::product::{
 };
 use umpire_core::signer::key_document;
 use umpire_core::spec::{
-    CHECK_TYPES, MAX_PATTERN_CHARS, MAX_SCHEMA_VALUES, MAX_SPEC_PATTERN_CHARS, MAX_SPEC_PATTERNS,
-    problems_value,
+    CHECK_TYPES, MAX_PATTERN_CHARS, MAX_SCHEMA_PATH_BYTES, MAX_SCHEMA_VALUES,
+    MAX_SPEC_PATTERN_CHARS, MAX_SPEC_PATTERNS, problems_value,
 };
 use umpire_core::{ApiError, ErrorCode};
 
@@ -123,6 +124,8 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
                 .with("spec_patterns", MAX_SPEC_PATTERNS)
                 .with("spec_pattern_chars", MAX_SPEC_PATTERN_CHARS)
                 .with("spec_schema_values", MAX_SCHEMA_VALUES)
+                .with("spec_schema_path_bytes", MAX_SCHEMA_PATH_BYTES)
+                .with("spec_regex_bytes", SPEC_REGEX_BYTES)
                 .with(
                     "check_time_limit_ms",
                     state.config.check_limit.as_millis() as u64,
