@@ -65,6 +65,8 @@ class Sandbox:
 
     def start(self):
         env = dict(os.environ)
+        # The function's own variables (a stack run gives each function its own).
+        env.update(getattr(self.args, "env", None) or {})
         env.update(
             {
                 "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.port}",
@@ -129,6 +131,35 @@ class Sandbox:
             return inv
 
 
+def invoke_with_limits(sandbox, body):
+    """One RequestResponse invocation as Lambda answers it: (status, body, headers)."""
+    if len(body) > MAX_PAYLOAD_BYTES:
+        # As AWS answers it: the function never sees the event.
+        return (
+            413,
+            json.dumps(
+                {
+                    "Type": "User",
+                    "message": f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation",
+                }
+            ).encode(),
+            [("X-Amzn-ErrorType", "RequestEntityTooLargeException")],
+        )
+    inv = sandbox.invoke(body or b"{}")
+    if len(inv.body) > MAX_PAYLOAD_BYTES:
+        inv.function_error = "Unhandled"
+        inv.body = json.dumps(
+            {
+                "errorType": "Function.ResponseSizeTooLarge",
+                "errorMessage": f"Response payload size ({len(inv.body)} bytes) exceeded maximum allowed payload size ({MAX_PAYLOAD_BYTES} bytes).",
+            }
+        ).encode()
+    headers = [("X-Amz-Executed-Version", "$LATEST")]
+    if inv.function_error:
+        headers.append(("X-Amz-Function-Error", inv.function_error))
+    return 200, inv.body, headers
+
+
 def handler_for(sandbox):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -188,32 +219,7 @@ def handler_for(sandbox):
                         [("X-Amzn-ErrorType", "ResourceNotFoundException")],
                     )
                     return
-                if len(body) > MAX_PAYLOAD_BYTES:
-                    # As AWS answers it: the function never sees the event.
-                    self.reply(
-                        413,
-                        json.dumps(
-                            {
-                                "Type": "User",
-                                "message": f"Request must be smaller than {MAX_PAYLOAD_BYTES} bytes for the InvokeFunction operation",
-                            }
-                        ).encode(),
-                        [("X-Amzn-ErrorType", "RequestEntityTooLargeException")],
-                    )
-                    return
-                inv = sandbox.invoke(body or b"{}")
-                if len(inv.body) > MAX_PAYLOAD_BYTES:
-                    inv.function_error = "Unhandled"
-                    inv.body = json.dumps(
-                        {
-                            "errorType": "Function.ResponseSizeTooLarge",
-                            "errorMessage": f"Response payload size ({len(inv.body)} bytes) exceeded maximum allowed payload size ({MAX_PAYLOAD_BYTES} bytes).",
-                        }
-                    ).encode()
-                headers = [("X-Amz-Executed-Version", "$LATEST")]
-                if inv.function_error:
-                    headers.append(("X-Amz-Function-Error", inv.function_error))
-                self.reply(200, inv.body, headers)
+                self.reply(*invoke_with_limits(sandbox, body))
                 return
             m = RESULT.match(self.path)
             if m:

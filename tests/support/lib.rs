@@ -11,6 +11,7 @@ use umpire_core::json::{Value, parse};
 
 pub mod chain;
 pub mod lambda;
+pub mod stack;
 
 /// Verifies a signed document with the contract's Python recipe, verbatim
 /// (`tests/py/verify_recipe.py`): (verified, everything it printed).

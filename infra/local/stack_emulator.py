@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""A local stand-in for the deployed stack: every function, API Gateway and the SQS trigger.
+
+Each function runs its own bootstrap in its own sandbox (lambda_emulator.Sandbox: the
+Runtime API on a port of its own, killed at its timeout, its own environment, so its
+own credentials), as infra/local/stack.py resolved it from template.yaml. In front:
+- the Invoke API (POST /2015-03-31/functions/NAME/invocations), for functions that
+  invoke others (the checker) and for tests;
+- the HTTP API as API Gateway (payload format 2.0) serves the template's routes: each
+  request becomes an event for its function, whose answer becomes the response; the
+  integration ends at 30 s (503, as API Gateway answers), events over 6 MB are refused;
+- each SQS event source mapping, polled as Lambda polls it: ReceiveMessage with the
+  function's own credentials (its role's permissions), batches of the mapping's size,
+  DeleteMessage for every message not reported in batchItemFailures.
+
+usage: stack_emulator.py --stack FILE --port-file FILE
+FILE: {"functions": {NAME: {"bootstrap", "timeout", "env": {...}}},
+       "routes": [{"method", "path", "function"}],
+       "sqs": [{"function", "queue_url", "batch_size", "report_failures", "endpoint",
+                "access_key", "secret_key", "region"}]}
+Writes the port of the Invoke API and HTTP API (one server) to --port-file once ready.
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+from urllib.parse import unquote_plus
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lambda_emulator import INVOKE, Sandbox, handler_for, invoke_with_limits  # noqa: E402
+
+# API Gateway's HTTP API ends an integration at 30 s.
+INTEGRATION_TIMEOUT_S = 30.0
+
+
+def start_sandbox(name, spec):
+    args = SimpleNamespace(
+        name=name, bootstrap=spec["bootstrap"], timeout=float(spec["timeout"]), env=spec.get("env", {})
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), None)
+    sandbox = Sandbox(args, server.server_address[1])
+    server.RequestHandlerClass = handler_for(sandbox)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sandbox.start()
+    return sandbox
+
+
+def route_regex(path):
+    # {id} matches one segment; {proxy+} the rest.
+    pattern = re.sub(r"\{([^}+]+)\+\}", r"(?P<\1>.+)", path)
+    pattern = re.sub(r"\{([^}]+)\}", r"(?P<\1>[^/]+)", pattern)
+    return re.compile(f"^{pattern}$")
+
+
+def http_event(handler, route, params, body):
+    raw_path, _, query = handler.path.partition("?")
+    headers = {}
+    for k, v in handler.headers.items():
+        k = k.lower()
+        headers[k] = f"{headers[k]},{v}" if k in headers else v
+    now = datetime.now(timezone.utc)
+    try:
+        text = body.decode("utf-8")
+        encoded = False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode(), True
+    query_params = {}
+    for pair in filter(None, query.split("&")):
+        k, _, v = pair.partition("=")
+        k, v = unquote_plus(k), unquote_plus(v)
+        query_params[k] = f"{query_params[k]},{v}" if k in query_params else v
+    event = {
+        "version": "2.0",
+        "routeKey": f"{route['method']} {route['path']}",
+        "rawPath": raw_path,
+        "rawQueryString": query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": headers.get("host", "localhost"),
+            "domainPrefix": "local",
+            "http": {
+                "method": handler.command,
+                "path": raw_path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": handler.client_address[0],
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": str(uuid.uuid4()),
+            "routeKey": f"{route['method']} {route['path']}",
+            "stage": "$default",
+            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now.timestamp() * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if query_params:
+        event["queryStringParameters"] = query_params
+    if params:
+        event["pathParameters"] = params
+    if body:
+        event["body"] = text
+        event["isBase64Encoded"] = encoded
+    return event
+
+
+class Stack:
+    def __init__(self, spec):
+        self.sandboxes = {name: start_sandbox(name, f) for name, f in spec["functions"].items()}
+        self.routes = [dict(r, regex=route_regex(r["path"])) for r in spec.get("routes", [])]
+        self.sqs = spec.get("sqs", [])
+        self.polled = 0
+
+    def invoke(self, name, payload):
+        sandbox = self.sandboxes.get(name)
+        if sandbox is None:
+            return 404, b'{"Type":"User","message":"Function not found"}', [
+                ("X-Amzn-ErrorType", "ResourceNotFoundException")
+            ]
+        return invoke_with_limits(sandbox, payload)
+
+    def poll(self, mapping):
+        import boto3
+
+        client = boto3.client(
+            "sqs",
+            endpoint_url=mapping["endpoint"],
+            region_name=mapping.get("region", "us-east-1"),
+            aws_access_key_id=mapping["access_key"],
+            aws_secret_access_key=mapping["secret_key"],
+        )
+        while True:
+            try:
+                got = client.receive_message(
+                    QueueUrl=mapping["queue_url"],
+                    MaxNumberOfMessages=min(10, mapping.get("batch_size", 10)),
+                    WaitTimeSeconds=1,
+                    AttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            except Exception as e:  # a refused receive is the role's problem: keep trying
+                sys.stderr.write(f"stack_emulator: receive failed for {mapping['function']}: {e}\n")
+                time.sleep(1)
+                continue
+            messages = got.get("Messages", [])
+            if not messages:
+                continue
+            arn = f"arn:aws:sqs:{mapping.get('region', 'us-east-1')}:123456789012:{mapping['queue_url'].rsplit('/', 1)[-1]}"
+            event = {
+                "Records": [
+                    {
+                        "messageId": m["MessageId"],
+                        "receiptHandle": m["ReceiptHandle"],
+                        "body": m["Body"],
+                        "attributes": m.get("Attributes", {}),
+                        "messageAttributes": m.get("MessageAttributes", {}),
+                        "md5OfBody": m.get("MD5OfBody", ""),
+                        "eventSource": "aws:sqs",
+                        "eventSourceARN": arn,
+                        "awsRegion": mapping.get("region", "us-east-1"),
+                    }
+                    for m in messages
+                ]
+            }
+            status, body, headers = self.invoke(mapping["function"], json.dumps(event).encode())
+            self.polled += len(messages)
+            if any(k == "X-Amz-Function-Error" for k, _ in headers):
+                continue  # the whole batch comes back after its visibility timeout
+            failed = set()
+            if mapping.get("report_failures"):
+                try:
+                    answer = json.loads(body or b"{}")
+                    failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
+                except ValueError:
+                    continue
+            for m in messages:
+                if m["MessageId"] not in failed:
+                    try:
+                        client.delete_message(QueueUrl=mapping["queue_url"], ReceiptHandle=m["ReceiptHandle"])
+                    except Exception as e:
+                        sys.stderr.write(f"stack_emulator: delete failed for {mapping['function']}: {e}\n")
+
+
+def handler_for_stack(stack):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_):
+            pass
+
+        def reply(self, status, body=b"", headers=()):
+            self.send_response(status)
+            has_type = False
+            for k, v in headers:
+                has_type |= k.lower() == "content-type"
+                self.send_header(k, v)
+            if not has_type:
+                self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def read_body(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(n) if n else b""
+
+        def api(self, body):
+            path = self.path.partition("?")[0]
+            for route in stack.routes:
+                m = route["regex"].match(path)
+                if m and route["method"] in (self.command, "ANY"):
+                    break
+            else:
+                self.reply(404, b'{"message":"Not Found"}')
+                return
+            event = json.dumps(http_event(self, route, m.groupdict(), body)).encode()
+            result = {}
+
+            def call():
+                result["answer"] = stack.invoke(route["function"], event)
+
+            t = threading.Thread(target=call, daemon=True)
+            t.start()
+            t.join(INTEGRATION_TIMEOUT_S)
+            if "answer" not in result:
+                self.reply(503, b'{"message":"Service Unavailable"}')
+                return
+            status, payload, headers = result["answer"]
+            if status == 413:
+                self.reply(413, b'{"message":"Request Entity Too Large"}')
+                return
+            if status != 200 or any(k == "X-Amz-Function-Error" for k, _ in headers):
+                self.reply(500, b'{"message":"Internal Server Error"}')
+                return
+            try:
+                answer = json.loads(payload or b"{}")
+            except ValueError:
+                self.reply(500, b'{"message":"Internal Server Error"}')
+                return
+            out = answer.get("body", "")
+            out = base64.b64decode(out) if answer.get("isBase64Encoded") else out.encode("utf-8")
+            headers = list((answer.get("headers") or {}).items())
+            for k, values in (answer.get("multiValueHeaders") or {}).items():
+                headers.extend((k, v) for v in values)
+            headers.extend(("Set-Cookie", c) for c in answer.get("cookies") or [])
+            headers = [(k, v) for k, v in headers if k.lower() not in ("content-length", "transfer-encoding")]
+            self.reply(int(answer.get("statusCode", 200)), out, headers)
+
+        def do_GET(self):
+            if self.path == "/__stack/stats":
+                self.reply(
+                    200,
+                    json.dumps(
+                        {
+                            "polled": stack.polled,
+                            "kills": {n: s.kills for n, s in stack.sandboxes.items()},
+                            "invocations": {n: s.invocations for n, s in stack.sandboxes.items()},
+                        }
+                    ).encode(),
+                )
+                return
+            self.api(b"")
+
+        def do_POST(self):
+            body = self.read_body()
+            m = INVOKE.match(self.path)
+            if m:
+                name = m.group(1).rsplit(":", 1)[-1] if m.group(1).startswith("arn:") else m.group(1)
+                self.reply(*stack.invoke(name, body))
+                return
+            self.api(body)
+
+        do_PUT = do_POST
+        do_DELETE = do_GET
+
+    return Handler
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--stack", required=True)
+    p.add_argument("--port-file", required=True)
+    args = p.parse_args()
+    with open(args.stack) as f:
+        spec = json.load(f)
+    stack = Stack(spec)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for_stack(stack))
+    server.daemon_threads = True
+
+    def stop(*_):
+        for s in stack.sandboxes.values():
+            try:
+                s.proc.kill()
+            except Exception:
+                pass
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    for mapping in stack.sqs:
+        threading.Thread(target=stack.poll, args=(mapping,), daemon=True).start()
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    os.replace(args.port_file + ".tmp", args.port_file)
+    try:
+        server.serve_forever()
+    finally:
+        stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Creates the stack's stateful resources on the local AWS server, from template.yaml.
+
+Every DynamoDB table (keys, indexes, TTL), SQS queue (its attributes, the redrive to its
+dead-letter queue) and KMS key (its key policy) is created from the definition the
+template gives it, under names prefixed for this test, so the functions meet the tables
+the template describes rather than tables a test shaped by hand. Functions and the API
+get names only (the stack emulator runs them). With --seed-hex, the signing seed is
+sealed under the new key as `umpire keygen --kms-key-id` seals it.
+
+usage: stack_up.py TEMPLATE --endpoint URL --prefix PREFIX [--seed-hex HEX]
+Prints the names JSON infra/local/stack.py takes, plus "sealed": {ciphertext, public_key}.
+"""
+
+import argparse
+import base64
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stack import Resolver, transformed  # noqa: E402
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("template")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--seed-hex")
+    args = p.parse_args()
+
+    import boto3
+
+    def client(service):
+        return boto3.client(
+            service,
+            endpoint_url=args.endpoint,
+            region_name=REGION,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+
+    _, cfn = transformed(args.template, {})
+    resources = cfn["Resources"]
+    names = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::StackName": args.prefix.rstrip("-")}
+    resolve = Resolver(cfn, names, {}).value
+
+    # Names first: functions and the API need nothing created.
+    for logical, res in resources.items():
+        if res["Type"] == "AWS::Lambda::Function":
+            names[logical] = {"Ref": logical, "Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical}"}
+        elif res["Type"] == "AWS::ApiGatewayV2::Api":
+            names[logical] = {"Ref": "local", "ApiEndpoint": "http://127.0.0.1"}
+
+    ddb = client("dynamodb")
+    for logical, res in resources.items():
+        if res["Type"] != "AWS::DynamoDB::Table":
+            continue
+        props = res["Properties"]
+        name = f"{args.prefix}{logical}"
+        create = {
+            "TableName": name,
+            "AttributeDefinitions": props["AttributeDefinitions"],
+            "KeySchema": props["KeySchema"],
+            "BillingMode": props.get("BillingMode", "PROVISIONED"),
+        }
+        if props.get("GlobalSecondaryIndexes"):
+            create["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        arn = ddb.create_table(**create)["TableDescription"]["TableArn"]
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl and ttl.get("Enabled"):
+            ddb.update_time_to_live(
+                TableName=name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
+            )
+        names[logical] = {"Ref": name, "Arn": arn}
+
+    sqs = client("sqs")
+    queues = [(l, r) for l, r in resources.items() if r["Type"] == "AWS::SQS::Queue"]
+    # Dead-letter queues first: a redrive policy names its target's ARN.
+    queues.sort(key=lambda q: "RedrivePolicy" in q[1].get("Properties", {}))
+    for logical, res in queues:
+        props = dict(res.get("Properties", {}))
+        props.pop("SqsManagedSseEnabled", None)
+        attributes = {}
+        for key in ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds", "MaximumMessageSize", "ReceiveMessageWaitTimeSeconds"):
+            if key in props:
+                attributes[key] = str(resolve(props[key]))
+        if "RedrivePolicy" in props:
+            attributes["RedrivePolicy"] = json.dumps(resolve(props["RedrivePolicy"]))
+        name = f"{args.prefix}{logical}"
+        url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+        names[logical] = {"Ref": url, "Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}", "QueueName": name}
+
+    kms = client("kms")
+    for logical, res in resources.items():
+        if res["Type"] != "AWS::KMS::Key":
+            continue
+        policy = resolve(res["Properties"]["KeyPolicy"])
+        meta = kms.create_key(Policy=json.dumps(policy), Description=res["Properties"].get("Description", ""))["KeyMetadata"]
+        names[logical] = {"Ref": meta["KeyId"], "Arn": meta["Arn"]}
+        if args.seed_hex:
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+            from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+            seed = bytes.fromhex(args.seed_hex)
+            blob = kms.encrypt(
+                KeyId=meta["KeyId"], Plaintext=seed, EncryptionContext={"purpose": "umpire-signing-seed"}
+            )["CiphertextBlob"]
+            public = Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+            names["sealed"] = {
+                "ciphertext": base64.b64encode(blob).decode(),
+                "public_key": base64.b64encode(public).decode(),
+            }
+
+    json.dump(names, sys.stdout, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()

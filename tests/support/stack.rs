@@ -1,0 +1,376 @@
+//! The deployed stack, locally, as AWS would run it: the template's tables, queues and
+//! key created on the local AWS server from their own definitions
+//! (`infra/local/stack_up.py`), the template resolved for them by the SAM transform
+//! (`infra/local/stack.py`), IAM enforced between every function and those services
+//! (`infra/local/iam_gate.mjs`: each function's credentials carry exactly its role's
+//! policies), and, when asked, every function's bootstrap running in its own sandbox
+//! behind API Gateway and its SQS trigger (`infra/local/stack_emulator.py`).
+//!
+//! Needs the local AWS server `make test` starts (`UMPIRE_TEST_AWS_ENDPOINT`), Python
+//! with aws-sam-cli and Node.js with the test packages. Every process is stopped on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as Json, json};
+
+use crate::{TempDir, python, repo_root, request, umpire_bin};
+
+/// The account moto (and so the gate) works in.
+pub const ACCOUNT: &str = "123456789012";
+pub const REGION: &str = "us-east-1";
+
+/// What a test asks of the stack.
+#[derive(Default)]
+pub struct StackOptions {
+    /// Template parameters (`Issuer`, `EvmPayTo`, ...).
+    pub params: Vec<(String, String)>,
+    /// Variables every function gets on top of the template's (test switches).
+    pub env: Vec<(String, String)>,
+    /// `FUNCTION:POLICY:INDEX` statements left out (infra/local/iam_removal.py).
+    pub drop_statements: Vec<String>,
+    /// Run every function of the template behind API Gateway and its SQS trigger.
+    pub run_functions: bool,
+}
+
+pub struct LocalStack {
+    /// Logical id -> its attributes in this stack (`Ref`, `Arn`), as stack_up.py made them.
+    pub names: Json,
+    /// The template resolved for this stack (infra/local/stack.py's output).
+    pub resolved: Json,
+    /// The IAM gate: every function's AWS endpoint.
+    pub endpoint: String,
+    /// The HTTP API, when the functions run.
+    pub api: Option<std::net::SocketAddr>,
+    gate: Child,
+    emulator: Option<Child>,
+    dir: TempDir,
+}
+
+fn moto_endpoint() -> String {
+    std::env::var("UMPIRE_TEST_AWS_ENDPOINT").unwrap_or_else(|_| {
+        panic!(
+            "UMPIRE_TEST_AWS_ENDPOINT is not set: the stack needs the local AWS-compatible \
+             server that `make test` starts (infra/local/with-moto.sh)"
+        )
+    })
+}
+
+fn python_json(args: &[&str]) -> Json {
+    let out = Command::new(python())
+        .args(args)
+        .output()
+        .expect("python3 with aws-sam-cli and boto3 (make test installs them)");
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON from the stack scripts")
+}
+
+fn wait_for_port(file: &std::path::Path, what: &str, child: &mut Child) -> u16 {
+    let started = Instant::now();
+    loop {
+        if let Ok(p) = std::fs::read_to_string(file)
+            && let Ok(p) = p.trim().parse()
+        {
+            return p;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before it listened: {status}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn post(addr: std::net::SocketAddr, path: &str, body: &Json) {
+    let r = request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(
+        r.status,
+        200,
+        "{path}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+}
+
+/// The seed the stack's functions sign with (sealed under the stack's KMS key).
+pub const SEED_HEX: &str = "7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a";
+
+impl LocalStack {
+    pub fn start(options: StackOptions) -> LocalStack {
+        let dir = TempDir::new("stack");
+        let template = repo_root().join("template.yaml");
+        let template = template.to_str().expect("utf-8 path");
+        // Table and queue names allow 80 characters, letters, digits, - and _.
+        let id = umpire_core::hash::random_id("s");
+        let prefix = format!("{}-", &id[..id.len().min(14)]);
+        let moto = moto_endpoint();
+        let names = python_json(&[
+            repo_root()
+                .join("infra/local/stack_up.py")
+                .to_str()
+                .expect("path"),
+            template,
+            "--endpoint",
+            &moto,
+            "--prefix",
+            &prefix,
+            "--seed-hex",
+            SEED_HEX,
+        ]);
+        let names_file = dir.write("names.json", names.to_string().as_bytes());
+
+        // The gate, in front of the local AWS server.
+        let gate_port = dir.path().join("gate.port");
+        let mut gate = Command::new("node")
+            .arg(repo_root().join("infra/local/iam_gate.mjs"))
+            .args(["--upstream", &moto, "--port-file"])
+            .arg(&gate_port)
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start infra/local/iam_gate.mjs (node)");
+        let port = wait_for_port(&gate_port, "the IAM gate", &mut gate);
+        let gate_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let endpoint = format!("http://{gate_addr}");
+
+        let sealed = &names["sealed"];
+        let mut params: Vec<String> = vec![
+            format!(
+                "SigningSeedCiphertext={}",
+                sealed["ciphertext"].as_str().expect("ciphertext")
+            ),
+            format!(
+                "SigningPublicKey={}",
+                sealed["public_key"].as_str().expect("public key")
+            ),
+        ];
+        params.extend(options.params.iter().map(|(k, v)| format!("{k}={v}")));
+        let mut args: Vec<String> = vec![
+            repo_root()
+                .join("infra/local/stack.py")
+                .to_string_lossy()
+                .into_owned(),
+            template.to_owned(),
+            "--names".into(),
+            names_file.to_string_lossy().into_owned(),
+        ];
+        for p in &params {
+            args.extend(["--param".into(), p.clone()]);
+        }
+        for d in &options.drop_statements {
+            args.extend(["--drop-statement".into(), d.clone()]);
+        }
+        let resolved = python_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+
+        // Every function's role, behind its own access key; every key's policy.
+        let functions = resolved["functions"]
+            .as_object()
+            .expect("functions")
+            .clone();
+        for (logical, f) in &functions {
+            post(
+                gate_addr,
+                "/__iam/principal",
+                &json!({
+                    "access_key_id": Self::access_key_of(logical),
+                    "name": logical,
+                    "role": f["role"],
+                    "policies": f["policies"],
+                }),
+            );
+        }
+        for (arn, policy) in resolved["key_policies"].as_object().expect("key policies") {
+            post(
+                gate_addr,
+                "/__iam/resource-policy",
+                &json!({"arn": arn, "policy": policy}),
+            );
+        }
+
+        let mut stack = LocalStack {
+            names,
+            resolved,
+            endpoint,
+            api: None,
+            gate,
+            emulator: None,
+            dir,
+        };
+        if options.run_functions {
+            stack.run_functions(&options.env, gate_addr);
+        }
+        stack
+    }
+
+    fn run_functions(&mut self, extra_env: &[(String, String)], gate: std::net::SocketAddr) {
+        let bin_dir: PathBuf = umpire_bin()
+            .parent()
+            .expect("the binaries' directory")
+            .to_owned();
+        let functions = self.resolved["functions"]
+            .as_object()
+            .expect("functions")
+            .clone();
+        let mut spec_functions = serde_json::Map::new();
+        let mut routes = Vec::new();
+        let mut sqs = Vec::new();
+        for (logical, f) in &functions {
+            let mut env = f["environment"].as_object().cloned().unwrap_or_default();
+            for (k, v) in self.sdk_env(logical) {
+                env.insert(k, Json::from(v));
+            }
+            for (k, v) in extra_env {
+                env.insert(k.clone(), Json::from(v.clone()));
+            }
+            let binary = f["binary"].as_str().expect("a binary per function");
+            spec_functions.insert(
+                logical.clone(),
+                json!({
+                    "bootstrap": bin_dir.join(binary),
+                    "timeout": f["timeout"],
+                    "env": env,
+                }),
+            );
+            for r in f["http"].as_array().into_iter().flatten() {
+                routes.push(json!({"method": r["method"], "path": r["path"], "function": logical}));
+            }
+            for m in f["sqs"].as_array().into_iter().flatten() {
+                let queue = self.queue_url_by_arn(m["queue_arn"].as_str().expect("queue arn"));
+                sqs.push(json!({
+                    "function": logical,
+                    "queue_url": queue,
+                    "batch_size": m["batch_size"],
+                    "report_failures": m["report_failures"],
+                    "endpoint": self.endpoint,
+                    "access_key": Self::access_key_of(logical),
+                    "secret_key": "local",
+                    "region": REGION,
+                }));
+            }
+        }
+        let spec = json!({"functions": spec_functions, "routes": routes, "sqs": sqs});
+        let spec_file = self.dir.write("stack.json", spec.to_string().as_bytes());
+        let port_file = self.dir.path().join("stack.port");
+        let mut child = Command::new(python())
+            .arg(repo_root().join("infra/local/stack_emulator.py"))
+            .arg("--stack")
+            .arg(&spec_file)
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start infra/local/stack_emulator.py");
+        let port = wait_for_port(&port_file, "the stack emulator", &mut child);
+        let api: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        // Functions invoke functions (the checker) through the gate, which sends them on.
+        post(
+            gate,
+            "/__iam/route",
+            &json!({"service": "lambda", "upstream": format!("http://{api}")}),
+        );
+        self.api = Some(api);
+        self.emulator = Some(child);
+    }
+
+    fn queue_url_by_arn(&self, arn: &str) -> String {
+        self.names
+            .as_object()
+            .into_iter()
+            .flatten()
+            .find(|(_, v)| v["Arn"] == arn)
+            .and_then(|(_, v)| v["Ref"].as_str())
+            .unwrap_or_else(|| panic!("no queue {arn}"))
+            .to_owned()
+    }
+
+    /// The access key whose requests carry `logical`'s role.
+    pub fn access_key_of(logical: &str) -> String {
+        format!("LOCAL{}", logical.to_uppercase())
+    }
+
+    /// The variables an AWS SDK reads to act as `logical` (its role) through the gate.
+    pub fn sdk_env(&self, logical: &str) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL".into(), self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID".into(), Self::access_key_of(logical)),
+            ("AWS_SECRET_ACCESS_KEY".into(), "local".into()),
+            ("AWS_REGION".into(), REGION.into()),
+        ]
+    }
+
+    /// A resource's physical name (or queue URL, or key id).
+    pub fn name(&self, logical: &str) -> String {
+        self.names[logical]["Ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {logical} in the stack"))
+            .to_owned()
+    }
+
+    pub fn arn(&self, logical: &str) -> String {
+        self.names[logical]["Arn"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {logical} in the stack"))
+            .to_owned()
+    }
+
+    /// One function as the template resolved it.
+    pub fn function(&self, logical: &str) -> &Json {
+        &self.resolved["functions"][logical]
+    }
+
+    /// Every call the gate decided, in order.
+    pub fn calls(&self) -> Vec<Json> {
+        let addr: std::net::SocketAddr = self
+            .endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .expect("gate address");
+        let r = request(addr, "GET", "/__iam/calls", &[], None);
+        serde_json::from_slice(&r.body).expect("calls")
+    }
+
+    /// Calls a policy did not allow.
+    pub fn denied(&self) -> Vec<Json> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c["allowed"] != true)
+            .collect()
+    }
+
+    /// The stack emulator's counters (invocations and kills per function, SQS messages).
+    pub fn stats(&self) -> Json {
+        let r = request(
+            self.api.expect("the functions run"),
+            "GET",
+            "/__stack/stats",
+            &[],
+            None,
+        );
+        serde_json::from_slice(&r.body).expect("stats")
+    }
+}
+
+impl Drop for LocalStack {
+    fn drop(&mut self) {
+        for child in [Some(&mut self.gate), self.emulator.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
+    }
+}
