@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::lambda::LambdaEmulator;
+use umpire_blackbox::stack::{LocalStack, StackOptions};
 use umpire_checker::{Judge, JudgeRequest};
 use umpire_core::json::parse_str;
 use umpire_core::spec::Deliverable;
@@ -26,16 +27,23 @@ async fn client(endpoint: &str) -> aws_sdk_lambda::Client {
     aws_sdk_lambda::Client::new(&config)
 }
 
-/// The checker binary as a Lambda function with timeout `limit`, and a client for it.
-async fn checker_function(limit: Duration) -> (LambdaEmulator, LambdaChecker) {
-    let lambda = LambdaEmulator::start(
-        "checker",
-        env!("CARGO_BIN_EXE_checker").as_ref(),
+/// The checker binary as the stack's CheckerFunction with timeout `limit`, and a client
+/// for it acting as the verdicts function: its invocations pass the IAM gate under that
+/// role (lambda:InvokeFunction on the checker, nothing else) on their way to the emulator.
+async fn checker_function(limit: Duration) -> (LocalStack, LambdaEmulator, LambdaChecker) {
+    let stack = tokio::task::spawn_blocking(|| LocalStack::start(StackOptions::default()))
+        .await
+        .expect("the stack");
+    let name = stack.name("CheckerFunction");
+    let lambda = LambdaEmulator::start(&name, env!("CARGO_BIN_EXE_checker").as_ref(), limit, &[]);
+    let endpoint = lambda.endpoint();
+    tokio::task::block_in_place(|| stack.route("lambda", &endpoint));
+    let checker = LambdaChecker::new(
+        aws_sdk_lambda::Client::new(&stack.sdk_config("VerdictsFunction").await),
+        name,
         limit,
-        &[],
     );
-    let checker = LambdaChecker::new(client(&lambda.endpoint()).await, "checker".into(), limit);
-    (lambda, checker)
+    (stack, lambda, checker)
 }
 
 /// A request as the API sends it: the spec normalized (left as it is when it does not
@@ -61,7 +69,7 @@ fn request(checks: &str, text: &str) -> JudgeRequest {
 async fn a_pass_is_judged_in_the_checker_function_and_a_hostile_check_dies_alone() {
     assert!(umpire_core::guard::check_pattern(HOSTILE).is_ok());
     let limit = Duration::from_millis(1500);
-    let (lambda, checker) = checker_function(limit).await;
+    let (_stack, lambda, checker) = checker_function(limit).await;
 
     // An ordinary pass: one invocation, exact outcomes, exact numbers.
     let ordinary = request(
@@ -120,10 +128,10 @@ async fn an_unreachable_checker_is_an_error_not_a_verdict() {
     assert!(err.to_string().contains("could not be invoked"), "{err}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_the_function_cannot_read_is_an_error_not_a_failed_check() {
     let limit = Duration::from_secs(2);
-    let (_lambda, checker) = checker_function(limit).await;
+    let (_stack, _lambda, checker) = checker_function(limit).await;
     let err = checker
         .judge(&request(r#"[{"type":"no_such_check"}]"#, "x"))
         .await
@@ -213,13 +221,13 @@ async fn the_largest_legal_probe_fits_the_checker_functions_payload_limit() {
         })
     };
     let (one, two, three) = (body(1), body(2), body(3));
-    let (lambda, checker) = checker_function(Duration::from_secs(10)).await;
+    let (_stack, lambda, checker) = checker_function(Duration::from_secs(10)).await;
 
     // The emulator refuses what AWS refuses: a payload over 6 MB never reaches the function.
     let refused = client(&lambda.endpoint())
         .await
         .invoke()
-        .function_name("checker")
+        .function_name("CheckerFunction")
         .payload(aws_sdk_lambda::primitives::Blob::new(vec![
             b' ';
             MAX_INVOKE_PAYLOAD_BYTES

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use umpire_blackbox::run_umpire;
+use umpire_blackbox::stack::{LocalStack, StackOptions};
 use umpire_core::signer::{PublicKey, Signer};
 use umpire_functions::{
     Needs, PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, SEED_CIPHERTEXT_ENV, fns, signer_from_vars,
@@ -21,28 +22,11 @@ fn endpoint() -> String {
         .expect("UMPIRE_TEST_AWS_ENDPOINT: run under infra/local/with-moto.sh (make test does)")
 }
 
-async fn aws() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_kms::config::Credentials::new(
-            "test", "test", None, None, "test",
-        ))
-        .endpoint_url(endpoint())
-        .load()
+/// The stack (its key from template.yaml, its key policy and roles enforced).
+async fn stack() -> LocalStack {
+    tokio::task::spawn_blocking(|| LocalStack::start(StackOptions::default()))
         .await
-}
-
-async fn kms_key(aws: &aws_config::SdkConfig) -> String {
-    aws_sdk_kms::Client::new(aws)
-        .create_key()
-        .description("umpire test signing envelope")
-        .send()
-        .await
-        .expect("create a KMS key")
-        .key_metadata()
-        .expect("metadata")
-        .key_id()
-        .to_owned()
+        .expect("the stack")
 }
 
 /// Runs `umpire keygen` against the local KMS: (ciphertext, public key) as printed.
@@ -88,10 +72,14 @@ async fn open<N: Needs>(
         .map_err(|e| e.to_string())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it() {
-    let aws = aws().await;
-    let key_id = kms_key(&aws).await;
+    let stack = stack().await;
+    // Each function opens the seed under its own role; the operator seals it.
+    let buyer = stack.sdk_config("VerdictsFunction").await;
+    let worker = stack.sdk_config("WorkerFunction").await;
+    let admin = stack.admin_config().await;
+    let key_id = stack.name("SigningKey");
     let (ciphertext, public) = keygen(&key_id);
     let public_key = PublicKey::from_base64(&public).expect("a public key");
     // The printed ciphertext is not the seed in disguise: 32 bytes of seed, KMS framing around.
@@ -105,7 +93,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     ]);
 
     // A signing function: the seed opens to the published key and signs.
-    let (signer, retired) = open::<fns::Buy>(&aws, &env).await.expect("opened");
+    let (signer, retired) = open::<fns::Buy>(&buyer, &env).await.expect("opened");
     assert_eq!(signer.public_key(), public_key.bytes);
     assert_eq!(signer.key_id(), public_key.key_id);
     let sig = signer.sign(b"a verdict");
@@ -123,12 +111,12 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
 
     // A function that never signs holds the public key only (no kms:Decrypt needed).
     let public_only = vars(&[(PUBLIC_KEY_ENV, &public)]);
-    let (named, _) = open::<fns::Health>(&aws, &public_only)
+    let (named, _) = open::<fns::Health>(&buyer, &public_only)
         .await
         .expect("public key only");
     assert_eq!(named.key_id(), public_key.key_id);
     assert!(
-        open::<fns::Buy>(&aws, &public_only)
+        open::<fns::Buy>(&buyer, &public_only)
             .await
             .err()
             .expect("a signing function without the sealed seed")
@@ -141,7 +129,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         (SEED_CIPHERTEXT_ENV, &old_ciphertext),
         (PUBLIC_KEY_ENV, &public),
     ]);
-    let err = open::<fns::Worker>(&aws, &crossed)
+    let err = open::<fns::Worker>(&worker, &crossed)
         .await
         .err()
         .expect("mismatch");
@@ -152,12 +140,12 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
 
     // Not base64; another purpose's ciphertext (no encryption context); a bad retired key.
     let garbage = vars(&[(SEED_CIPHERTEXT_ENV, "not base64!")]);
-    let err = open::<fns::Worker>(&aws, &garbage)
+    let err = open::<fns::Worker>(&worker, &garbage)
         .await
         .err()
         .expect("garbage");
     assert!(err.contains("not base64"), "{err}");
-    let other_purpose = aws_sdk_kms::Client::new(&aws)
+    let other_purpose = aws_sdk_kms::Client::new(&admin)
         .encrypt()
         .key_id(&key_id)
         .plaintext(aws_sdk_kms::primitives::Blob::new(vec![7u8; 32]))
@@ -168,15 +156,29 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         SEED_CIPHERTEXT_ENV,
         &B64.encode(other_purpose.ciphertext_blob().expect("blob").as_ref()),
     )]);
-    let err = open::<fns::Worker>(&aws, &other)
+    let err = open::<fns::Worker>(&worker, &other)
         .await
         .err()
         .expect("wrong context");
     assert!(err.contains("KMS refused to decrypt"), "{err}");
     let bad_retired = vars(&[(PUBLIC_KEY_ENV, &public), (RETIRED_KEYS_ENV, "abc")]);
-    let err = open::<fns::Key>(&aws, &bad_retired)
+    let err = open::<fns::Key>(&buyer, &bad_retired)
         .await
         .err()
         .expect("bad retired key");
     assert!(err.contains(RETIRED_KEYS_ENV), "{err}");
+
+    // A function that does not sign has no kms:Decrypt: its role cannot open the seed.
+    let status = stack.sdk_config("StatusFunction").await;
+    let refused = umpire_keys::open(&aws_sdk_kms::Client::new(&status), &ciphertext)
+        .await
+        .err()
+        .expect("the status function's role may not decrypt");
+    assert!(refused.to_string().contains("AccessDenied"), "{refused}");
+    let denied = tokio::task::block_in_place(|| stack.denied());
+    assert_eq!(
+        denied.len(),
+        2,
+        "only the two refusals this test asked for: {denied:?}"
+    );
 }

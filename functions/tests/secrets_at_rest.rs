@@ -5,41 +5,23 @@
 //! which signs webhooks). Neither may be there; the status link still opens with the
 //! secret the purchase answered, and the keyed replay gives the same secret back.
 //!
-//! `make test` starts the local server and sets `UMPIRE_TEST_AWS_ENDPOINT`.
+//! On the stack's own tables, each route under its own function's role (the IAM gate
+//! refuses anything else). `make test` starts the local server and sets
+//! `UMPIRE_TEST_AWS_ENDPOINT`.
 
 use std::sync::Arc;
 
 use alloy::signers::local::PrivateKeySigner;
 use umpire_api::{AppState, Config};
 use umpire_blackbox::chain::{Devnet, Settlement};
+use umpire_blackbox::stack::{LocalStack, StackOptions};
 use umpire_checker::{CheckerPool, PoolConfig, WORKER_ARG};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::{Value, parse};
 use umpire_core::signer::LocalSigner;
-use umpire_store::dynamo::{DynamoStore, TableNames};
+use umpire_store::dynamo::DynamoStore;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
-
-async fn aws() -> aws_config::SdkConfig {
-    let endpoint = std::env::var("UMPIRE_TEST_AWS_ENDPOINT").unwrap_or_else(|_| {
-        panic!(
-            "UMPIRE_TEST_AWS_ENDPOINT is not set: this test needs the local AWS-compatible \
-             server that `make test` starts (infra/local/with-moto.sh)"
-        )
-    });
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-            "test",
-            "test",
-            None,
-            None,
-            "umpire-tests",
-        ))
-        .load()
-        .await
-}
 
 async fn call(
     state: &AppState,
@@ -96,17 +78,28 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
         .await
         .expect("payments");
 
-    let config = aws().await;
-    let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("s")));
+    // The stack's own tables (from template.yaml); the purchase runs under the verdicts
+    // function's role, the status link under the status function's, through the gate.
+    let stack = tokio::task::spawn_blocking(|| LocalStack::start(StackOptions::default()))
+        .await
+        .expect("the stack");
+    let names = stack.table_names();
     let tables = [
         names.verdicts.clone(),
         names.idempotency.clone(),
+        names.payments.clone(),
         names.rate_limits.clone(),
         names.feedback.clone(),
     ];
-    let client = aws_sdk_dynamodb::Client::new(&config);
-    let store = DynamoStore::new(client.clone(), names);
-    store.create_tables().await.expect("create tables");
+    let client = aws_sdk_dynamodb::Client::new(&stack.admin_config().await);
+    let store = DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk_config("VerdictsFunction").await),
+        names.clone(),
+    );
+    let status_store = DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk_config("StatusFunction").await),
+        names,
+    );
     let check_limit = std::time::Duration::from_secs(2);
     let state = AppState {
         config: Config {
@@ -191,8 +184,13 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
 
     // The status link opens with the secret.
     let bearer = format!("Bearer {secret}");
+    let status_state = AppState {
+        store: Arc::new(status_store),
+        checker: None,
+        ..state
+    };
     let (status, _, _) = call(
-        &state,
+        &status_state,
         "GET",
         &format!("/v1/verdicts/{id}"),
         &[("authorization", bearer.as_str())],
@@ -217,4 +215,6 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
     ] {
         assert!(!dumped.contains(needle), "{what} is stored:\n{dumped}");
     }
+    let denied = tokio::task::block_in_place(|| stack.denied());
+    assert!(denied.is_empty(), "refused: {denied:?}");
 }

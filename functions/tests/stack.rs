@@ -32,36 +32,492 @@ fn assert_nothing_denied(stack: &LocalStack) {
     );
 }
 
-#[test]
-fn the_free_routes_answer_under_their_own_roles() {
-    let stack = LocalStack::start(StackOptions {
-        run_functions: true,
-        ..StackOptions::default()
-    });
-    for path in [
-        "/healthz",
-        "/.well-known/umpire-key.json",
-        "/openapi.json",
-        "/verify",
-        "/v1/quote",
-    ] {
-        let r = get(&stack, path);
-        assert_eq!(
-            r.status,
-            200,
-            "{path}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
+const BASIC: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+
+fn sworn_body(page: std::net::SocketAddr, hook: std::net::SocketAddr) -> String {
+    format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{page}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}},"deliverable":{{"text":"ready to ship"}},"webhook_url":"http://{hook}/hook"}}"#
+    )
+}
+
+fn key() -> String {
+    umpire_core::hash::random_id("idem")
+}
+
+fn str_at(v: &umpire_core::Value, k: &str) -> String {
+    v.get(k)
+        .and_then(umpire_core::Value::as_str)
+        .unwrap_or_else(|| panic!("no {k} in {v:?}"))
+        .to_owned()
+}
+
+fn wait_until(what: &str, within: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    let r = post_json(
-        &stack,
-        "/v1/validate",
-        r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#,
+}
+
+/// Feedback on `merchant`, paid by the devnet's payer, signed with the contract's recipe.
+fn feedback(devnet: &umpire_blackbox::chain::Devnet, merchant: &str) -> serde_json::Value {
+    let payer = devnet.get("payer");
+    let tx = devnet.transfer(&payer, merchant, 1_000_000);
+    let s = umpire_blackbox::chain::node_json(
+        "tests/js/sign_feedback.mjs",
+        &[
+            "--private-key",
+            &devnet.get("payer_private_key"),
+            "--tx",
+            &tx,
+            "--merchant",
+            merchant,
+            "--outcome",
+            "fulfilled",
+        ],
+    );
+    serde_json::json!({
+        "merchant": merchant, "payer": payer, "tx_hash": tx, "outcome": "fulfilled",
+        "signature": s["signature"],
+    })
+}
+
+fn mcp_call(stack: &LocalStack, tool: &str, args: &serde_json::Value) -> serde_json::Value {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": args},
+    });
+    let r = request(
+        stack.api.expect("api"),
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ],
+        Some(body.to_string().as_bytes()),
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert_nothing_denied(&stack);
-    eprintln!(
-        "{}",
-        serde_json::to_string_pretty(&stack.calls()).unwrap_or_default()
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json-rpc");
+    assert_eq!(
+        v["result"]["isError"],
+        false,
+        "{tool}: {}",
+        String::from_utf8_lossy(&r.body)
     );
+    v["result"]["structuredContent"].clone()
+}
+
+/// Admin access to the local AWS server (the test's own set-up, not a function's).
+async fn admin() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(std::env::var("UMPIRE_TEST_AWS_ENDPOINT").expect("local AWS"))
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "admin",
+        ))
+        .load()
+        .await
+}
+
+/// A pass-2 job for a pending verdict no purchase paid for (the verdicts function died
+/// between storing it and settling): the worker deletes the verdict.
+async fn unsold_pass2(stack: &LocalStack) -> String {
+    use umpire_store::{JobQueue, Store, VerdictRecord, VerdictStatus};
+    let config = admin().await;
+    let tables = umpire_store::dynamo::TableNames {
+        verdicts: stack.name("VerdictsTable"),
+        idempotency: stack.name("IdempotencyTable"),
+        payments: stack.name("PaymentsTable"),
+        rate_limits: stack.name("RateLimitsTable"),
+        feedback: stack.name("FeedbackTable"),
+    };
+    let store = umpire_store::dynamo::DynamoStore::from_config(&config, tables);
+    let queue = umpire_store::sqs::SqsQueue::from_config(&config, stack.name("JobsQueue"));
+    let spec = umpire_core::spec::parse_spec(
+        &umpire_core::json::parse_str(r#"{"checks":[{"type":"length","min":1}]}"#).expect("json"),
+        Some(umpire_core::product::Tier::Sworn),
+    )
+    .expect("spec");
+    let purchase = umpire_api::purchase::Purchase {
+        tier: umpire_core::product::Tier::Sworn,
+        spec,
+        deliverable: umpire_core::spec::Deliverable {
+            text: Some("x".into()),
+            json: None,
+        },
+        webhook_url: None,
+        job_ref: None,
+    };
+    let verdict_id = umpire_core::hash::random_id("vrd");
+    let now = umpire_core::time::now_unix();
+    store
+        .put_verdict(&VerdictRecord {
+            verdict_id: verdict_id.clone(),
+            tier: "sworn".into(),
+            status: VerdictStatus::Pending,
+            document: None,
+            preview: None,
+            secret_hash: "0".repeat(64),
+            spec_hash: purchase.spec.hash.clone(),
+            webhook_url: None,
+            created_at: now,
+            expires_at: now + 3600,
+            webhook_outcome: None,
+        })
+        .await
+        .expect("a pending verdict");
+    let unpaid = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
+    let job = umpire_api::sworn::pass2_job(&verdict_id, &purchase, &[], now, &unpaid);
+    queue
+        .enqueue(&job, std::time::Duration::ZERO)
+        .await
+        .expect("enqueue pass 2");
+    let verdicts = stack.name("VerdictsTable");
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let started = std::time::Instant::now();
+    loop {
+        let item = client
+            .get_item()
+            .table_name(&verdicts)
+            .key(
+                "verdict_id",
+                aws_sdk_dynamodb::types::AttributeValue::S(verdict_id.clone()),
+            )
+            .send()
+            .await
+            .expect("read the verdict");
+        if item.item.is_none() {
+            return verdict_id;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the worker did not delete the unsold verdict; refused calls: {}",
+            serde_json::to_string_pretty(&stack.denied()).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_and_job_runs_under_its_own_role() {
+    use umpire_blackbox::chain::{
+        Devnet, FACILITATOR_TOKEN, Facilitator, buy_get_v2, buy_v2, sign_payment,
+    };
+    let devnet = Devnet::start();
+    let facilitator = Facilitator::start(&devnet, None);
+    let params = vec![
+        ("EvmPayTo".to_owned(), devnet.get("pay_to")),
+        ("EvmNetwork".to_owned(), devnet.get("network")),
+        ("FacilitatorUrl".to_owned(), facilitator.url.clone()),
+        (
+            "FacilitatorAuth".to_owned(),
+            format!("Bearer {FACILITATOR_TOKEN}"),
+        ),
+        ("FeedbackRpcUrl".to_owned(), devnet.get("rpc_url")),
+        ("FeedbackConfirmations".to_owned(), "1".to_owned()),
+    ];
+    let env = vec![
+        ("UMPIRE_EVM_ASSET".to_owned(), devnet.get("asset")),
+        ("UMPIRE_EVM_ASSET_NAME".to_owned(), devnet.get("asset_name")),
+        (
+            "UMPIRE_EVM_ASSET_VERSION".to_owned(),
+            devnet.get("asset_version"),
+        ),
+        (
+            "UMPIRE_FEEDBACK_CHAIN_ID".to_owned(),
+            devnet.get("chain_id"),
+        ),
+        ("UMPIRE_FEEDBACK_USDC".to_owned(), devnet.get("asset")),
+        ("UMPIRE_TEST_FETCH_ALLOW".to_owned(), "127.0.0.1".to_owned()),
+        ("UMPIRE_SWORN_DELAY_SECONDS".to_owned(), "1".to_owned()),
+        ("UMPIRE_WEBHOOK_RETRY_BASE_MS".to_owned(), "100".to_owned()),
+    ];
+    let stack = tokio::task::block_in_place(|| {
+        LocalStack::start(StackOptions {
+            params,
+            env,
+            run_functions: true,
+            ..StackOptions::default()
+        })
+    });
+    let api = stack.api.expect("api");
+    let url = |path: &str| format!("http://{api}{path}");
+
+    // The routes that keep nothing (static documents, the price list, validation).
+    tokio::task::block_in_place(|| {
+        for path in [
+            "/healthz",
+            "/.well-known/umpire-key.json",
+            "/openapi.json",
+            "/verify",
+            "/v1/quote",
+        ] {
+            let r = get(&stack, path);
+            assert_eq!(
+                r.status,
+                200,
+                "{path}: {}",
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        let r = post_json(
+            &stack,
+            "/v1/validate",
+            r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#,
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    });
+
+    // A basic verdict, bought with the reference client through API Gateway: the
+    // verdicts function verifies and settles with the facilitator, judges in the
+    // checker function (through the gate), stores the verdict and the ledger entry.
+    let basic_key = key();
+    let first = tokio::task::block_in_place(|| {
+        buy_v2(&devnet, &url("/v1/verdicts/basic"), BASIC, Some(&basic_key))
+    });
+    assert_eq!(first.status, 201, "{}", first.body);
+    // The same key and body again: answered in front of the paywall (a replay).
+    let again = tokio::task::block_in_place(|| {
+        buy_v2(&devnet, &url("/v1/verdicts/basic"), BASIC, Some(&basic_key))
+    });
+    assert_eq!(again.status, 201, "{}", again.body);
+    let v = first.json();
+    let verdict = (str_at(&v, "verdict_id"), str_at(&v, "secret"));
+    // One payment sent twice without a key (as @x402/fetch resends): the ledger replays.
+    tokio::task::block_in_place(|| {
+        let payment = sign_payment(&devnet, &url("/v1/verdicts/basic"), BASIC);
+        for _ in 0..2 {
+            let r = request(
+                api,
+                "POST",
+                "/v1/verdicts/basic",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", &payment),
+                ],
+                Some(BASIC.as_bytes()),
+            );
+            assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        }
+    });
+    let status = tokio::task::block_in_place(|| {
+        request(
+            api,
+            "GET",
+            &format!("/v1/verdicts/{}", verdict.0),
+            &[("Authorization", &format!("Bearer {}", verdict.1))],
+            None,
+        )
+    });
+    assert_eq!(
+        status.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&status.body)
+    );
+
+    // A sworn verdict: queued by the verdicts function, pass 2 run by the worker from
+    // the SQS trigger, the webhook delivered by the worker.
+    let page = umpire_blackbox::Scripted::start(vec![(200, "service up")]);
+    let hook = umpire_blackbox::Scripted::start(vec![(200, "thanks")]);
+    let body = sworn_body(page.addr, hook.addr);
+    let bought = tokio::task::block_in_place(|| {
+        buy_v2(&devnet, &url("/v1/verdicts/sworn"), &body, Some(&key()))
+    });
+    assert_eq!(bought.status, 202, "{}", bought.body);
+    let v = bought.json();
+    let sworn_id = str_at(&v, "verdict_id");
+    let sworn_secret = str_at(&v, "secret");
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the final sworn document",
+            std::time::Duration::from_secs(90),
+            || {
+                let r = request(
+                    api,
+                    "GET",
+                    &format!("/v1/verdicts/{sworn_id}"),
+                    &[("Authorization", &format!("Bearer {sworn_secret}"))],
+                    None,
+                );
+                r.json().get("status").and_then(umpire_core::Value::as_str) == Some("final")
+            },
+        );
+        wait_until("the webhook", std::time::Duration::from_secs(60), || {
+            !hook.received().is_empty()
+        });
+    });
+
+    // find, by the spec's hash (validate says it) and the webhook.
+    let validated = tokio::task::block_in_place(|| {
+        post_json(
+            &stack,
+            "/v1/validate",
+            &body.replacen('{', r#"{"tier":"sworn","#, 1),
+        )
+    });
+    let spec_hash = str_at(&validated.json(), "spec_hash");
+    let hook_url = format!("http://{}/hook", hook.addr);
+    let found = tokio::task::block_in_place(|| {
+        get(
+            &stack,
+            &format!(
+                "/v1/find?spec_hash={spec_hash}&webhook={}",
+                umpire_blackbox::urlencode(&hook_url)
+            ),
+        )
+    });
+    assert_eq!(
+        found.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&found.body)
+    );
+    assert!(String::from_utf8_lossy(&found.body).contains(&sworn_id));
+
+    // A sworn purchase whose settlement fails (its authorization spent on chain while
+    // pass 1 runs): the verdicts function deletes the pending verdict.
+    let held = umpire_blackbox::Held::start("service up");
+    let failing = sworn_body(held.addr, hook.addr);
+    let payment =
+        tokio::task::block_in_place(|| sign_payment(&devnet, &url("/v1/verdicts/sworn"), &failing));
+    let buyer = {
+        let (payment, failing) = (payment.clone(), failing.clone());
+        std::thread::spawn(move || {
+            umpire_blackbox::post_paid(api, "/v1/verdicts/sworn", &failing, &payment, &key())
+        })
+    };
+    tokio::task::block_in_place(|| {
+        held.wait_for_request(std::time::Duration::from_secs(60));
+        devnet.execute_authorization(&devnet.get("payer"), &payment);
+        held.release();
+    });
+    let refused = tokio::task::block_in_place(|| buyer.join().expect("buyer"));
+    assert_eq!(
+        refused.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+
+    // Feedback, proven on chain, and the merchant's report, bought.
+    let merchant = devnet.accounts()[5].clone();
+    let fb = tokio::task::block_in_place(|| feedback(&devnet, &merchant));
+    let r = tokio::task::block_in_place(|| post_json(&stack, "/v1/feedback", &fb.to_string()));
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let report_url = url(&format!("/v1/reputation?merchant={merchant}"));
+    let report = tokio::task::block_in_place(|| buy_get_v2(&devnet, &report_url));
+    assert_eq!(report.status, 200, "{}", report.body);
+    tokio::task::block_in_place(|| {
+        // With an Idempotency-Key, twice: the second is answered in front of the paywall.
+        let dn = devnet.devnet_json();
+        let report_key = key();
+        for _ in 0..2 {
+            let v = umpire_blackbox::chain::node_json(
+                "tests/js/buy.mjs",
+                &[
+                    "--devnet",
+                    &dn,
+                    "--method",
+                    "GET",
+                    "--url",
+                    &report_url,
+                    "--key",
+                    &report_key,
+                ],
+            );
+            assert_eq!(v["status"], 200, "{v}");
+        }
+        // One payment sent twice: the ledger replays the report.
+        let v = umpire_blackbox::chain::node_json(
+            "tests/js/buy.mjs",
+            &[
+                "--devnet",
+                &dn,
+                "--method",
+                "GET",
+                "--url",
+                &report_url,
+                "--sign-only",
+            ],
+        );
+        let payment = v["header"].as_str().expect("a payment").to_owned();
+        let path = format!("/v1/reputation?merchant={merchant}");
+        for _ in 0..2 {
+            let r = request(api, "GET", &path, &[("PAYMENT-SIGNATURE", &payment)], None);
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        }
+    });
+
+    // MCP: every tool that touches storage.
+    tokio::task::block_in_place(|| {
+        mcp_call(
+            &stack,
+            "validate",
+            &serde_json::json!({"tier": "basic", "spec": {"checks": [{"type": "length", "min": 1}]}}),
+        );
+        mcp_call(
+            &stack,
+            "get_verdict",
+            &serde_json::json!({"verdict_id": verdict.0, "secret": verdict.1}),
+        );
+        mcp_call(
+            &stack,
+            "find",
+            &serde_json::json!({"spec_hash": spec_hash, "webhook": hook_url}),
+        );
+        mcp_call(&stack, "submit_feedback", &feedback(&devnet, &merchant));
+    });
+
+    // A pass-2 job whose purchase never settled: the worker deletes its verdict.
+    unsold_pass2(&stack).await;
+
+    assert_nothing_denied(&stack);
+    let report = surplus(&stack);
+    eprintln!("statements and actions no call needed:\n{report}");
+    let _ = facilitator;
+}
+
+/// Every statement (and every action of it) of every function's policies that no
+/// recorded call was allowed by: the surplus report.
+fn surplus(stack: &LocalStack) -> String {
+    let calls = stack.calls();
+    let mut lines = Vec::new();
+    for (logical, f) in stack.resolved["functions"].as_object().expect("functions") {
+        for p in f["policies"].as_array().into_iter().flatten() {
+            let name = p["name"].as_str().unwrap_or_default();
+            let statements = match &p["document"]["Statement"] {
+                serde_json::Value::Array(a) => a.clone(),
+                one => vec![one.clone()],
+            };
+            for (i, s) in statements.iter().enumerate() {
+                let id = format!("{name}#{}", i + 1);
+                let by_it: Vec<&serde_json::Value> = calls
+                    .iter()
+                    .filter(|c| {
+                        c["principal"] == logical.as_str()
+                            && c["statements"]
+                                .as_array()
+                                .is_some_and(|a| a.iter().any(|x| x == id.as_str()))
+                    })
+                    .collect();
+                let actions: Vec<String> = match &s["Action"] {
+                    serde_json::Value::Array(a) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect(),
+                    one => one.as_str().map(str::to_owned).into_iter().collect(),
+                };
+                let unused: Vec<&String> = actions
+                    .iter()
+                    .filter(|a| !by_it.iter().any(|c| c["action"] == a.as_str()))
+                    .collect();
+                if !unused.is_empty() {
+                    lines.push(format!("{logical} {id}: {unused:?}"));
+                }
+            }
+        }
+    }
+    lines.join("\n")
 }

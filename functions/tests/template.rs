@@ -133,28 +133,6 @@ fn the_worker_consumes_the_jobs_queue_with_partial_failures() {
         visibility >= 6 * timeout,
         "queue visibility {visibility}s < 6 x worker timeout {timeout}s"
     );
-    for (action, resource) in [
-        ("sqs:SendMessage", "JobsQueue"),
-        ("dynamodb:GetItem", "VerdictsTable"),
-        ("dynamodb:UpdateItem", "VerdictsTable"),
-        ("dynamodb:GetItem", "PaymentsTable"),
-    ] {
-        assert!(
-            may(worker, action, resource),
-            "the worker needs {action} on {resource}"
-        );
-    }
-}
-
-#[test]
-fn the_purchase_may_queue_pass_two_and_void_it() {
-    let res = template_resources();
-    let (_, buy) = functions(&res)
-        .into_iter()
-        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some("verdicts"))
-        .expect("a function for the verdicts binary");
-    assert!(may(buy, "sqs:SendMessage", "JobsQueue"));
-    assert!(may(buy, "dynamodb:DeleteItem", "VerdictsTable"));
 }
 
 fn by_binary<'a>(res: &'a Value, binary: &str) -> &'a Value {

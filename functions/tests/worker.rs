@@ -23,7 +23,7 @@ use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_fetch::{FetchConfig, Fetcher, Policy, StaticResolver};
 use umpire_functions::aws_lambda_events::event::sqs::SqsEvent;
 use umpire_functions::worker::handle_batch;
-use umpire_store::dynamo::{DynamoStore, TableNames};
+use umpire_store::dynamo::DynamoStore;
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
@@ -80,7 +80,13 @@ fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
 }
 
 /// A paid sworn verdict as the purchase leaves it: pending, pass 1 judged, pass 2 queued.
-async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, Job) {
+/// `setup` writes what the verdicts function would have written (its own role's work).
+async fn bought(
+    state: &AppState,
+    setup: &dyn Store,
+    page: &Scripted,
+    hook: &Scripted,
+) -> (String, Job) {
     let spec = parse(
         format!(
             r#"{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}}"#,
@@ -106,8 +112,7 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
     let verdict_id = umpire_core::hash::random_id("vrd");
     let now = umpire_core::time::now_unix();
     let preview = sworn::preview(&pass1, now);
-    state
-        .store
+    setup
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
             tier: "sworn".into(),
@@ -127,8 +132,7 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
     let payment_key =
         umpire_api::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
     assert_eq!(
-        state
-            .store
+        setup
             .claim_payment(&payment_key, "h", now, now + 60, now + 86_400)
             .await
             .expect("claim the payment"),
@@ -159,8 +163,7 @@ async fn bought(state: &AppState, page: &Scripted, hook: &Scripted) -> (String, 
             expires_at: now + 86_400,
         };
         assert!(
-            state
-                .store
+            setup
                 .move_payment(&payment_key, "h", &step)
                 .await
                 .expect("record the sale")
@@ -239,11 +242,16 @@ async fn drain(state: &AppState, runner: Runner) -> usize {
     received
 }
 
-async fn exactly_once(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, runner: Runner) {
+async fn exactly_once(
+    setup: Arc<dyn Store>,
+    store: Arc<dyn Store>,
+    queue: Arc<dyn JobQueue>,
+    runner: Runner,
+) {
     let page = Scripted::start(vec![(200, "service up")]);
     let hook = Scripted::start(vec![(200, "thanks")]);
     let state = state(store, queue.clone());
-    let (verdict_id, pass2) = bought(&state, &page, &hook).await;
+    let (verdict_id, pass2) = bought(&state, setup.as_ref(), &page, &hook).await;
     assert_eq!(pass2.kind, JOB_PASS2);
     queue
         .enqueue(&pass2, std::time::Duration::ZERO)
@@ -311,58 +319,47 @@ async fn exactly_once(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, runner: R
 async fn embedded_store_one_document_one_webhook() {
     let dir = TempDir::new("worker-sqlite");
     let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
-    exactly_once(store.clone(), store, Runner::Local).await;
+    exactly_once(store.clone(), store.clone(), store, Runner::Local).await;
 }
 
 mod aws {
+    //! On the stack's own tables and queue (created from template.yaml), the worker
+    //! acting under its own role: every call it makes passes the IAM gate with exactly
+    //! the WorkerFunction policies, or the test fails.
     use super::*;
+    use umpire_blackbox::stack::{LocalStack, StackOptions};
 
-    fn endpoint() -> String {
-        std::env::var("UMPIRE_TEST_AWS_ENDPOINT").unwrap_or_else(|_| {
-            panic!(
-                "UMPIRE_TEST_AWS_ENDPOINT is not set: these tests need the local AWS-compatible \
-                 server that `make test` starts (infra/local/with-moto.sh)"
-            )
-        })
-    }
-
-    async fn aws() -> (Arc<DynamoStore>, Arc<SqsQueue>) {
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .endpoint_url(endpoint())
-            .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "umpire-tests",
-            ))
-            .load()
-            .await;
-        let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("w")));
-        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), names);
-        store.create_tables().await.expect("create tables");
-        let sqs = aws_sdk_sqs::Client::new(&config);
-        let url = sqs
-            .create_queue()
-            .queue_name(umpire_core::hash::random_id("jobs"))
-            .send()
+    /// The stack, the verdicts function's store (to set up what a purchase leaves), and
+    /// the worker's store and queue.
+    async fn aws() -> (
+        LocalStack,
+        Arc<DynamoStore>,
+        Arc<DynamoStore>,
+        Arc<SqsQueue>,
+    ) {
+        let stack = tokio::task::spawn_blocking(|| LocalStack::start(StackOptions::default()))
             .await
-            .expect("create queue")
-            .queue_url
-            .expect("queue url");
-        (Arc::new(store), Arc::new(SqsQueue::new(sqs, url)))
+            .expect("the stack");
+        let names = stack.table_names();
+        let buyer = stack.sdk_config("VerdictsFunction").await;
+        let worker = stack.sdk_config("WorkerFunction").await;
+        let setup = DynamoStore::new(aws_sdk_dynamodb::Client::new(&buyer), names.clone());
+        let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&worker), names);
+        let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&worker), stack.name("JobsQueue"));
+        (stack, Arc::new(setup), Arc::new(store), Arc::new(queue))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn dynamodb_and_sqs_one_document_one_webhook() {
-        let (store, queue) = aws().await;
-        exactly_once(store, queue, Runner::Lambda).await;
+        let (stack, setup, store, queue) = aws().await;
+        exactly_once(setup, store, queue, Runner::Lambda).await;
+        let denied = tokio::task::block_in_place(|| stack.denied());
+        assert!(denied.is_empty(), "refused: {denied:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn the_lambda_reports_only_the_failed_messages() {
-        let (store, queue) = aws().await;
+        let (_stack, _, store, queue) = aws().await;
         let state = state(store, queue);
         let gone = Job {
             kind: JOB_PASS2.into(),

@@ -14,8 +14,9 @@ usage: stack.py TEMPLATE --names NAMES_JSON [--param KEY=VALUE ...] [--drop-stat
 NAMES_JSON maps logical ids to their attributes in the local stack, e.g.
   {"VerdictsTable": {"Ref": "t-verdicts", "Arn": "arn:aws:dynamodb:...:table/t-verdicts"}}
 and may set pseudo parameters ("AWS::AccountId", "AWS::Region", "AWS::StackName").
---drop-statement FUNCTION:POLICY:INDEX removes one statement of one function's inline
-policies (infra/local/iam_removal.py uses it to find statements no test needs).
+--drop-statement FUNCTION:POLICY:N removes the Nth statement (from 1, as the IAM gate
+numbers them) of one of a function's policies (infra/local/iam_removal.py uses it to
+find statements no test needs).
 
 Prints JSON: {"functions": {logical id: {...}}, "key_policies": {key arn: policy},
 "resources": the transformed template's resources (unresolved)}.
@@ -235,7 +236,7 @@ def main():
             if isinstance(statements, dict):
                 statements = [statements]
             dropped = drops.get((logical, pol["PolicyName"]), set())
-            doc["Statement"] = [s for i, s in enumerate(statements) if i not in dropped]
+            doc["Statement"] = [s for i, s in enumerate(statements, 1) if i not in dropped]
             doc.setdefault("Version", "2012-10-17")
             policies.append({"name": pol["PolicyName"], "document": doc})
         for arn in r.value(role.get("ManagedPolicyArns", [])):

@@ -28,7 +28,8 @@ pub struct StackOptions {
     pub params: Vec<(String, String)>,
     /// Variables every function gets on top of the template's (test switches).
     pub env: Vec<(String, String)>,
-    /// `FUNCTION:POLICY:INDEX` statements left out (infra/local/iam_removal.py).
+    /// `FUNCTION:POLICY:N` statements left out (and those `UMPIRE_STACK_DROP_STATEMENTS`
+    /// names, comma-separated: infra/local/iam_removal.py).
     pub drop_statements: Vec<String>,
     /// Run every function of the template behind API Gateway and its SQS trigger.
     pub run_functions: bool,
@@ -170,8 +171,15 @@ impl LocalStack {
         for p in &params {
             args.extend(["--param".into(), p.clone()]);
         }
-        for d in &options.drop_statements {
-            args.extend(["--drop-statement".into(), d.clone()]);
+        // infra/local/iam_removal.py leaves statements out through the environment.
+        let from_env = std::env::var("UMPIRE_STACK_DROP_STATEMENTS").unwrap_or_default();
+        for d in options
+            .drop_statements
+            .iter()
+            .map(String::as_str)
+            .chain(from_env.split(',').filter(|s| !s.is_empty()))
+        {
+            args.extend(["--drop-statement".into(), d.to_owned()]);
         }
         let resolved = python_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
@@ -210,12 +218,12 @@ impl LocalStack {
             dir,
         };
         if options.run_functions {
-            stack.run_functions(&options.env, gate_addr);
+            stack.run_functions(&options.env);
         }
         stack
     }
 
-    fn run_functions(&mut self, extra_env: &[(String, String)], gate: std::net::SocketAddr) {
+    fn run_functions(&mut self, extra_env: &[(String, String)]) {
         let bin_dir: PathBuf = umpire_bin()
             .parent()
             .expect("the binaries' directory")
@@ -276,11 +284,7 @@ impl LocalStack {
         let port = wait_for_port(&port_file, "the stack emulator", &mut child);
         let api: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         // Functions invoke functions (the checker) through the gate, which sends them on.
-        post(
-            gate,
-            "/__iam/route",
-            &json!({"service": "lambda", "upstream": format!("http://{api}")}),
-        );
+        self.route("lambda", &format!("http://{api}"));
         self.api = Some(api);
         self.emulator = Some(child);
     }
@@ -296,6 +300,23 @@ impl LocalStack {
             .to_owned()
     }
 
+    /// Sends the gate's allowed calls to `service` to `upstream` instead of the local AWS
+    /// server (Lambda invocations to a Lambda emulator).
+    pub fn route(&self, service: &str, upstream: &str) {
+        post(
+            self.gate_addr(),
+            "/__iam/route",
+            &json!({"service": service, "upstream": upstream}),
+        );
+    }
+
+    fn gate_addr(&self) -> std::net::SocketAddr {
+        self.endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .expect("gate address")
+    }
+
     /// The access key whose requests carry `logical`'s role.
     pub fn access_key_of(logical: &str) -> String {
         format!("LOCAL{}", logical.to_uppercase())
@@ -309,6 +330,50 @@ impl LocalStack {
             ("AWS_SECRET_ACCESS_KEY".into(), "local".into()),
             ("AWS_REGION".into(), REGION.into()),
         ]
+    }
+
+    /// An AWS SDK configuration acting as `logical` (its role), through the gate.
+    pub async fn sdk_config(&self, logical: &str) -> aws_config::SdkConfig {
+        self.config_with(&Self::access_key_of(logical), "local")
+            .await
+    }
+
+    /// The test's own access (its set-up and read-back), straight to the local server.
+    pub async fn admin_config(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(moto_endpoint())
+            .region(aws_config::Region::new(REGION))
+            .credentials_provider(aws_credential_types::Credentials::new(
+                "test", "test", None, None, "admin",
+            ))
+            .load()
+            .await
+    }
+
+    async fn config_with(&self, key: &str, secret: &str) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_config::Region::new(REGION))
+            .credentials_provider(aws_credential_types::Credentials::new(
+                key.to_owned(),
+                secret.to_owned(),
+                None,
+                None,
+                "stack",
+            ))
+            .load()
+            .await
+    }
+
+    /// The stack's tables, as `UMPIRE_*_TABLE` names them.
+    pub fn table_names(&self) -> umpire_store::dynamo::TableNames {
+        umpire_store::dynamo::TableNames {
+            verdicts: self.name("VerdictsTable"),
+            idempotency: self.name("IdempotencyTable"),
+            payments: self.name("PaymentsTable"),
+            rate_limits: self.name("RateLimitsTable"),
+            feedback: self.name("FeedbackTable"),
+        }
     }
 
     /// A resource's physical name (or queue URL, or key id).
@@ -333,12 +398,7 @@ impl LocalStack {
 
     /// Every call the gate decided, in order.
     pub fn calls(&self) -> Vec<Json> {
-        let addr: std::net::SocketAddr = self
-            .endpoint
-            .trim_start_matches("http://")
-            .parse()
-            .expect("gate address");
-        let r = request(addr, "GET", "/__iam/calls", &[], None);
+        let r = request(self.gate_addr(), "GET", "/__iam/calls", &[], None);
         serde_json::from_slice(&r.body).expect("calls")
     }
 
