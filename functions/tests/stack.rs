@@ -168,7 +168,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         .await
         .expect("a pending verdict");
     let unpaid = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
-    let job = umpire_api::sworn::pass2_job(&verdict_id, &purchase, &[], now, &unpaid);
+    let job = umpire_api::sworn::pass2_job(&verdict_id, &purchase, &[], now, &unpaid, now + 60);
     queue
         .enqueue(&job, std::time::Duration::ZERO)
         .await

@@ -169,7 +169,7 @@ async fn bought(
                 .expect("record the sale")
         );
     }
-    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now, &payment_key);
+    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now, &payment_key, now + 60);
     (verdict_id, job)
 }
 
@@ -392,4 +392,100 @@ mod aws {
             ]})
         );
     }
+}
+
+/// Pass 2 of a purchase whose settlement is still unknown (its answer prepared, the
+/// outcome lost): it waits a pass-2 delay at a time, counting its hops, until the
+/// purchase's hold lapses; then it stops carrying the deliverable and leaves the
+/// verdict pending (the SwornUnresolved metric tells an operator).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() {
+    let dir = TempDir::new("worker-unresolved");
+    let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
+    let mut state = state(store.clone(), store.clone());
+    state.config.sworn_delay_secs = 0;
+    let now = umpire_core::time::now_unix();
+    let verdict_id = umpire_core::hash::random_id("vrd");
+    store
+        .put_verdict(&VerdictRecord {
+            verdict_id: verdict_id.clone(),
+            tier: "sworn".into(),
+            status: VerdictStatus::Pending,
+            document: None,
+            preview: None,
+            secret_hash: sha256_hex(SECRET.as_bytes()),
+            spec_hash: "0".repeat(64),
+            webhook_url: None,
+            created_at: now,
+            expires_at: now + 3600,
+            webhook_outcome: None,
+        })
+        .await
+        .expect("a pending verdict");
+    // Its purchase: claimed, its answer prepared, the settlement's outcome never heard.
+    let payment_key = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
+    assert_eq!(
+        store
+            .claim_payment(&payment_key, "h", now, now + 600, now + 86_400)
+            .await
+            .expect("claim"),
+        PaymentClaim::Won
+    );
+    let prepared = umpire_api::checkout::Prepared::new(
+        202,
+        &Value::object().with("verdict_id", verdict_id.as_str()),
+        &[],
+    );
+    assert!(
+        store
+            .move_payment(
+                &payment_key,
+                "h",
+                &PaymentMove {
+                    from: PaymentPhase::Claimed,
+                    lapsed_at: None,
+                    to: PaymentState::Prepared {
+                        answer: serde_json::to_string(&prepared).expect("json"),
+                    },
+                    held_until: now + 600,
+                    expires_at: now + 86_400,
+                },
+            )
+            .await
+            .expect("prepare")
+    );
+    let spec = parse_spec(
+        &parse(br#"{"checks":[{"type":"length","min":1}]}"#).expect("json"),
+        Some(Tier::Sworn),
+    )
+    .expect("spec");
+    let purchase = umpire_api::purchase::Purchase {
+        tier: Tier::Sworn,
+        spec,
+        deliverable: parse_deliverable(&parse(br#"{"text":"x"}"#).expect("json"), "d")
+            .expect("deliverable"),
+        webhook_url: None,
+        job_ref: None,
+    };
+
+    // Before the hold lapses: queued again, one hop more.
+    let job = sworn::pass2_job(&verdict_id, &purchase, &[], now, &payment_key, now + 600);
+    run_job(&state, &job).await.expect("waits");
+    let again = store.receive(10, 60).await.expect("receive");
+    assert_eq!(again.len(), 1, "pass 2 asked again");
+    let payload = parse(again[0].job.payload.as_bytes()).expect("payload");
+    assert_eq!(payload.get("hops").and_then(Value::as_u64), Some(1));
+
+    // Past it: dropped; the verdict stays pending; nothing more is queued.
+    let late = sworn::pass2_job(&verdict_id, &purchase, &[], now, &payment_key, now - 1);
+    run_job(&state, &late).await.expect("gives up");
+    store.ack(&again[0].receipt).await.expect("ack");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(store.receive(10, 60).await.expect("receive").is_empty());
+    let record = store
+        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .await
+        .expect("get")
+        .expect("still there");
+    assert_eq!(record.status, VerdictStatus::Pending);
 }

@@ -238,6 +238,7 @@ impl Paid<'_, '_> {
             results,
             now,
             self.checkout.payment_key(),
+            now + u64::from(self.state.config.in_progress_secs),
         );
         if let Err(e) = queue
             .enqueue(&job, std::time::Duration::from_secs(delay.into()))

@@ -1,6 +1,10 @@
 //! Business metrics as CloudWatch embedded metric format (EMF): one JSON line on
 //! stdout per event, which CloudWatch Logs turns into a metric without an API call or
 //! an agent. Outside Lambda the same events are debug log lines.
+//!
+//! Every metric has one dimension, `Service`: the stack's name (`UMPIRE_SERVICE`, set by
+//! the template), stable across deployments, so an alarm on it survives functions being
+//! replaced (a physical function name does not).
 
 use std::sync::OnceLock;
 
@@ -24,6 +28,9 @@ pub enum Metric {
     /// The rate-limit counter could not be read or written: the request was let through
     /// uncounted (fail-open, see `limits::enforce`). Alarm on it.
     RateLimitUnavailable,
+    /// Pass 2 stopped waiting for a purchase whose settlement was still unknown when its
+    /// hold lapsed: the verdict stays pending until someone looks. Alarm on it.
+    SwornUnresolved,
 }
 
 impl Metric {
@@ -35,17 +42,21 @@ impl Metric {
             Metric::Void => "Voids",
             Metric::WebhookFailure => "WebhookFailures",
             Metric::RateLimitUnavailable => "RateLimitStoreFailures",
+            Metric::SwornUnresolved => "SwornUnresolved",
         }
     }
 }
 
-/// One EMF line: the metric with value 1, dimensioned by function.
-pub fn emf_line(metric: Metric, function: &str, timestamp_ms: u64) -> String {
+/// The service dimension when `UMPIRE_SERVICE` is not set.
+pub const DEFAULT_SERVICE: &str = "umpire";
+
+/// One EMF line: the metric with value 1, dimensioned by service.
+pub fn emf_line(metric: Metric, service: &str, timestamp_ms: u64) -> String {
     let definition = Value::object()
         .with("Namespace", NAMESPACE)
         .with(
             "Dimensions",
-            Value::Array(vec![Value::Array(vec![Value::from("Function")])]),
+            Value::Array(vec![Value::Array(vec![Value::from("Service")])]),
         )
         .with(
             "Metrics",
@@ -62,26 +73,31 @@ pub fn emf_line(metric: Metric, function: &str, timestamp_ms: u64) -> String {
                 .with("Timestamp", timestamp_ms)
                 .with("CloudWatchMetrics", Value::Array(vec![definition])),
         )
-        .with("Function", function)
+        .with("Service", service)
         .with(metric.name(), 1u64)
         .to_canonical_string()
 }
 
-/// The Lambda function's name, when running in Lambda.
-fn lambda_function() -> Option<&'static str> {
-    static NAME: OnceLock<Option<String>> = OnceLock::new();
-    NAME.get_or_init(|| std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok())
+/// The service dimension, when running in Lambda (None elsewhere: no EMF lines).
+fn lambda_service() -> Option<&'static str> {
+    static SERVICE: OnceLock<Option<String>> = OnceLock::new();
+    SERVICE
+        .get_or_init(|| {
+            std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                .ok()
+                .map(|_| std::env::var("UMPIRE_SERVICE").unwrap_or_else(|_| DEFAULT_SERVICE.into()))
+        })
         .as_deref()
 }
 
 pub fn record(metric: Metric) {
-    match lambda_function() {
-        Some(function) => {
+    match lambda_service() {
+        Some(service) => {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             // stdout, not the tracing subscriber: EMF must be a line of its own.
-            println!("{}", emf_line(metric, function, now_ms));
+            println!("{}", emf_line(metric, service, now_ms));
         }
         None => tracing::debug!(metric = metric.name(), "metric"),
     }
@@ -93,12 +109,12 @@ mod tests {
 
     #[test]
     fn an_emf_line_declares_its_metric_and_carries_its_value() {
-        let line = emf_line(Metric::Void, "umpire-VerdictsFunction", 1_700_000_000_000);
+        let line = emf_line(Metric::Void, "umpire-prod", 1_700_000_000_000);
         let v = umpire_core::json::parse_str(&line).expect("json");
         assert_eq!(v.get("Voids").and_then(Value::as_u64), Some(1));
         assert_eq!(
-            v.get("Function").and_then(Value::as_str),
-            Some("umpire-VerdictsFunction")
+            v.get("Service").and_then(Value::as_str),
+            Some("umpire-prod")
         );
         let aws = v.get("_aws").expect("_aws");
         assert_eq!(

@@ -50,12 +50,15 @@ fn retry(e: impl std::fmt::Display) -> JobError {
 }
 
 /// The pass-2 job for a sworn purchase: everything pass 2 needs, the deliverable included.
+/// `wait_until` is when its purchase's hold lapses: pass 2 waits for an unresolved
+/// purchase no longer than that (each wait is a hop, counted in the job).
 pub fn pass2_job(
     verdict_id: &str,
     purchase: &Purchase,
     pass1: &[CheckResult],
     created_at: u64,
     payment_key: &str,
+    wait_until: u64,
 ) -> Job {
     let payload = Value::object()
         .with("verdict_id", verdict_id)
@@ -68,7 +71,9 @@ pub fn pass2_job(
             Value::Array(pass1.iter().map(CheckResult::to_value).collect()),
         )
         .with("created_at", created_at)
-        .with("payment_key", payment_key);
+        .with("payment_key", payment_key)
+        .with("wait_until", wait_until)
+        .with("hops", 0u64);
     Job {
         kind: JOB_PASS2.into(),
         payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
@@ -81,8 +86,9 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         "vrd_00000000000000000000000000000000",
         purchase,
         &[],
-        0,
+        u64::MAX,
         &crate::ledger::raw_payment_key(&serde_json::Value::Null),
+        u64::MAX,
     )
     .payload
     .len();
@@ -202,16 +208,40 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         {
             PurchaseOutcome::Paid => {}
             PurchaseOutcome::Unresolved => {
+                let hops = p.get("hops").and_then(Value::as_u64).unwrap_or(0);
+                // Jobs queued before the deadline existed wait as long as a hold can.
+                let wait_until = p
+                    .get("wait_until")
+                    .and_then(Value::as_u64)
+                    .unwrap_or_else(|| {
+                        p.get("created_at").and_then(Value::as_u64).unwrap_or(now)
+                            + crate::idempotency::IN_PROGRESS_SECS
+                    });
+                if now >= wait_until {
+                    // The purchase's hold lapsed and its settlement is still unknown
+                    // (its customer never came back to learn the outcome): stop
+                    // carrying the deliverable around. The verdict stays pending; the
+                    // metric tells an operator, who can find the payment on chain.
+                    tracing::error!(
+                        verdict_id,
+                        hops,
+                        "pass 2 gave up on a purchase whose settlement is still unknown"
+                    );
+                    crate::metrics::record(crate::metrics::Metric::SwornUnresolved);
+                    return Ok(());
+                }
                 // Asked again a pass-2 delay later (an interrupted purchase is settled
-                // by its customer's retry, or its prepared answer lapses).
-                tracing::info!(verdict_id, "pass 2 waits for its purchase to settle");
+                // by its customer's retry, or its hold lapses).
+                tracing::info!(verdict_id, hops, "pass 2 waits for its purchase to settle");
                 let queue = state
                     .queue
                     .as_ref()
                     .ok_or_else(|| retry("no job queue configured"))?;
+                let mut next = p.clone();
+                next.insert("hops", hops + 1);
                 let again = Job {
                     kind: JOB_PASS2.into(),
-                    payload: String::from_utf8_lossy(&p.to_canonical_vec()).into_owned(),
+                    payload: String::from_utf8_lossy(&next.to_canonical_vec()).into_owned(),
                 };
                 return queue
                     .enqueue(
