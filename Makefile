@@ -166,9 +166,10 @@ test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build
 	UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) cargo test -p umpire-functions --test lambda_watch -- --ignored
 
 # rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.
+SAM_CONFIG := --config-file infra/samconfig.toml
 deploy: $(VENV)/bin/cargo-lambda
-	PATH=$(VENV)/bin:$$PATH sam build --beta-features --config-file infra/samconfig.toml
-	PATH=$(VENV)/bin:$$PATH sam deploy --guided --config-file infra/samconfig.toml
+	PATH=$(VENV)/bin:$$PATH sam build $(SAM_CONFIG)
+	PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG)
 
 clean:
 	rm -rf $(CACHE) node_modules

@@ -325,7 +325,7 @@ fn attacks() -> Vec<Attack> {
         "basic",
         vec![json!({"type": "json_path", "path": vec!["a"; 100_000].join("."), "op": "exists"})],
         json!({"json": {}}),
-        Priced,
+        Refused("spec_too_large"),
     );
     let selector = format!("{}h1{}", ":not(".repeat(20_000), ")".repeat(20_000));
     add(
@@ -344,7 +344,7 @@ fn attacks() -> Vec<Attack> {
             json!({"type": "url_probe", "url": "https://93.184.215.14/", "expect": {"keyword": "k".repeat(500_000)}}),
         ],
         text("x"),
-        Priced,
+        Refused("spec_too_large"),
     );
     out.push(Attack {
         name: "a deliverable nested 100,000 deep",

@@ -28,9 +28,8 @@ use umpire_core::eval::Outcome;
 /// functions invoke it instead of starting local worker processes.
 pub const CHECKER_FUNCTION_ENV: &str = "UMPIRE_CHECKER_FUNCTION";
 
-/// Lambda refuses a synchronous invocation whose payload is larger than this
-/// ("Request must be smaller than 6291456 bytes for the InvokeFunction operation").
-pub const MAX_INVOKE_PAYLOAD_BYTES: usize = 6_291_456;
+/// Lambda refuses a synchronous invocation whose payload is larger than this.
+pub const MAX_INVOKE_PAYLOAD_BYTES: usize = umpire_core::platform::LAMBDA_SYNC_PAYLOAD_BYTES;
 
 /// Invokes the checker function.
 pub struct LambdaChecker {

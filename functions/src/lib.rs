@@ -152,6 +152,67 @@ pub const PUBLIC_KEY_ENV: &str = "UMPIRE_SIGNING_PUBLIC_KEY";
 pub const RETIRED_KEYS_ENV: &str = "UMPIRE_RETIRED_PUBLIC_KEYS";
 /// A plain seed in hex: local runs only (`cargo lambda watch`, tests), never in AWS.
 pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
+/// The KMS key the seed is sealed under (its ARN): Decrypt names it.
+pub const SIGNING_KEY_ENV: &str = "UMPIRE_SIGNING_KEY_ARN";
+
+/// Variables whose values are secrets. A function is given the secret's ARN in
+/// `<NAME>_SECRET` and reads the value from Secrets Manager once, at cold start, so the
+/// value never sits in its configuration (readable with lambda:GetFunctionConfiguration).
+pub const SECRET_VARS: [&str; 2] = ["UMPIRE_FACILITATOR_AUTH", "UMPIRE_FEEDBACK_RPC_URL"];
+
+/// The function's variables as its configuration reads them: its environment, with the
+/// secrets it was given read in.
+#[derive(Default)]
+pub struct Vars {
+    secrets: std::collections::BTreeMap<String, String>,
+}
+
+impl Vars {
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.secrets
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
+    }
+}
+
+/// Reads every secret this function was given, once; only functions that take payments
+/// or read the chain have any, and link the Secrets Manager client.
+fn secrets_for<'a, N: Needs>(aws: Option<&'a aws_config::SdkConfig>) -> Part<'a, Vars> {
+    if const { !(N::ROLE.sells() || N::ROLE.reads_chain()) } {
+        return ready_part(Vars::default());
+    }
+    Box::pin(async move {
+        let mut vars = Vars::default();
+        for name in SECRET_VARS {
+            let Some(arn) = std::env::var(format!("{name}_SECRET"))
+                .ok()
+                .filter(|a| !a.trim().is_empty())
+            else {
+                continue;
+            };
+            let aws = aws.ok_or_else(|| {
+                format!("{name}_SECRET is set, but this function has no AWS client")
+            })?;
+            let answer = aws_sdk_secretsmanager::Client::new(aws)
+                .get_secret_value()
+                .secret_id(&arn)
+                .send()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "{name}_SECRET: could not read {arn}: {}",
+                        aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                    )
+                })?;
+            let value = answer
+                .secret_string()
+                .ok_or_else(|| format!("{name}_SECRET: {arn} holds no text"))?;
+            vars.secrets.insert(name.to_owned(), value.to_owned());
+        }
+        Ok(vars)
+    })
+}
 
 /// A cold-start part that awaits, boxed so that a const branch can leave it out.
 pub type Part<'a, T> = Pin<Box<dyn Future<Output = Result<T, lambda_http::Error>> + Send + 'a>>;
@@ -199,7 +260,12 @@ pub async fn signer_from_vars<N: Needs>(
         return Ok((Arc::new(PublicKeyOnly(public)), retired));
     }
     let signer = match (env_nonempty(SEED_CIPHERTEXT_ENV), local) {
-        (Some(sealed), _) => open_sealed_seed::<N>(aws, sealed).await?,
+        (Some(sealed), _) => {
+            let key = env_nonempty(SIGNING_KEY_ENV).ok_or_else(|| {
+                format!("{SIGNING_KEY_ENV} is not set: name the KMS key the seed is sealed under")
+            })?;
+            open_sealed_seed::<N>(aws, key, sealed).await?
+        }
         (None, Some(local)) => {
             tracing::warn!("signing with a plain seed from {SEED_HEX_ENV}: for local runs only");
             local
@@ -220,11 +286,12 @@ pub async fn signer_from_vars<N: Needs>(
 /// The sealed seed opened with KMS; only signing functions link the KMS client.
 fn open_sealed_seed<'a, N: Needs>(
     aws: Option<&'a aws_config::SdkConfig>,
+    key: String,
     sealed: String,
 ) -> Part<'a, LocalSigner> {
     match aws {
         Some(aws) if const { N::ROLE.signs() } => Box::pin(async move {
-            Ok(umpire_keys::open(&aws_sdk_kms::Client::new(aws), &sealed).await?)
+            Ok(umpire_keys::open(&aws_sdk_kms::Client::new(aws), &key, &sealed).await?)
         }),
         _ => Box::pin(std::future::ready(Err(format!(
             "{SEED_CIPHERTEXT_ENV} is set, but this function has no KMS client"
@@ -278,6 +345,7 @@ fn checker_for<'a, N: Needs>(
 /// Payments and the SOL price feed, for functions that sell.
 fn payments_for<'a, N: Needs>(
     config: &'a Config,
+    vars: &'a Vars,
 ) -> Part<
     'a,
     (
@@ -290,7 +358,7 @@ fn payments_for<'a, N: Needs>(
     }
     Box::pin(async move {
         Ok((
-            umpire_pay::config::payments_from_env(&config.rails).await?,
+            umpire_pay::config::payments_from(&config.rails, |name| vars.get(name)).await?,
             umpire_pay::config::sol_price_from_env(&config.rails)?,
         ))
     })
@@ -303,7 +371,8 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     let aws = aws_config_for::<N>().await?;
     let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;
     let checker = checker_for::<N>(aws.as_ref(), &config).await?;
-    let (payments, sol_price) = payments_for::<N>(&config).await?;
+    let vars = secrets_for::<N>(aws.as_ref()).await?;
+    let (payments, sol_price) = payments_for::<N>(&config, &vars).await?;
     let fetcher = if const { N::ROLE.reaches_out() } {
         Some(Arc::new(umpire_fetch::Fetcher::from_env()?))
     } else {
@@ -311,7 +380,7 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     };
     // Feedback reads the chain for payments to merchants; reports name that chain.
     let feedback_chain = if const { N::ROLE.reads_chain() } {
-        umpire_chain::ChainConfig::from_env()?
+        umpire_chain::ChainConfig::from_vars(&|name| vars.get(name))?
             .map(umpire_chain::FeedbackChain::new)
             .transpose()?
             .map(Arc::new)

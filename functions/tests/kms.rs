@@ -14,7 +14,8 @@ use umpire_blackbox::run_umpire;
 use umpire_blackbox::stack::{LocalStack, StackOptions};
 use umpire_core::signer::{PublicKey, Signer};
 use umpire_functions::{
-    Needs, PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, SEED_CIPHERTEXT_ENV, fns, signer_from_vars,
+    Needs, PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, SEED_CIPHERTEXT_ENV, SIGNING_KEY_ENV, fns,
+    signer_from_vars,
 };
 
 fn endpoint() -> String {
@@ -80,6 +81,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     let worker = stack.sdk_config("WorkerFunction").await;
     let admin = stack.admin_config().await;
     let key_id = stack.name("SigningKey");
+    let key_arn = stack.arn("SigningKey");
     let (ciphertext, public) = keygen(&key_id);
     let public_key = PublicKey::from_base64(&public).expect("a public key");
     // The printed ciphertext is not the seed in disguise: 32 bytes of seed, KMS framing around.
@@ -88,6 +90,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     let (old_ciphertext, old_public) = keygen(&key_id);
     let env = vars(&[
         (SEED_CIPHERTEXT_ENV, &ciphertext),
+        (SIGNING_KEY_ENV, &key_arn),
         (PUBLIC_KEY_ENV, &public),
         (RETIRED_KEYS_ENV, &old_public),
     ]);
@@ -127,6 +130,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     // Ciphertext and public key from different keygen runs: refused at cold start.
     let crossed = vars(&[
         (SEED_CIPHERTEXT_ENV, &old_ciphertext),
+        (SIGNING_KEY_ENV, &key_arn),
         (PUBLIC_KEY_ENV, &public),
     ]);
     let err = open::<fns::Worker>(&worker, &crossed)
@@ -139,7 +143,10 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     );
 
     // Not base64; another purpose's ciphertext (no encryption context); a bad retired key.
-    let garbage = vars(&[(SEED_CIPHERTEXT_ENV, "not base64!")]);
+    let garbage = vars(&[
+        (SEED_CIPHERTEXT_ENV, "not base64!"),
+        (SIGNING_KEY_ENV, &key_arn),
+    ]);
     let err = open::<fns::Worker>(&worker, &garbage)
         .await
         .err()
@@ -152,10 +159,13 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         .send()
         .await
         .expect("encrypt without context");
-    let other = vars(&[(
-        SEED_CIPHERTEXT_ENV,
-        &B64.encode(other_purpose.ciphertext_blob().expect("blob").as_ref()),
-    )]);
+    let other = vars(&[
+        (
+            SEED_CIPHERTEXT_ENV,
+            &B64.encode(other_purpose.ciphertext_blob().expect("blob").as_ref()),
+        ),
+        (SIGNING_KEY_ENV, &key_arn),
+    ]);
     let err = open::<fns::Worker>(&worker, &other)
         .await
         .err()
@@ -170,15 +180,18 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
 
     // A function that does not sign has no kms:Decrypt: its role cannot open the seed.
     let status = stack.sdk_config("StatusFunction").await;
-    let refused = umpire_keys::open(&aws_sdk_kms::Client::new(&status), &ciphertext)
+    let refused = umpire_keys::open(&aws_sdk_kms::Client::new(&status), &key_id, &ciphertext)
         .await
         .err()
         .expect("the status function's role may not decrypt");
     assert!(refused.to_string().contains("AccessDenied"), "{refused}");
+    // The one refusal IAM made (the ciphertext of another purpose passed IAM, naming
+    // the right context, and KMS itself refused it).
     let denied = tokio::task::block_in_place(|| stack.denied());
     assert_eq!(
         denied.len(),
-        2,
-        "only the two refusals this test asked for: {denied:?}"
+        1,
+        "only the refusal this test asked for: {denied:?}"
     );
+    assert_eq!(denied[0]["principal"], "StatusFunction");
 }

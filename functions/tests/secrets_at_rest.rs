@@ -66,8 +66,9 @@ async fn dump(client: &aws_sdk_dynamodb::Client, table: &str) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
+/// The devnet, the stack (its tables from template.yaml), and the purchase route's state
+/// acting under the verdicts function's role; the status function's store beside it.
+async fn purchase_state() -> (Devnet, LocalStack, AppState, DynamoStore, [String; 5]) {
     let devnet = tokio::task::spawn_blocking(Devnet::start)
         .await
         .expect("devnet");
@@ -91,7 +92,6 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
         names.rate_limits.clone(),
         names.feedback.clone(),
     ];
-    let client = aws_sdk_dynamodb::Client::new(&stack.admin_config().await);
     let store = DynamoStore::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk_config("VerdictsFunction").await),
         names.clone(),
@@ -124,9 +124,13 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
         fetcher: None,
     };
 
-    // The 402, then the payment as the payer signs it.
+    (devnet, stack, state, status_store, tables)
+}
+
+/// The 402 for `body`, then the payment as the payer signs it: the paid request's headers.
+async fn paid_headers(state: &AppState, devnet: &Devnet, body: &str) -> (String, String) {
     let json = [("content-type", "application/json")];
-    let (status, _, headers) = call(&state, "POST", "/v1/verdicts/basic", &json, BODY).await;
+    let (status, _, headers) = call(state, "POST", "/v1/verdicts/basic", &json, body).await;
     assert_eq!(status, 402);
     let required: umpire_pay::PaymentRequired =
         umpire_pay::decode_header(headers["payment-required"].to_str().expect("ascii"))
@@ -141,7 +145,14 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
         umpire_core::hash::random_bytes::<32>(),
     )
     .expect("signed");
-    let key = umpire_core::hash::random_id("atrest");
+    (payment, umpire_core::hash::random_id("atrest"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
+    let (devnet, stack, state, status_store, tables) = purchase_state().await;
+    let client = aws_sdk_dynamodb::Client::new(&stack.admin_config().await);
+    let (payment, key) = paid_headers(&state, &devnet, BODY).await;
     let paid = [
         ("content-type", "application/json"),
         ("payment-signature", payment.as_str()),
@@ -215,6 +226,51 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
     ] {
         assert!(!dumped.contains(needle), "{what} is stored:\n{dumped}");
     }
+    let denied = tokio::task::block_in_place(|| stack.denied());
+    assert!(denied.is_empty(), "refused: {denied:?}");
+}
+
+/// The largest spec a purchase takes (MAX_SPEC_BYTES of normalized JSON) is sold and
+/// stored on DynamoDB, whose items hold 400 KB: its prepared answer carries the document
+/// twice. One byte more is refused before payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_largest_spec_a_purchase_takes_fits_dynamodb() {
+    use umpire_core::spec::MAX_SPEC_BYTES;
+    let (devnet, stack, state, _, _) = purchase_state().await;
+    // One json_path check whose value fills the spec to the limit (the normalized form
+    // adds nothing to it).
+    let spec_of = |fill: usize| {
+        format!(
+            r#"{{"checks":[{{"type":"json_path","path":"a","op":"eq","value":"{}"}}]}}"#,
+            "v".repeat(fill)
+        )
+    };
+    let overhead = spec_of(0).len();
+    let body_of = |fill: usize| {
+        format!(
+            r#"{{"spec":{},"deliverable":{{"json":{{"a":"v"}}}}}}"#,
+            spec_of(fill)
+        )
+    };
+    let exact = body_of(MAX_SPEC_BYTES - overhead);
+    let (payment, key) = paid_headers(&state, &devnet, &exact).await;
+    let paid = [
+        ("content-type", "application/json"),
+        ("payment-signature", payment.as_str()),
+        ("idempotency-key", key.as_str()),
+    ];
+    let (status, bought, _) = call(&state, "POST", "/v1/verdicts/basic", &paid, &exact).await;
+    assert_eq!(status, 201, "{bought:?}");
+    // Its replay comes from the idempotency record (the whole response, stored).
+    let (status, _, headers) = call(&state, "POST", "/v1/verdicts/basic", &paid, &exact).await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["idempotent-replayed"], "true");
+
+    let over = body_of(MAX_SPEC_BYTES - overhead + 1);
+    let json = [("content-type", "application/json")];
+    let (status, refused, _) = call(&state, "POST", "/v1/verdicts/basic", &json, &over).await;
+    assert_eq!(status, 422, "{refused:?}");
+    assert!(format!("{refused:?}").contains("spec_too_large"));
     let denied = tokio::task::block_in_place(|| stack.denied());
     assert!(denied.is_empty(), "refused: {denied:?}");
 }

@@ -1,80 +1,88 @@
-//! `template.yaml` deploys every Lambda binary this crate builds, and wires the worker
-//! to the jobs queue the way its code assumes (partial batch failures, a visibility
-//! timeout that outlasts a run, permission to queue the next job).
+//! `template.yaml` as AWS deploys it: every binary deployed, the platform's limits held
+//! (API Gateway's 30 s, pass 2's worst case inside the worker's timeout, the queue's
+//! visibility at 6x it), a queue that keeps jobs through an outage, logs kept, access
+//! logs and tracing on, alarms on what an operator must see, no secret in any function's
+//! environment, the signing key opened only by the functions that sign. The template is
+//! read as the SAM transform makes it (infra/local/stack.py), conditions resolved.
 
 use std::collections::BTreeSet;
 
+use serde_json::Value as Json;
+use umpire_blackbox::stack::resolve_template;
 use umpire_blackbox::{str_at, template_resources};
 use umpire_core::json::Value;
+use umpire_core::platform::{API_GATEWAY_TIMEOUT_SECS, LAMBDA_SYNC_PAYLOAD_BYTES};
 
-fn functions(res: &Value) -> Vec<(&str, &Value)> {
-    res.as_object()
-        .expect("resources")
+/// The deployed functions, by logical id.
+fn deployed(t: &Json) -> Vec<(&str, &Json)> {
+    t["functions"]
+        .as_object()
+        .expect("functions")
         .iter()
-        .filter(|(_, r)| str_at(r, &["Type"]) == Some("AWS::Serverless::Function"))
-        .map(|(k, r)| (k.as_str(), r))
+        .map(|(k, f)| (k.as_str(), f))
         .collect()
 }
 
-fn number(v: Option<&Value>) -> u64 {
-    v.and_then(Value::as_u64)
-        .or_else(|| v.and_then(Value::as_str).and_then(|s| s.parse().ok()))
-        .unwrap_or_else(|| panic!("not a number: {v:?}"))
+fn function<'a>(t: &'a Json, logical: &str) -> &'a Json {
+    &t["functions"][logical]
 }
 
-/// Every `Action` granted to a function, with the resource it names (as JSON text).
-fn grants(function: &Value) -> Vec<(String, String)> {
+fn resource<'a>(t: &'a Json, logical: &str) -> &'a Json {
+    &t["resources"][logical]
+}
+
+fn num(v: &Json) -> u64 {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Every statement of a function's policies, as (actions, resources) text.
+fn statements(f: &Json) -> Vec<(Vec<String>, String)> {
     let mut out = Vec::new();
-    for policy in function
-        .get("Properties")
-        .and_then(|p| p.get("Policies"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-    {
-        for st in policy
-            .get("Statement")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let resource = String::from_utf8_lossy(
-                &st.get("Resource")
-                    .cloned()
-                    .unwrap_or(Value::Null)
-                    .to_canonical_vec(),
-            )
-            .into_owned();
-            let actions = match st.get("Action") {
-                Some(Value::Array(a)) => a
+    for p in f["policies"].as_array().into_iter().flatten() {
+        let sts = match &p["document"]["Statement"] {
+            Json::Array(a) => a.clone(),
+            one => vec![one.clone()],
+        };
+        for s in sts {
+            let actions = match &s["Action"] {
+                Json::Array(a) => a
                     .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
+                    .filter_map(|x| x.as_str().map(str::to_owned))
                     .collect(),
-                Some(v) => v.as_str().map(str::to_owned).into_iter().collect(),
-                None => Vec::new(),
+                one => one.as_str().map(str::to_owned).into_iter().collect(),
             };
-            out.extend(actions.into_iter().map(|a| (a, resource.clone())));
+            out.push((actions, s["Resource"].to_string()));
         }
     }
     out
 }
 
-fn may(function: &Value, action: &str, resource: &str) -> bool {
-    grants(function)
+fn may(f: &Json, action: &str, resource: &str) -> bool {
+    statements(f)
         .iter()
-        .any(|(a, r)| a == action && r.contains(resource))
+        .any(|(a, r)| a.iter().any(|x| x == action) && r.contains(resource))
 }
 
 #[test]
-fn every_binary_is_deployed_once() {
-    let res = template_resources();
-    let deployed: Vec<&str> = functions(&res)
+fn every_binary_is_deployed_and_only_the_checker_twice() {
+    let t = resolve_template(&[]);
+    let binaries: Vec<&str> = deployed(&t)
         .iter()
-        .filter_map(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]))
+        .map(|(_, f)| f["binary"].as_str().expect("binary"))
         .collect();
-    let unique: BTreeSet<&str> = deployed.iter().copied().collect();
-    assert_eq!(unique.len(), deployed.len(), "a binary deployed twice");
+    let unique: BTreeSet<&str> = binaries.iter().copied().collect();
+    let twice: Vec<&str> = unique
+        .iter()
+        .copied()
+        .filter(|b| binaries.iter().filter(|x| *x == b).count() > 1)
+        .collect();
+    assert_eq!(
+        twice,
+        vec!["checker"],
+        "purchases and pass 2 each have a checker"
+    );
     let bins: BTreeSet<String> = std::fs::read_dir(umpire_blackbox::crate_dir().join("src/bin"))
         .expect("src/bin")
         .filter_map(|e| e.ok())
@@ -95,103 +103,29 @@ fn every_binary_is_deployed_once() {
     );
 }
 
-#[test]
-fn the_worker_consumes_the_jobs_queue_with_partial_failures() {
-    let res = template_resources();
-    let (_, worker) = functions(&res)
-        .into_iter()
-        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some("worker"))
-        .expect("a function for the worker binary");
-    let events = worker
-        .get("Properties")
-        .and_then(|p| p.get("Events"))
-        .and_then(Value::as_object)
-        .expect("worker events");
-    let sqs: Vec<&Value> = events
-        .values()
-        .filter(|e| str_at(e, &["Type"]) == Some("SQS"))
-        .collect();
-    assert_eq!(sqs.len(), 1, "one SQS event source");
-    let props = sqs[0].get("Properties").expect("event properties");
-    assert!(
-        String::from_utf8_lossy(&props.get("Queue").expect("queue").to_canonical_vec())
-            .contains("JobsQueue"),
-        "the worker reads the jobs queue"
-    );
-    assert_eq!(
-        props.get("FunctionResponseTypes"),
-        Some(&Value::Array(vec![Value::from("ReportBatchItemFailures")])),
-        "handle_batch reports failures per message"
-    );
-    let timeout = number(worker.get("Properties").and_then(|p| p.get("Timeout")));
-    let visibility = number(
-        res.get("JobsQueue")
-            .and_then(|q| q.get("Properties"))
-            .and_then(|p| p.get("VisibilityTimeout")),
-    );
-    assert!(
-        visibility >= 6 * timeout,
-        "queue visibility {visibility}s < 6 x worker timeout {timeout}s"
-    );
-}
-
-fn by_binary<'a>(res: &'a Value, binary: &str) -> &'a Value {
-    functions(res)
-        .into_iter()
-        .find(|(_, f)| str_at(f, &["Metadata", "BuildProperties", "Binary"]) == Some(binary))
-        .map(|(_, f)| f)
-        .unwrap_or_else(|| panic!("a function for the {binary} binary"))
-}
-
-fn env_var<'a>(function: &'a Value, name: &str) -> Option<&'a Value> {
-    function
-        .get("Properties")?
-        .get("Environment")?
-        .get("Variables")?
-        .get(name)
-}
-
-/// API Gateway ends an HTTP integration at 30 s: every function behind a route stops
-/// before that, and the paid ones fit their request budget (plus the time to answer)
-/// inside their Timeout, so no paid request is cut off while it settles.
+/// API Gateway ends an integration at 30 s: every function behind a route stops before
+/// that, and the paid ones fit their request budget (plus the time to answer) inside
+/// their Timeout, so no paid request is cut off while it settles.
 #[test]
 fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
-    let res = template_resources();
-    let globals = umpire_blackbox::template_section("Globals");
-    let global_timeout = number(globals.get("Function").and_then(|f| f.get("Timeout")));
+    let t = resolve_template(&[]);
     let mut routed = 0;
-    for (name, f) in functions(&res) {
-        let http = f
-            .get("Properties")
-            .and_then(|p| p.get("Events"))
-            .and_then(Value::as_object)
-            .is_some_and(|events| {
-                events
-                    .values()
-                    .any(|e| str_at(e, &["Type"]) == Some("HttpApi"))
-            });
-        if !http {
+    for (name, f) in deployed(&t) {
+        if f["http"].as_array().is_none_or(Vec::is_empty) {
             continue;
         }
         routed += 1;
-        let timeout = f
-            .get("Properties")
-            .and_then(|p| p.get("Timeout"))
-            .map_or(global_timeout, |t| number(Some(t)));
+        let timeout = num(&f["timeout"]);
         assert!(
-            timeout <= 29,
-            "{name}: Timeout {timeout}s outlives API Gateway's 30 s"
+            timeout < API_GATEWAY_TIMEOUT_SECS,
+            "{name}: Timeout {timeout}s outlives API Gateway's {API_GATEWAY_TIMEOUT_SECS} s"
         );
-        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
-        if matches!(binary, "verdicts" | "reputation") {
-            let budget = f
-                .get("Properties")
-                .and_then(|p| p.get("Environment"))
-                .and_then(|e| e.get("Variables"))
-                .and_then(|v| v.get("UMPIRE_REQUEST_BUDGET_MS"))
+        if matches!(f["binary"].as_str(), Some("verdicts" | "reputation")) {
+            let budget = f["environment"]["UMPIRE_REQUEST_BUDGET_MS"]
+                .as_str()
                 .map_or(
                     umpire_api::config::DEFAULT_REQUEST_BUDGET.as_millis() as u64,
-                    |b| number(Some(b)),
+                    |b| b.parse().expect("a number"),
                 );
             assert!(
                 budget + 2_000 <= timeout * 1000,
@@ -199,88 +133,372 @@ fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
             );
         }
     }
-    assert!(routed >= 10, "found the routed functions ({routed})");
+    assert!(
+        routed >= 12,
+        "every route's function was checked ({routed})"
+    );
 }
 
+/// The worker outlasts its longest job, SQS hides a job for 6x that (AWS's advice for an
+/// event source), jobs survive a four-day outage, and a burst runs a few at a time.
 #[test]
-fn the_checker_is_isolated_and_its_timeout_is_the_check_limit() {
-    let res = template_resources();
-    let checker = by_binary(&res, "checker");
-    let props = checker.get("Properties").expect("properties");
+fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
+    let t = resolve_template(&[]);
+    let worker = function(&t, "WorkerFunction");
+    let timeout = num(&worker["timeout"]);
+    let checker = function(&t, "PassTwoCheckerFunction");
+    let limit = std::time::Duration::from_secs(num(&checker["timeout"]));
+    let worst = umpire_api::sworn::job_worst_case(limit).as_secs();
     assert!(
-        props.get("Policies").is_none() && props.get("Role").is_none(),
-        "the checker gets no permissions beyond its own logs"
+        timeout >= worst,
+        "the worker's {timeout}s Timeout is under a job's worst case, {worst}s"
     );
+    let queue = &resource(&t, "JobsQueue")["Properties"];
+    assert_eq!(
+        num(&queue["VisibilityTimeout"]),
+        6 * timeout,
+        "visibility = 6 x the worker's timeout"
+    );
+    let retention = num(&queue["MessageRetentionPeriod"]);
     assert!(
-        props.get("Environment").is_none(),
-        "the checker gets no variables of its own: only the globals (names, the public key), never a secret"
-    );
-    assert!(
-        props.get("ReservedConcurrentExecutions").is_some(),
-        "the checker has its own reserved pool"
-    );
-    let timeout = number(props.get("Timeout"));
-    assert!(timeout <= 5, "a short hard timeout, not {timeout}s");
-    let globals = umpire_blackbox::template_section("Globals");
-    let limit_ms = number(
-        globals
-            .get("Function")
-            .and_then(|f| f.get("Environment"))
-            .and_then(|e| e.get("Variables"))
-            .and_then(|v| v.get("UMPIRE_CHECK_LIMIT_MS")),
+        (4 * 86_400..=14 * 86_400).contains(&retention),
+        "jobs kept 4 to 14 days, not {retention}s"
     );
     assert_eq!(
-        limit_ms,
-        timeout * 1000,
-        "verdicts name the checker's real limit"
+        num(&queue["RedrivePolicy"]["maxReceiveCount"]),
+        5,
+        "a job that failed 5 times rests in the dead-letter queue"
     );
+    let sqs = &worker["sqs"][0];
+    assert_eq!(
+        sqs["report_failures"], true,
+        "failures reported per message"
+    );
+    assert!(
+        sqs["maximum_concurrency"]
+            .as_str()
+            .is_some_and(|c| c.parse::<u64>().is_ok_and(|c| c >= 2)),
+        "the trigger caps its concurrency: {sqs}"
+    );
+    assert!(
+        sqs["queue_arn"]
+            .as_str()
+            .is_some_and(|a| a.ends_with("JobsQueue")),
+        "the worker reads the jobs queue"
+    );
+}
 
-    // Only the functions that judge may invoke it, and they are told its name.
-    for (name, f) in functions(&res) {
-        let invokes = may(f, "lambda:InvokeFunction", "CheckerFunction");
-        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
-        let judges = matches!(binary, "verdicts" | "worker");
+/// Both checkers are isolated (no permissions, no variables of their own), their timeout
+/// is the limit the judging functions name, each judging function invokes its own, and a
+/// reserved pool is reserved only when asked for (new accounts may not have the quota).
+#[test]
+fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
+    let t = resolve_template(&[]);
+    for (checker, caller) in [
+        ("CheckerFunction", "VerdictsFunction"),
+        ("PassTwoCheckerFunction", "WorkerFunction"),
+    ] {
+        let f = function(&t, checker);
+        let own: Vec<String> = f["policies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .filter(|n| !n.starts_with("AWS"))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            own.is_empty(),
+            "{checker} holds no policies of its own: {own:?}"
+        );
+        let globals = function(&t, "HealthFunction")["environment"].clone();
         assert_eq!(
-            invokes, judges,
-            "{binary}: lambda:InvokeFunction on the checker"
+            f["environment"], globals,
+            "{checker} gets only the globals (names, the public key), never a secret"
+        );
+        let timeout = num(&f["timeout"]);
+        assert!(timeout <= 5, "a short hard timeout, not {timeout}s");
+        let judge = function(&t, caller);
+        assert_eq!(
+            num(&judge["environment"]["UMPIRE_CHECK_LIMIT_MS"]),
+            timeout * 1000,
+            "{caller} names the checker's real limit"
+        );
+        assert_eq!(judge["environment"]["UMPIRE_CHECKER_FUNCTION"], checker);
+        assert_eq!(
+            f["reserved_concurrency"],
+            Json::Null,
+            "no reservation by default"
+        );
+    }
+    for (name, f) in deployed(&t) {
+        let invokes: Vec<&str> = ["CheckerFunction", "PassTwoCheckerFunction"]
+            .into_iter()
+            .filter(|c| may(f, "lambda:InvokeFunction", &format!(":{c}\"")))
+            .collect();
+        let expected: Vec<&str> = match name {
+            "VerdictsFunction" => vec!["CheckerFunction"],
+            "WorkerFunction" => vec!["PassTwoCheckerFunction"],
+            _ => vec![],
+        };
+        assert_eq!(invokes, expected, "{name}: who it may invoke");
+    }
+    let reserved = resolve_template(&[
+        ("CheckerConcurrency", "20"),
+        ("PassTwoCheckerConcurrency", "5"),
+    ]);
+    assert_eq!(
+        function(&reserved, "CheckerFunction")["reserved_concurrency"],
+        "20"
+    );
+    assert_eq!(
+        function(&reserved, "PassTwoCheckerFunction")["reserved_concurrency"],
+        "5"
+    );
+}
+
+/// The seed is opened only by the three functions that sign, with its encryption
+/// context, through the key's policy; the key's administrators may not decrypt.
+#[test]
+fn only_signing_functions_may_open_the_sealed_seed() {
+    let t = resolve_template(&[]);
+    let policy = &resource(&t, "SigningKey")["Properties"]["KeyPolicy"]["Statement"];
+    let statements = policy.as_array().expect("key policy statements");
+    let decrypters: Vec<&Json> = statements
+        .iter()
+        .filter(|s| s.to_string().contains("kms:Decrypt") || s["Action"] == "kms:*")
+        .collect();
+    assert_eq!(
+        decrypters.len(),
+        1,
+        "one statement grants Decrypt: {policy}"
+    );
+    let principals = decrypters[0]["Principal"]["AWS"].to_string();
+    for role in [
+        "VerdictsFunctionRole",
+        "ReputationFunctionRole",
+        "WorkerFunctionRole",
+    ] {
+        assert!(
+            principals.contains(role),
+            "{role} may decrypt: {principals}"
+        );
+    }
+    assert_eq!(
+        decrypters[0]["Principal"]["AWS"].as_array().map(Vec::len),
+        Some(3)
+    );
+    assert!(
+        decrypters[0].to_string().contains("umpire-signing-seed"),
+        "Decrypt only with the seed's encryption context"
+    );
+    for (name, f) in deployed(&t) {
+        assert!(
+            !may(f, "kms:Decrypt", ""),
+            "{name}: no Decrypt in a role policy"
+        );
+        let signs = matches!(
+            name,
+            "VerdictsFunction" | "WorkerFunction" | "ReputationFunction"
         );
         assert_eq!(
-            env_var(f, "UMPIRE_CHECKER_FUNCTION").is_some(),
-            judges,
-            "{binary}: UMPIRE_CHECKER_FUNCTION"
+            f["environment"]["UMPIRE_SIGNING_SEED_CIPHERTEXT"].is_string(),
+            signs,
+            "{name}: the sealed seed in its environment"
+        );
+        assert_eq!(
+            f["environment"]["UMPIRE_SIGNING_KEY_ARN"].is_string(),
+            signs,
+            "{name}: Decrypt names the key"
         );
     }
 }
 
+/// Secrets are given as secret ARNs, read at cold start, each only by the functions that
+/// need it: no secret value reaches a function's configuration.
 #[test]
-fn only_signing_functions_may_open_the_sealed_seed() {
-    let res = template_resources();
-    for (name, f) in functions(&res) {
-        let binary = str_at(f, &["Metadata", "BuildProperties", "Binary"]).unwrap_or(name);
-        let signs = matches!(binary, "verdicts" | "worker" | "reputation");
-        assert_eq!(
-            may(f, "kms:Decrypt", "SigningKey"),
-            signs,
-            "{binary}: kms:Decrypt on the signing key"
+fn no_secret_is_in_any_environment() {
+    let auth = "Bearer very-secret-token";
+    let rpc = "https://base.example/v2/very-secret-api-key";
+    let t = resolve_template(&[("FacilitatorAuth", auth), ("FeedbackRpcUrl", rpc)]);
+    for (name, f) in deployed(&t) {
+        let env = f["environment"].to_string();
+        assert!(
+            !env.contains("very-secret"),
+            "{name}: a secret in its environment: {env}"
         );
-        assert_eq!(
-            env_var(f, "UMPIRE_SIGNING_SEED_CIPHERTEXT").is_some(),
-            signs,
-            "{binary}: the sealed seed in its environment"
+        for var in umpire_functions::SECRET_VARS {
+            assert!(
+                f["environment"][var].is_null(),
+                "{name}: {var} in plain text"
+            );
+            let given = f["environment"][format!("{var}_SECRET")]
+                .as_str()
+                .unwrap_or("");
+            let secret = match var {
+                "UMPIRE_FACILITATOR_AUTH" => "FacilitatorAuthSecret",
+                _ => "FeedbackRpcUrlSecret",
+            };
+            assert_eq!(
+                !given.is_empty(),
+                may(f, "secretsmanager:GetSecretValue", secret),
+                "{name}: reads {secret} exactly when it is given it"
+            );
+        }
+    }
+    for (secret, readers) in [
+        (
+            "FacilitatorAuthSecret",
+            vec!["ReputationFunction", "VerdictsFunction"],
+        ),
+        (
+            "FeedbackRpcUrlSecret",
+            vec!["FeedbackFunction", "McpFunction"],
+        ),
+    ] {
+        let got: Vec<&str> = deployed(&t)
+            .into_iter()
+            .filter(|(_, f)| may(f, "secretsmanager:GetSecretValue", secret))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(got, readers, "{secret}'s readers");
+    }
+    // Without the parameters, no secret exists and nobody may read one.
+    let bare = resolve_template(&[]);
+    assert!(
+        bare["resources"].get("FacilitatorAuthSecret").is_some(),
+        "the transform keeps it (with its condition)"
+    );
+    for (name, f) in deployed(&bare) {
+        assert!(!may(f, "secretsmanager:GetSecretValue", ""), "{name}");
+    }
+}
+
+/// What an operator needs: every function's logs kept a set time, API Gateway's access
+/// logs, tracing, and an alarm on each thing that must be looked at.
+#[test]
+fn an_operator_sees_logs_traces_and_alarms() {
+    let t = resolve_template(&[]);
+    let res = t["resources"].as_object().expect("resources");
+    for (name, _) in deployed(&t) {
+        let props = &res[name]["Properties"];
+        let group = props["LoggingConfig"]["LogGroup"]["Ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: its own log group"));
+        assert!(
+            res[group]["Properties"]["RetentionInDays"].is_object()
+                || res[group]["Properties"]["RetentionInDays"].is_number(),
+            "{name}: its logs are kept a set time"
+        );
+        assert_eq!(props["TracingConfig"]["Mode"], "Active", "{name}: traced");
+    }
+    let stage = res
+        .values()
+        .find(|r| r["Type"] == "AWS::ApiGatewayV2::Stage")
+        .expect("the API's stage");
+    let format = stage["Properties"]["AccessLogSettings"]["Format"]
+        .as_str()
+        .expect("access logs");
+    for field in [
+        "$context.identity.sourceIp",
+        "$context.status",
+        "$context.integrationErrorMessage",
+    ] {
+        assert!(format.contains(field), "access logs carry {field}");
+    }
+    let alarms: Vec<String> = res
+        .values()
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|r| {
+            format!(
+                "{}/{} {}",
+                r["Properties"]["Namespace"].as_str().unwrap_or(""),
+                r["Properties"]["MetricName"].as_str().unwrap_or(""),
+                r["Properties"]["Dimensions"]
+            )
+        })
+        .collect();
+    for (what, needle) in [
+        ("DLQ depth", "AWS/SQS/ApproximateNumberOfMessagesVisible"),
+        (
+            "the oldest job's age",
+            "AWS/SQS/ApproximateAgeOfOldestMessage",
+        ),
+        ("checker throttles", "AWS/Lambda/Throttles"),
+        ("verdicts errors", "AWS/Lambda/Errors"),
+        ("voids", "Umpire/Voids"),
+        (
+            "rate limiting failing open",
+            "Umpire/RateLimitStoreFailures",
+        ),
+        ("pass 2 giving up", "Umpire/SwornUnresolved"),
+        ("API 5xx", "AWS/ApiGateway/5xx"),
+    ] {
+        assert!(
+            alarms.iter().any(|a| a.starts_with(needle)),
+            "an alarm on {what}: {alarms:#?}"
         );
     }
-    let policy = String::from_utf8_lossy(
-        &by_binary(&res, "verdicts")
-            .get("Properties")
-            .and_then(|p| p.get("Policies"))
-            .expect("policies")
-            .to_canonical_vec(),
-    )
-    .into_owned();
+    for a in alarms.iter().filter(|a| a.starts_with("Umpire/")) {
+        assert!(
+            a.contains("Service"),
+            "custom metrics by service, not function: {a}"
+        );
+    }
+    for name in ["VerdictsFunction", "WorkerFunction"] {
+        assert!(
+            alarms
+                .iter()
+                .any(|a| a.starts_with("AWS/Lambda/Errors") && a.contains(name)),
+            "{name}'s errors are alarmed on"
+        );
+    }
+}
+
+/// The local emulators the tests run the functions under hold the platform's limits.
+#[test]
+fn the_emulators_hold_the_platforms_limits() {
+    let root = umpire_blackbox::repo_root();
+    let lambda = std::fs::read_to_string(root.join("infra/local/lambda_emulator.py"))
+        .expect("lambda emulator");
     assert!(
-        policy.contains("kms:EncryptionContext:purpose") && policy.contains("umpire-signing-seed"),
-        "Decrypt only with the seed's encryption context"
+        lambda.contains(&format!(
+            "MAX_PAYLOAD_BYTES = {}",
+            group_digits(LAMBDA_SYNC_PAYLOAD_BYTES as u64)
+        )),
+        "lambda_emulator.py refuses payloads over {LAMBDA_SYNC_PAYLOAD_BYTES} bytes"
     );
+    let stack = std::fs::read_to_string(root.join("infra/local/stack_emulator.py"))
+        .expect("stack emulator");
+    assert!(
+        stack.contains(&format!(
+            "INTEGRATION_TIMEOUT_S = {API_GATEWAY_TIMEOUT_SECS}.0"
+        )),
+        "stack_emulator.py ends integrations at {API_GATEWAY_TIMEOUT_SECS} s"
+    );
+}
+
+/// `6291456` as Python writes it with separators: `6_291_456`.
+fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('_');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The raw SAM functions (for the cargo lambda watch router, which names binaries).
+fn functions(res: &Value) -> Vec<(&str, &Value)> {
+    res.as_object()
+        .expect("resources")
+        .iter()
+        .filter(|(_, r)| str_at(r, &["Type"]) == Some("AWS::Serverless::Function"))
+        .map(|(k, r)| (k.as_str(), r))
+        .collect()
 }
 
 /// Cargo.toml's router section, read with Python's own TOML parser.
@@ -361,5 +579,69 @@ fn cargo_lambda_watch_routes_the_api_as_the_http_api_does() {
                 .any(|(p, m, b)| p == path && b == binary && (method == "*" || m == method)),
             "cargo lambda watch routes {method} {path} -> {binary}, which the template does not"
         );
+    }
+}
+
+/// The deploy steps run as written: `make deploy`'s sam commands use the repository's
+/// config file, which validates the template (the SAM transform, lint) from the
+/// repository's root as `make deploy` runs it, and deploys with the capabilities the
+/// template needs; no document tells an operator to run sam without it.
+#[test]
+fn the_deploy_steps_validate_with_the_repositorys_config() {
+    let root = umpire_blackbox::repo_root();
+    let makefile = std::fs::read_to_string(root.join("Makefile")).expect("Makefile");
+    assert!(makefile.contains("SAM_CONFIG := --config-file infra/samconfig.toml"));
+    let recipe: Vec<&str> = makefile
+        .split("\ndeploy:")
+        .nth(1)
+        .expect("a deploy target")
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with('\t') || l.is_empty())
+        .filter(|l| l.contains(" sam "))
+        .collect();
+    assert_eq!(recipe.len(), 2, "sam build and sam deploy: {recipe:?}");
+    assert!(
+        recipe.iter().all(|l| l.contains("$(SAM_CONFIG)")),
+        "{recipe:?}"
+    );
+
+    let sam = std::path::Path::new(&umpire_blackbox::python()).with_file_name("sam");
+    let out = std::process::Command::new(&sam)
+        .args(["validate", "--config-file", "infra/samconfig.toml"])
+        .current_dir(&root)
+        .env("SAM_CLI_TELEMETRY", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("run {} (make test installs it): {e}", sam.display()));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.contains("is a valid SAM Template"),
+        "{said}"
+    );
+
+    let config = std::fs::read_to_string(root.join("infra/samconfig.toml")).expect("samconfig");
+    for capability in ["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"] {
+        assert!(
+            config.contains(capability),
+            "samconfig deploys with {capability}"
+        );
+    }
+    for doc in std::iter::once(root.join("README.md")).chain(
+        std::fs::read_dir(root.join("docs"))
+            .expect("docs")
+            .filter_map(|e| e.ok().map(|e| e.path())),
+    ) {
+        let text = std::fs::read_to_string(&doc).unwrap_or_default();
+        for line in text.lines().filter(|l| l.trim_start().starts_with("sam ")) {
+            assert!(
+                line.contains("--config-file infra/samconfig.toml"),
+                "{}: {line:?} runs sam without the repository's config",
+                doc.display()
+            );
+        }
     }
 }

@@ -9,7 +9,8 @@ with their documented contents), its HTTP routes and its SQS event sources. The 
 every function's bootstrap with that environment, under credentials that carry exactly
 that role's policies (infra/local/iam_gate.mjs enforces them).
 
-usage: stack.py TEMPLATE --names NAMES_JSON [--param KEY=VALUE ...] [--drop-statement ID]
+usage: stack.py TEMPLATE (--names NAMES_JSON | --offline) [--param KEY=VALUE ...]
+                [--drop-statement ID]
 
 NAMES_JSON maps logical ids to their attributes in the local stack, e.g.
   {"VerdictsTable": {"Ref": "t-verdicts", "Arn": "arn:aws:dynamodb:...:table/t-verdicts"}}
@@ -50,7 +51,7 @@ MANAGED = {
             "Resource": "*",
         }
     ],
-    "AWSXRayDaemonWriteAccess": [
+    "AWSXrayWriteOnlyAccess": [
         {
             "Effect": "Allow",
             "Action": [
@@ -206,16 +207,31 @@ def transformed(path, params):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("template")
-    p.add_argument("--names", required=True)
+    p.add_argument("--names", help="JSON file of the local stack's names")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="no stack: every resource named after its logical id (template checks)",
+    )
     p.add_argument("--param", action="append", default=[])
     p.add_argument("--drop-statement", action="append", default=[])
     args = p.parse_args()
 
-    with open(args.names) as f:
-        names = json.load(f)
     params = dict(kv.split("=", 1) for kv in args.param)
     template, cfn = transformed(args.template, params)
     resources = cfn["Resources"]
+    if args.offline:
+        names = {
+            logical: {
+                "Ref": logical,
+                "Arn": f"arn:aws:{res['Type'].split('::')[1].lower()}:us-east-1:123456789012:{logical}",
+                "QueueName": logical,
+            }
+            for logical, res in resources.items()
+        }
+    else:
+        with open(args.names) as f:
+            names = json.load(f)
     r = Resolver(cfn, names, params)
     drops = {}
     for spec in args.drop_statement:
@@ -225,6 +241,8 @@ def main():
     functions = {}
     for logical, res in resources.items():
         if res["Type"] != "AWS::Lambda::Function":
+            continue
+        if "Condition" in res and not r.condition(res["Condition"]):
             continue
         props = res["Properties"]
         role_logical = props["Role"]["Fn::GetAtt"][0]
@@ -254,9 +272,9 @@ def main():
                 sqs.append(
                     {
                         "queue_arn": r.value(mp["EventSourceArn"]),
-                        "batch_size": mp.get("BatchSize", 10),
+                        "batch_size": int(r.value(mp.get("BatchSize", 10))),
                         "report_failures": "ReportBatchItemFailures" in mp.get("FunctionResponseTypes", []),
-                        "maximum_concurrency": mp.get("ScalingConfig", {}).get("MaximumConcurrency"),
+                        "maximum_concurrency": r.value(mp.get("ScalingConfig", {}).get("MaximumConcurrency")),
                     }
                 )
         for event in sam.get("Properties", {}).get("Events", {}).values():
@@ -267,7 +285,9 @@ def main():
             "binary": sam.get("Metadata", {}).get("BuildProperties", {}).get("Binary"),
             "timeout": int(r.value(props.get("Timeout", 3))),
             "memory": int(r.value(props.get("MemorySize", 128))),
-            "reserved_concurrency": None if concurrency is None else r.value(concurrency),
+            "reserved_concurrency": (
+                None if concurrency is None or r.value(concurrency) is NO_VALUE else r.value(concurrency)
+            ),
             "environment": {
                 k: str(v) for k, v in r.value(props.get("Environment", {}).get("Variables", {})).items()
             },

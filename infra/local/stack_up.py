@@ -8,7 +8,7 @@ the template describes rather than tables a test shaped by hand. Functions and t
 get names only (the stack emulator runs them). With --seed-hex, the signing seed is
 sealed under the new key as `umpire keygen --kms-key-id` seals it.
 
-usage: stack_up.py TEMPLATE --endpoint URL --prefix PREFIX [--seed-hex HEX]
+usage: stack_up.py TEMPLATE --endpoint URL --prefix PREFIX [--seed-hex HEX] [--param K=V ...]
 Prints the names JSON infra/local/stack.py takes, plus "sealed": {ciphertext, public_key}.
 """
 
@@ -31,7 +31,9 @@ def main():
     p.add_argument("--endpoint", required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--seed-hex")
+    p.add_argument("--param", action="append", default=[])
     args = p.parse_args()
+    params = dict(kv.split("=", 1) for kv in args.param)
 
     import boto3
 
@@ -44,17 +46,32 @@ def main():
             aws_secret_access_key="test",
         )
 
-    _, cfn = transformed(args.template, {})
+    _, cfn = transformed(args.template, params)
     resources = cfn["Resources"]
     names = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::StackName": args.prefix.rstrip("-")}
-    resolve = Resolver(cfn, names, {}).value
+    resolver = Resolver(cfn, names, params)
+    resolve = resolver.value
+    # Resources whose condition is false are not created (as CloudFormation does).
+    resources = {
+        logical: res
+        for logical, res in resources.items()
+        if "Condition" not in res or resolver.condition(res["Condition"])
+    }
 
-    # Names first: functions and the API need nothing created.
+    # Names first: functions, roles (as the IAM gate names them), the API, log groups and
+    # the alarm topic need nothing created here.
     for logical, res in resources.items():
         if res["Type"] == "AWS::Lambda::Function":
             names[logical] = {"Ref": logical, "Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical}"}
+        elif res["Type"] == "AWS::IAM::Role":
+            names[logical] = {"Ref": logical, "Arn": f"arn:aws:iam::{ACCOUNT}:role/{logical}"}
         elif res["Type"] == "AWS::ApiGatewayV2::Api":
             names[logical] = {"Ref": "local", "ApiEndpoint": "http://127.0.0.1"}
+        elif res["Type"] == "AWS::Logs::LogGroup":
+            group = f"/aws/lambda/{args.prefix}{logical}"
+            names[logical] = {"Ref": group, "Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}"}
+        elif res["Type"] == "AWS::SNS::Topic":
+            names[logical] = {"Ref": f"arn:aws:sns:{REGION}:{ACCOUNT}:{args.prefix}{logical}"}
 
     ddb = client("dynamodb")
     for logical, res in resources.items():
@@ -95,6 +112,15 @@ def main():
         name = f"{args.prefix}{logical}"
         url = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
         names[logical] = {"Ref": url, "Arn": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}", "QueueName": name}
+
+    secrets = client("secretsmanager")
+    for logical, res in resources.items():
+        if res["Type"] != "AWS::SecretsManager::Secret":
+            continue
+        arn = secrets.create_secret(
+            Name=f"{args.prefix}{logical}", SecretString=str(resolve(res["Properties"]["SecretString"]))
+        )["ARN"]
+        names[logical] = {"Ref": arn, "Arn": arn}
 
     kms = client("kms")
     for logical, res in resources.items():

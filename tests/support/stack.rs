@@ -106,6 +106,28 @@ fn post(addr: std::net::SocketAddr, path: &str, body: &Json) {
     );
 }
 
+/// template.yaml as deployed with `params` (plus an Issuer), every resource named after
+/// its logical id: what the template checks read (infra/local/stack.py --offline).
+pub fn resolve_template(params: &[(&str, &str)]) -> Json {
+    let mut args: Vec<String> = vec![
+        repo_root()
+            .join("infra/local/stack.py")
+            .to_string_lossy()
+            .into_owned(),
+        repo_root()
+            .join("template.yaml")
+            .to_string_lossy()
+            .into_owned(),
+        "--offline".into(),
+        "--param".into(),
+        "Issuer=https://umpire.test".into(),
+    ];
+    for (k, v) in params {
+        args.extend(["--param".into(), format!("{k}={v}")]);
+    }
+    python_json(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// The seed the stack's functions sign with (sealed under the stack's KMS key).
 pub const SEED_HEX: &str = "7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a7a";
 
@@ -118,19 +140,28 @@ impl LocalStack {
         let id = umpire_core::hash::random_id("s");
         let prefix = format!("{}-", &id[..id.len().min(14)]);
         let moto = moto_endpoint();
-        let names = python_json(&[
+        // Every template parameter the test sets, and an Issuer (it has no default).
+        let mut given: Vec<(String, String)> = options.params.clone();
+        if !given.iter().any(|(k, _)| k == "Issuer") {
+            given.push(("Issuer".into(), "https://umpire.test".into()));
+        }
+        let mut up: Vec<String> = vec![
             repo_root()
                 .join("infra/local/stack_up.py")
-                .to_str()
-                .expect("path"),
-            template,
-            "--endpoint",
-            &moto,
-            "--prefix",
-            &prefix,
-            "--seed-hex",
-            SEED_HEX,
-        ]);
+                .to_string_lossy()
+                .into_owned(),
+            template.to_owned(),
+            "--endpoint".into(),
+            moto.clone(),
+            "--prefix".into(),
+            prefix.clone(),
+            "--seed-hex".into(),
+            SEED_HEX.into(),
+        ];
+        for (k, v) in &given {
+            up.extend(["--param".into(), format!("{k}={v}")]);
+        }
+        let names = python_json(&up.iter().map(String::as_str).collect::<Vec<_>>());
         let names_file = dir.write("names.json", names.to_string().as_bytes());
 
         // The gate, in front of the local AWS server.
@@ -158,7 +189,7 @@ impl LocalStack {
                 sealed["public_key"].as_str().expect("public key")
             ),
         ];
-        params.extend(options.params.iter().map(|(k, v)| format!("{k}={v}")));
+        params.extend(given.iter().map(|(k, v)| format!("{k}={v}")));
         let mut args: Vec<String> = vec![
             repo_root()
                 .join("infra/local/stack.py")

@@ -40,7 +40,7 @@ pub const DEFAULT_REQUEST_BUDGET: Duration = Duration::from_secs(25);
 /// margin, between our 402 and its paid request (signing, sending).
 pub const SIGN_AND_SEND_SECS: u64 = 3;
 /// The largest budget allowed: one that still answers inside API Gateway's 30 s.
-pub const MAX_REQUEST_BUDGET_MS: u64 = 29_000;
+pub const MAX_REQUEST_BUDGET_MS: u64 = (umpire_core::platform::API_GATEWAY_TIMEOUT_SECS - 1) * 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -183,11 +183,16 @@ impl Config {
                     }),
             }
         };
-        c.sworn_delay_secs = secs("UMPIRE_SWORN_DELAY_SECONDS", 1..=900, c.sworn_delay_secs)?;
+        let max_delay = umpire_core::platform::SQS_MAX_DELAY_SECS;
+        c.sworn_delay_secs = secs(
+            "UMPIRE_SWORN_DELAY_SECONDS",
+            1..=max_delay,
+            c.sworn_delay_secs,
+        )?;
         // Milliseconds, so tests can run five retries in well under a second.
         c.webhook_retry_base = millis(
             "UMPIRE_WEBHOOK_RETRY_BASE_MS",
-            10..=900_000,
+            10..=u64::from(max_delay) * 1000,
             c.webhook_retry_base,
         )?;
         c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;

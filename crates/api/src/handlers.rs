@@ -9,7 +9,7 @@ use umpire_core::product::{
 };
 use umpire_core::signer::key_document;
 use umpire_core::spec::{
-    CHECK_TYPES, MAX_PATTERN_CHARS, MAX_SCHEMA_PATH_BYTES, MAX_SCHEMA_VALUES,
+    CHECK_TYPES, MAX_PATTERN_CHARS, MAX_SCHEMA_PATH_BYTES, MAX_SCHEMA_VALUES, MAX_SPEC_BYTES,
     MAX_SPEC_PATTERN_CHARS, MAX_SPEC_PATTERNS, problems_value,
 };
 use umpire_core::{ApiError, ErrorCode};
@@ -126,6 +126,7 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
                 .with("spec_schema_values", MAX_SCHEMA_VALUES)
                 .with("spec_schema_path_bytes", MAX_SCHEMA_PATH_BYTES)
                 .with("spec_regex_bytes", SPEC_REGEX_BYTES)
+                .with("spec_bytes", MAX_SPEC_BYTES)
                 .with(
                     "check_time_limit_ms",
                     state.config.check_limit.as_millis() as u64,

@@ -104,9 +104,11 @@ pub fn assess(
                 a.urls.push(url_verdict(policy, at, url, &mut url_problems));
             }
             if spec_problems.is_empty() {
-                a.spec = Some(Spec::from_checks(
-                    parsed.into_iter().map(|(_, c)| c).collect(),
-                ));
+                let spec = Spec::from_checks(parsed.into_iter().map(|(_, c)| c).collect());
+                match spec.size_problem() {
+                    Some(p) => a.problems.push(p),
+                    None => a.spec = Some(spec),
+                }
             }
             a.problems.extend(spec_problems);
             a.problems.extend(url_problems);

@@ -32,8 +32,22 @@ pub const JOB_PASS2: &str = "sworn.pass2";
 pub const JOB_WEBHOOK: &str = "sworn.webhook";
 /// The first delivery and its retries.
 pub const WEBHOOK_MAX_ATTEMPTS: u32 = 1 + WEBHOOK_MAX_RETRIES;
-/// A pass-2 job carries the deliverable; SQS messages hold at most 256 KB.
-pub const PASS2_JOB_MAX_BYTES: usize = 240 * 1024;
+/// A pass-2 job carries the deliverable; an SQS message holds at most 256 KB, and the
+/// job's envelope (kind, encoding) takes some of it.
+pub const PASS2_JOB_MAX_BYTES: usize = umpire_core::platform::SQS_MESSAGE_BYTES - 16 * 1024;
+/// The longest one job can take in the worker, given the checker's limit per check:
+/// pass 2 fetches (the fetcher's deadline), judges (a pass killed at the limit, then
+/// every check again alone, each at the limit), and writes; a webhook attempt waits the
+/// fetcher's deadline. The worker's timeout must be at least this (a test holds it).
+pub fn job_worst_case(check_limit: Duration) -> Duration {
+    use umpire_core::product::{FETCH_TIMEOUT_SECS, MAX_CHECKS};
+    let fetch = Duration::from_secs(FETCH_TIMEOUT_SECS);
+    let judge = check_limit * (1 + MAX_CHECKS as u32);
+    // Store reads and writes, the next job queued, a cold start's KMS call.
+    let bookkeeping = Duration::from_secs(5);
+    fetch + judge + bookkeeping
+}
+
 /// How long a worker holds a webhook attempt it claimed (the POST waits at most 12 s);
 /// a worker that dies leaves it to the redelivered job after this.
 const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;

@@ -65,27 +65,30 @@ impl ChainConfig {
     /// `UMPIRE_FEEDBACK_CHAIN_ID`, `UMPIRE_FEEDBACK_USDC` and
     /// `UMPIRE_FEEDBACK_CONFIRMATIONS` default to Base mainnet, its USDC and 5 blocks.
     pub fn from_env() -> Result<Option<ChainConfig>, String> {
+        Self::from_vars(&|name| std::env::var(name).ok())
+    }
+
+    /// [`ChainConfig::from_env`] with the variables looked up by `var` (a function reads
+    /// its RPC URL from a secret, not its environment).
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Result<Option<ChainConfig>, String> {
         use umpire_core::product::{
             BASE_CHAIN_ID, BASE_USDC, FEEDBACK_CONFIRMATIONS, FEEDBACK_WINDOW_DAYS,
             MIN_FEEDBACK_USDC_UNITS,
         };
         // Empty counts as unset: a template parameter left blank.
-        let Some(rpc_url) = std::env::var("UMPIRE_FEEDBACK_RPC_URL")
-            .ok()
-            .filter(|u| !u.trim().is_empty())
-        else {
+        let Some(rpc_url) = var("UMPIRE_FEEDBACK_RPC_URL").filter(|u| !u.trim().is_empty()) else {
             return Ok(None);
         };
         let number = |name: &str, default: u64| -> Result<u64, String> {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => v
+            match var(name) {
+                None => Ok(default),
+                Some(v) => v
                     .trim()
                     .parse()
                     .map_err(|_| format!("{name}={v:?} must be a whole number")),
             }
         };
-        let usdc = std::env::var("UMPIRE_FEEDBACK_USDC").unwrap_or_else(|_| BASE_USDC.into());
+        let usdc = var("UMPIRE_FEEDBACK_USDC").unwrap_or_else(|| BASE_USDC.into());
         Ok(Some(ChainConfig {
             rpc_url,
             chain_id: number("UMPIRE_FEEDBACK_CHAIN_ID", BASE_CHAIN_ID)?,

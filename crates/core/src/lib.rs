@@ -10,6 +10,7 @@ pub mod hash;
 pub mod json;
 pub mod jsonpath;
 pub mod patterns;
+pub mod platform;
 pub mod product;
 pub mod signer;
 pub mod spec;

@@ -536,12 +536,35 @@ pub fn parse_spec(v: &Value, tier: Option<Tier>) -> Result<Spec, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
-    Ok(Spec::from_checks(
-        checks.into_iter().map(|(_, c)| c).collect(),
-    ))
+    let spec = Spec::from_checks(checks.into_iter().map(|(_, c)| c).collect());
+    match spec.size_problem() {
+        Some(p) => Err(vec![p]),
+        None => Ok(spec),
+    }
 }
 
+/// The normalized spec's stable JSON, in bytes, at most: a verdict document embeds the
+/// spec, and its purchase's prepared answer holds the document twice (the answer and the
+/// verdict to store) in one DynamoDB item of at most 400 KB
+/// (`umpire_core::platform::DYNAMODB_ITEM_BYTES`; a test holds the largest answer under it).
+pub const MAX_SPEC_BYTES: usize = 128 * 1024;
+
 impl Spec {
+    /// A spec too large to be stored with its verdict, refused before payment.
+    pub fn size_problem(&self) -> Option<Problem> {
+        let bytes = self.normalized.to_canonical_vec().len();
+        (bytes > MAX_SPEC_BYTES).then(|| {
+            Problem::new(
+                "spec",
+                "spec_too_large",
+                format!(
+                    "the normalized spec is {bytes} bytes of JSON; a verdict embeds it and at most {MAX_SPEC_BYTES} can be stored with one"
+                ),
+                "Shrink the spec: shorter paths, keywords and schemas; judge large expected values by content_hash.",
+            )
+        })
+    }
+
     /// The spec of checks that passed every rule: normalized JSON and its hash.
     pub fn from_checks(checks: Vec<Check>) -> Spec {
         let normalized = Value::object().with(

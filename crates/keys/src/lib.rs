@@ -64,9 +64,12 @@ pub async fn seal(
     })
 }
 
-/// Decrypts a sealed seed into a signer. KMS finds the key from the ciphertext itself.
+/// Decrypts a sealed seed into a signer, with the key it was sealed under named
+/// (`key_id`: KMS then refuses a ciphertext sealed under any other key, and the caller's
+/// permission is checked against that key alone).
 pub async fn open(
     kms: &aws_sdk_kms::Client,
+    key_id: &str,
     ciphertext_base64: &str,
 ) -> Result<LocalSigner, KeyError> {
     let blob = B64
@@ -74,6 +77,7 @@ pub async fn open(
         .map_err(|e| KeyError::NotBase64(e.to_string()))?;
     let out = kms
         .decrypt()
+        .key_id(key_id)
         .ciphertext_blob(aws_sdk_kms::primitives::Blob::new(blob))
         .encryption_context(ENCRYPTION_CONTEXT_KEY, ENCRYPTION_CONTEXT_VALUE)
         .send()

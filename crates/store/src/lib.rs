@@ -405,7 +405,7 @@ pub trait JobQueue: Send + Sync {
 }
 
 /// SQS's longest message delay.
-pub const MAX_DELAY_SECS: u32 = 900;
+pub const MAX_DELAY_SECS: u32 = umpire_core::platform::SQS_MAX_DELAY_SECS;
 pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(MAX_DELAY_SECS as u64);
 
 /// The store of a function whose one route never touches storage (health, the key
