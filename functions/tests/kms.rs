@@ -10,18 +10,14 @@ use std::collections::HashMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::json;
 use umpire_blackbox::run_umpire;
-use umpire_blackbox::stack::{LocalStack, StackOptions};
+use umpire_blackbox::stack::{LocalStack, OPERATOR, StackOptions};
 use umpire_core::signer::{PublicKey, Signer};
 use umpire_functions::{
     Needs, PUBLIC_KEY_ENV, RETIRED_KEYS_ENV, SEED_CIPHERTEXT_ENV, SIGNING_KEY_ENV, fns,
     signer_from_vars,
 };
-
-fn endpoint() -> String {
-    std::env::var("UMPIRE_TEST_AWS_ENDPOINT")
-        .expect("UMPIRE_TEST_AWS_ENDPOINT: run under infra/local/with-moto.sh (make test does)")
-}
 
 /// The stack (its key from template.yaml, its key policy and roles enforced).
 async fn stack() -> LocalStack {
@@ -30,18 +26,12 @@ async fn stack() -> LocalStack {
         .expect("the stack")
 }
 
-/// Runs `umpire keygen` against the local KMS: (ciphertext, public key) as printed.
-fn keygen(key_id: &str) -> (String, String) {
-    let endpoint = endpoint();
-    let (code, stdout, stderr) = run_umpire(
-        &["keygen", "--kms-key-id", key_id],
-        &[
-            ("AWS_ENDPOINT_URL", &endpoint),
-            ("AWS_ACCESS_KEY_ID", "test"),
-            ("AWS_SECRET_ACCESS_KEY", "test"),
-            ("AWS_REGION", "us-east-1"),
-        ],
-    );
+/// Runs `umpire keygen` as the operator (an account administrator, through the IAM
+/// gate): (ciphertext, public key) as printed.
+fn keygen(stack: &LocalStack, key_id: &str) -> (String, String) {
+    let env = stack.sdk_env(OPERATOR);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, stdout, stderr) = run_umpire(&["keygen", "--kms-key-id", key_id], &env);
     assert_eq!(code, 0, "{stderr}");
     let value = |name: &str| {
         stdout
@@ -79,15 +69,15 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
     // Each function opens the seed under its own role; the operator seals it.
     let buyer = stack.sdk_config("VerdictsFunction").await;
     let worker = stack.sdk_config("WorkerFunction").await;
-    let admin = stack.admin_config().await;
+    let operator = stack.sdk_config(OPERATOR).await;
     let key_id = stack.name("SigningKey");
     let key_arn = stack.arn("SigningKey");
-    let (ciphertext, public) = keygen(&key_id);
+    let (ciphertext, public) = keygen(&stack, &key_id);
     let public_key = PublicKey::from_base64(&public).expect("a public key");
     // The printed ciphertext is not the seed in disguise: 32 bytes of seed, KMS framing around.
     assert!(B64.decode(&ciphertext).expect("base64").len() > 32);
 
-    let (old_ciphertext, old_public) = keygen(&key_id);
+    let (old_ciphertext, old_public) = keygen(&stack, &key_id);
     let env = vars(&[
         (SEED_CIPHERTEXT_ENV, &ciphertext),
         (SIGNING_KEY_ENV, &key_arn),
@@ -152,7 +142,7 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         .err()
         .expect("garbage");
     assert!(err.contains("not base64"), "{err}");
-    let other_purpose = aws_sdk_kms::Client::new(&admin)
+    let other_purpose = aws_sdk_kms::Client::new(&operator)
         .encrypt()
         .key_id(&key_id)
         .plaintext(aws_sdk_kms::primitives::Blob::new(vec![7u8; 32]))
@@ -185,13 +175,26 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         .err()
         .expect("the status function's role may not decrypt");
     assert!(refused.to_string().contains("AccessDenied"), "{refused}");
-    // The one refusal IAM made (the ciphertext of another purpose passed IAM, naming
-    // the right context, and KMS itself refused it).
+    // Nor can an account administrator: the key policy lets them manage the key and
+    // seal a seed (above), never open one, whatever their IAM policies allow.
+    let kms = aws_sdk_kms::Client::new(&operator);
+    kms.describe_key()
+        .key_id(&key_id)
+        .send()
+        .await
+        .expect("administrators manage the key");
+    let refused = umpire_keys::open(&kms, &key_id, &ciphertext)
+        .await
+        .err()
+        .expect("an administrator may not decrypt the seed");
+    assert!(refused.to_string().contains("AccessDenied"), "{refused}");
+    // The refusals IAM made were the ones this test asked for (the ciphertext of
+    // another purpose passed IAM, naming the right context, and KMS itself refused it).
     let denied = tokio::task::block_in_place(|| stack.denied());
+    let who: Vec<_> = denied.iter().map(|d| d["principal"].clone()).collect();
     assert_eq!(
-        denied.len(),
-        1,
-        "only the refusal this test asked for: {denied:?}"
+        who,
+        vec![json!("StatusFunction"), json!(OPERATOR)],
+        "only the refusals this test asked for: {denied:?}"
     );
-    assert_eq!(denied[0]["principal"], "StatusFunction");
 }

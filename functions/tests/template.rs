@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::Value as Json;
+use serde_json::{Value as Json, json};
 use umpire_blackbox::stack::resolve_template;
 use umpire_blackbox::{str_at, template_resources};
 use umpire_core::json::Value;
@@ -371,6 +371,22 @@ fn no_secret_is_in_any_environment() {
     );
     for (name, f) in deployed(&bare) {
         assert!(!may(f, "secretsmanager:GetSecretValue", ""), "{name}");
+        // Optional statements come last, so statement N is the same statement whatever
+        // the parameters (infra/local/iam_removal.py drops statements by number).
+        for policy in f["policies"].as_array().into_iter().flatten() {
+            let named = |p: &Json| p["name"] == policy["name"];
+            let with = function(&t, name)["policies"]
+                .as_array()
+                .and_then(|ps| ps.iter().find(|p| named(p)))
+                .map(|p| statements(&json!({ "policies": [p] })))
+                .unwrap_or_default();
+            let without = statements(&json!({ "policies": [policy] }));
+            assert_eq!(
+                with.get(..without.len()),
+                Some(&without[..]),
+                "{name}: a statement under a Condition before an unconditional one"
+            );
+        }
     }
 }
 

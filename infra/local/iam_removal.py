@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Removes each statement of each function's role, one at a time, and runs the stack
-test without it: a statement whose removal the test does not notice is surplus (or
-needed by a path the test does not drive, which must then be said in docs/aws.md).
+"""Removes each statement of each function's role (and of the signing key's policy), one
+at a time, and runs every test that uses the template's roles without it: a statement
+whose removal no test notices is surplus (or needed by a path no test drives, which must
+then be said in docs/aws.md).
 
-Not part of `make test` (one full stack run per statement, ~90 s each).
+Not part of `make test` (the role tests once per statement, ~2 min each).
 
 usage: infra/local/iam_removal.py [--only FUNCTION] (run from the repository root,
 with `make test`'s tools installed: .cache/venv, node_modules)
@@ -20,6 +21,10 @@ VENV = os.path.join(ROOT, ".cache", "venv")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+# Every test that runs functions under their template roles (tests/support/stack.rs).
+ROLE_TESTS = ["stack", "worker", "kms", "secrets_at_rest", "checker_lambda"]
+
+
 def statements():
     """(function, policy, n, actions) for every statement of the template's inline policies."""
     names = {
@@ -27,14 +32,25 @@ def statements():
     }
     from stack import Resolver, transformed  # noqa: E402
 
-    _, cfn = transformed(os.path.join(ROOT, "template.yaml"), {})
+    # Every optional statement present (the stack test sets these too).
+    params = {
+        "Issuer": "https://umpire.test",
+        "FacilitatorAuth": "Bearer x",
+        "FeedbackRpcUrl": "http://127.0.0.1:1",
+    }
+    _, cfn = transformed(os.path.join(ROOT, "template.yaml"), params)
     fake = {}
     for logical, res in cfn["Resources"].items():
         fake[logical] = {"Ref": logical, "Arn": f"arn:aws:local:::{logical}"}
     fake.update(names)
-    r = Resolver(cfn, fake, {})
+    r = Resolver(cfn, fake, params)
     out = []
     for logical, res in cfn["Resources"].items():
+        if res["Type"] == "AWS::KMS::Key":
+            doc = r.value(res["Properties"]["KeyPolicy"])
+            for n, s in enumerate(doc["Statement"], 1):
+                out.append((logical, "KeyPolicy", n, s["Action"]))
+            continue
         if res["Type"] != "AWS::Lambda::Function":
             continue
         role = cfn["Resources"][res["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
@@ -63,7 +79,8 @@ def main():
             [
                 os.path.join(ROOT, "infra/local/with-moto.sh"),
                 VENV,
-                "cargo", "nextest", "run", "-p", "umpire-functions", "--test", "stack", "--cargo-quiet",
+                "cargo", "nextest", "run", "-p", "umpire-functions", "--cargo-quiet",
+                *[a for t in ROLE_TESTS for a in ("--test", t)],
             ],
             cwd=ROOT,
             env=env,

@@ -16,8 +16,8 @@ NAMES_JSON maps logical ids to their attributes in the local stack, e.g.
   {"VerdictsTable": {"Ref": "t-verdicts", "Arn": "arn:aws:dynamodb:...:table/t-verdicts"}}
 and may set pseudo parameters ("AWS::AccountId", "AWS::Region", "AWS::StackName").
 --drop-statement FUNCTION:POLICY:N removes the Nth statement (from 1, as the IAM gate
-numbers them) of one of a function's policies (infra/local/iam_removal.py uses it to
-find statements no test needs).
+numbers them) of one of a function's policies, KEY:KeyPolicy:N of a KMS key's policy
+(infra/local/iam_removal.py uses it to find statements no test needs).
 
 Prints JSON: {"functions": {logical id: {...}}, "key_policies": {key arn: policy},
 "resources": the transformed template's resources (unresolved)}.
@@ -300,7 +300,10 @@ def main():
     key_policies = {}
     for logical, res in resources.items():
         if res["Type"] == "AWS::KMS::Key" and logical in names:
-            key_policies[names[logical]["Arn"]] = r.value(res["Properties"]["KeyPolicy"])
+            policy = r.value(res["Properties"]["KeyPolicy"])
+            dropped = drops.get((logical, "KeyPolicy"), set())
+            policy["Statement"] = [s for i, s in enumerate(policy["Statement"], 1) if i not in dropped]
+            key_policies[names[logical]["Arn"]] = policy
 
     json.dump({"functions": functions, "key_policies": key_policies, "resources": resources}, sys.stdout, indent=1, sort_keys=True)
 

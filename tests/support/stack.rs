@@ -20,6 +20,9 @@ use crate::{TempDir, python, repo_root, request, umpire_bin};
 /// The account moto (and so the gate) works in.
 pub const ACCOUNT: &str = "123456789012";
 pub const REGION: &str = "us-east-1";
+/// The principal an account administrator acts as: `sdk_env(OPERATOR)` and
+/// `sdk_config(OPERATOR)` carry AdministratorAccess through the gate.
+pub const OPERATOR: &str = "Operator";
 
 /// What a test asks of the stack.
 #[derive(Default)]
@@ -231,6 +234,21 @@ impl LocalStack {
                 }),
             );
         }
+        // The operator: an account administrator (every IAM action allowed), whom the
+        // key policy lets manage and seal with the signing key but never decrypt.
+        post(
+            gate_addr,
+            "/__iam/principal",
+            &json!({
+                "access_key_id": Self::access_key_of(OPERATOR),
+                "name": OPERATOR,
+                "role": OPERATOR,
+                "policies": [{"name": "AdministratorAccess", "document": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+                }}],
+            }),
+        );
         for (arn, policy) in resolved["key_policies"].as_object().expect("key policies") {
             post(
                 gate_addr,
