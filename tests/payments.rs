@@ -8,7 +8,8 @@ use std::sync::Arc;
 use base64::Engine;
 use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
 use umpire_blackbox::{
-    Held, PRICE_BASIC, PRICE_PROBE, Reply, Server, TempDir, python_recipe, request, serve_fixed,
+    Held, PRICE_BASIC, PRICE_PROBE, Reply, Server, assert_recipe_verifies, decode_b64_json,
+    request, serve_fixed,
 };
 use umpire_core::json::Value;
 
@@ -16,13 +17,6 @@ const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"
 
 fn url(server: &Server, tier: &str) -> String {
     format!("http://{}/v1/verdicts/{tier}", server.addr)
-}
-
-fn decode_b64_json(s: &str) -> serde_json::Value {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(s)
-        .expect("standard base64");
-    serde_json::from_slice(&bytes).expect("JSON")
 }
 
 fn post(server: &Server, body: &str, headers: &[(&str, &str)]) -> Reply {
@@ -39,19 +33,6 @@ fn post(server: &Server, body: &str, headers: &[(&str, &str)]) -> Reply {
 
 fn key() -> String {
     umpire_core::hash::random_id("idem")
-}
-
-/// The signed document verifies with the contract's Python recipe.
-fn assert_recipe_verifies(server: &Server, document: &Value, deliverable: &str) {
-    let tmp = TempDir::new("paid-recipe");
-    let doc = tmp.write("doc.json", &document.to_canonical_vec());
-    let keys = tmp.write(
-        "keys.json",
-        &server.get("/.well-known/umpire-key.json").body,
-    );
-    let d = tmp.write("deliverable.json", deliverable.as_bytes());
-    let (ok, said) = python_recipe(&doc, &keys, &d);
-    assert!(ok, "the recipe rejected a paid document: {said}");
 }
 
 #[test]
@@ -699,6 +680,7 @@ fn the_reference_facilitator_verifies_and_settles_for_us() {
     .expect("rails");
     let payments = umpire_pay::Payments {
         evm: None,
+        native_sol: None,
         facilitator: Some(Arc::new(
             umpire_pay::settle::FacilitatorClient::new(
                 &facilitator.url,
@@ -817,8 +799,10 @@ fn solana_server(price_url: &str) -> Server {
             "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
         ),
         ("UMPIRE_SOL_NATIVE", "on"),
-        // Solana payments are verified and settled by a facilitator; a 402 does not call it.
+        // USDC on Solana is verified and settled by a facilitator, native SOL on a Solana
+        // node; a 402 calls neither.
         ("UMPIRE_FACILITATOR_URL", "http://127.0.0.1:9"),
+        ("UMPIRE_SOLANA_RPC_URL", "http://127.0.0.1:9"),
         ("UMPIRE_SOL_PRICE_URL", price_url),
     ])
 }

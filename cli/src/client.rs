@@ -16,8 +16,10 @@ use alloy::signers::SignerSync as _;
 use alloy::signers::local::PrivateKeySigner;
 use reqwest::Method;
 use umpire_core::json::{Value, parse};
-use umpire_pay::client::{pick_evm, sign_exact_evm};
-use umpire_pay::{HEADER_PAYMENT_SIGNATURE, PaymentRequired, decode_header};
+use umpire_core::signer::LocalSigner;
+use umpire_pay::client::{Mint, RailChoice, pick, sign_exact_evm, sign_exact_svm, solana_keypair};
+use umpire_pay::solana::SolanaRpc;
+use umpire_pay::{HEADER_PAYMENT_SIGNATURE, PaymentRequired, decode_header, svm};
 
 pub const DEFAULT_BASE: &str = "http://127.0.0.1:8080";
 /// Transport retries of one paid request (same key, same payment: safe to repeat).
@@ -111,15 +113,16 @@ impl Api {
         })
     }
 
-    /// A paid request: ask, pay the 402 from `wallet` with x402 (exact, EVM), and
-    /// retry the identical request under the same Idempotency-Key until it has an
-    /// answer (in_flight and transport failures are retried; a replay is the original).
+    /// A paid request: ask, pay the 402 from `payer` with x402 (`exact`, on the payer's
+    /// rail), and retry the identical request under the same Idempotency-Key until it
+    /// has an answer (in_flight and transport failures are retried; a replay is the
+    /// original).
     pub async fn paid(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
-        wallet: &PrivateKeySigner,
+        payer: &Payer,
         idempotency_key: &str,
     ) -> Result<Answer, Local> {
         let key = ("idempotency-key", idempotency_key.to_owned());
@@ -136,33 +139,7 @@ impl Api {
             .ok_or_else(|| Local("the 402 has no PAYMENT-REQUIRED header".into()))?;
         let required: PaymentRequired = decode_header(header)
             .map_err(|e| Local(format!("unreadable PAYMENT-REQUIRED: {e}")))?;
-        let accepted = pick_evm(&required).ok_or_else(|| {
-            Local(format!(
-                "none of the accepted rails is an EVM exact payment this client can sign: {}",
-                required
-                    .accepts
-                    .iter()
-                    .map(|r| format!("{} {}", r.scheme, r.network))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        eprintln!(
-            "paying {} base units of {} on {} to {} from {}",
-            accepted.amount,
-            accepted.asset,
-            accepted.network,
-            accepted.pay_to,
-            wallet.address()
-        );
-        let payment = sign_exact_evm(
-            wallet,
-            &required,
-            accepted,
-            umpire_core::time::now_unix(),
-            umpire_core::hash::random_bytes::<32>(),
-        )
-        .map_err(Local)?;
+        let payment = payer.pay(&required).await?;
         let headers = [key, (HEADER_PAYMENT_SIGNATURE, payment)];
         let mut attempt = 0;
         loop {
@@ -189,7 +166,138 @@ impl Api {
     }
 }
 
-/// The wallet: `--key-file` (a file holding the 0x-hex private key) or `$UMPIRE_WALLET_KEY`.
+/// Who pays, and on which rail: an EVM wallet (USDC on Base), or a Solana keypair
+/// (USDC on Solana, or native SOL at the 402's quote) with the RPC node its
+/// transaction's blockhash and the token's mint are read from.
+pub enum Payer {
+    Evm(PrivateKeySigner),
+    Solana {
+        keypair: LocalSigner,
+        address: svm::Pubkey,
+        rpc: SolanaRpc,
+        choice: RailChoice,
+    },
+}
+
+/// What `--rail` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RailArg {
+    /// USDC on Base (an EVM wallet: --key-file or $UMPIRE_WALLET_KEY).
+    Base,
+    /// USDC on Solana (a Solana keypair: --solana-keypair or $UMPIRE_SOLANA_KEYPAIR).
+    Solana,
+    /// Native SOL on Solana, at the quote in the 402 (the same keypair; it pays the fee).
+    Sol,
+}
+
+/// How a paid command pays.
+pub struct PayArgs {
+    pub rail: RailArg,
+    pub key_file: Option<PathBuf>,
+    pub solana_keypair: Option<PathBuf>,
+    pub solana_rpc: Option<String>,
+}
+
+/// Solana's public mainnet RPC (rate-limited; pass your own with --solana-rpc).
+const SOLANA_PUBLIC_RPC: &str = "https://api.mainnet-beta.solana.com";
+
+impl Payer {
+    pub fn from_args(args: &PayArgs) -> Result<Payer, Local> {
+        let choice = match args.rail {
+            RailArg::Base => return Ok(Payer::Evm(wallet(args.key_file.as_deref())?)),
+            RailArg::Solana => RailChoice::SolanaUsdc,
+            RailArg::Sol => RailChoice::NativeSol,
+        };
+        let path = args
+            .solana_keypair
+            .clone()
+            .or_else(|| std::env::var_os("UMPIRE_SOLANA_KEYPAIR").map(PathBuf::from))
+            .ok_or_else(|| {
+                Local("no Solana keypair: pass --solana-keypair FILE (solana-keygen's JSON) or set UMPIRE_SOLANA_KEYPAIR".into())
+            })?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Local(format!("{}: {e}", path.display())))?;
+        let (keypair, address) =
+            solana_keypair(&text).map_err(|e| Local(format!("{}: {e}", path.display())))?;
+        let url = args
+            .solana_rpc
+            .clone()
+            .or_else(|| std::env::var("UMPIRE_SOLANA_RPC_URL").ok())
+            .unwrap_or_else(|| SOLANA_PUBLIC_RPC.to_owned());
+        let rpc = SolanaRpc::new(&url).map_err(|e| Local(e.message))?;
+        Ok(Payer::Solana {
+            keypair,
+            address,
+            rpc,
+            choice,
+        })
+    }
+
+    /// Signs a payment for the 402's option on this payer's rail: the header value.
+    async fn pay(&self, required: &PaymentRequired) -> Result<String, Local> {
+        let choice = match self {
+            Payer::Evm(_) => RailChoice::Evm,
+            Payer::Solana { choice, .. } => *choice,
+        };
+        let accepted = pick(required, choice).ok_or_else(|| {
+            Local(format!(
+                "none of the accepted rails is one this client pays on {choice:?}: {}",
+                required
+                    .accepts
+                    .iter()
+                    .map(|r| format!("{} {} {}", r.scheme, r.network, r.asset))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let from = match self {
+            Payer::Evm(w) => w.address().to_string(),
+            Payer::Solana { address, .. } => address.to_base58(),
+        };
+        eprintln!(
+            "paying {} base units of {} on {} to {} from {from}",
+            accepted.amount, accepted.asset, accepted.network, accepted.pay_to
+        );
+        match self {
+            Payer::Evm(wallet) => sign_exact_evm(
+                wallet,
+                required,
+                accepted,
+                umpire_core::time::now_unix(),
+                umpire_core::hash::random_bytes::<32>(),
+            )
+            .map_err(Local),
+            Payer::Solana { keypair, rpc, .. } => {
+                let mint = if accepted.asset == svm::NATIVE_SOL_ASSET {
+                    None
+                } else {
+                    let (owner, data) = rpc
+                        .account(&accepted.asset)
+                        .await
+                        .map_err(|e| Local(e.message))?
+                        .ok_or_else(|| {
+                            Local(format!(
+                                "the mint {} does not exist on this RPC's chain",
+                                accepted.asset
+                            ))
+                        })?;
+                    Some(Mint::from_account(&owner, &data).map_err(Local)?)
+                };
+                let blockhash = rpc.latest_blockhash().await.map_err(|e| Local(e.message))?;
+                sign_exact_svm(
+                    keypair,
+                    required,
+                    accepted,
+                    blockhash,
+                    mint,
+                    umpire_core::hash::random_bytes::<16>(),
+                )
+                .map_err(Local)
+            }
+        }
+    }
+}
+
 pub fn wallet(key_file: Option<&Path>) -> Result<PrivateKeySigner, Local> {
     let (text, source) = match key_file {
         Some(p) => (
@@ -306,13 +414,13 @@ pub struct BuyArgs {
     pub deliverable: PathBuf,
     pub job_ref: Option<String>,
     pub webhook: Option<String>,
-    pub key_file: Option<PathBuf>,
+    pub pay: PayArgs,
     pub idempotency_key: Option<String>,
     pub no_wait: bool,
 }
 
 pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
-    let wallet = wallet(args.key_file.as_deref())?;
+    let payer = Payer::from_args(&args.pay)?;
     let mut body = Value::object()
         .with("spec", read_json(&args.spec)?)
         .with("deliverable", read_json(&args.deliverable)?);
@@ -330,7 +438,7 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
     );
     let path = format!("/v1/verdicts/{}", args.tier);
     let a = api
-        .paid(Method::POST, &path, Some(&body), &wallet, &key)
+        .paid(Method::POST, &path, Some(&body), &payer, &key)
         .await?;
     if a.status != 201 && a.status != 202 {
         return Ok(refused(&a));
@@ -520,9 +628,9 @@ pub async fn reputation(
     api: &Api,
     merchant: &str,
     json: bool,
-    key_file: Option<&Path>,
+    pay: &PayArgs,
 ) -> Result<ExitCode, Local> {
-    let wallet = wallet(key_file)?;
+    let payer = Payer::from_args(pay)?;
     let key = umpire_core::hash::random_id("umpire-cli");
     let a = api
         .paid(
@@ -532,7 +640,7 @@ pub async fn reputation(
                 umpire_core::urlenc::component(merchant)
             ),
             None,
-            &wallet,
+            &payer,
             &key,
         )
         .await?;

@@ -48,6 +48,39 @@ struct KeyArg {
     key_file: Option<PathBuf>,
 }
 
+/// How a paid command pays: the rail, and the wallet for it (files or the environment,
+/// never a flag value).
+#[derive(clap::Args)]
+struct PayArg {
+    /// The rail to pay on: base (USDC on Base), solana (USDC on Solana) or sol (native
+    /// SOL at the 402's quote, the keypair paying the fee).
+    #[arg(long, value_enum, default_value = "base")]
+    rail: client::RailArg,
+    /// For --rail base: file holding the wallet's private key (0x + 64 hex). Default:
+    /// $UMPIRE_WALLET_KEY.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// For --rail solana|sol: the keypair file (solana-keygen's JSON array of 64 bytes).
+    /// Default: $UMPIRE_SOLANA_KEYPAIR.
+    #[arg(long)]
+    solana_keypair: Option<PathBuf>,
+    /// For --rail solana|sol: the Solana RPC the blockhash and the mint are read from.
+    /// Default: $UMPIRE_SOLANA_RPC_URL, else Solana's public mainnet RPC.
+    #[arg(long)]
+    solana_rpc: Option<String>,
+}
+
+impl PayArg {
+    fn into_args(self) -> client::PayArgs {
+        client::PayArgs {
+            rail: self.rail,
+            key_file: self.key_file,
+            solana_keypair: self.solana_keypair,
+            solana_rpc: self.solana_rpc,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Serve every endpoint in one process, with state in the data directory.
@@ -128,7 +161,7 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
         #[command(flatten)]
-        key: KeyArg,
+        pay: PayArg,
     },
     /// A verdict's status and document, with the one-time secret from the purchase.
     Status {
@@ -193,7 +226,7 @@ enum Command {
         #[command(flatten)]
         remote: Remote,
         #[command(flatten)]
-        key: KeyArg,
+        pay: PayArg,
     },
     /// Make a new signing key for an AWS deployment: a fresh Ed25519 seed, encrypted
     /// under the KMS key (kms:Encrypt with the encryption context purpose=umpire-signing-seed)
@@ -265,7 +298,7 @@ fn main() -> ExitCode {
                 idempotency_key,
                 no_wait,
                 remote,
-                key,
+                pay,
             } => {
                 let args = client::BuyArgs {
                     tier,
@@ -273,7 +306,7 @@ fn main() -> ExitCode {
                     deliverable,
                     job_ref,
                     webhook,
-                    key_file: key.key_file,
+                    pay: pay.into_args(),
                     idempotency_key,
                     no_wait,
                 };
@@ -360,10 +393,11 @@ fn main() -> ExitCode {
                 merchant,
                 json,
                 remote,
-                key,
+                pay,
             } => {
+                let pay = pay.into_args();
                 remote_call(remote, |api| async move {
-                    client::reputation(&api, &merchant, json, key.key_file.as_deref()).await
+                    client::reputation(&api, &merchant, json, &pay).await
                 })
                 .await
             }

@@ -1,9 +1,11 @@
 // Buys from a running Umpire the way a customer's agent does: the reference x402 v2
-// client (@x402/fetch + @x402/evm) on the devnet's demo payer. Prints one JSON line:
-// {"status", "headers": {...}, "body": <text>}.
+// client (@x402/fetch) with @x402/evm on the devnet's demo payer, or with --svm with
+// @x402/svm on the local Solana chain's payer (USDC on Solana, infra/devnet/svm.mjs).
+// Prints one JSON line: {"status", "headers": {...}, "body": <text>}.
 //
 //   node tests/js/buy.mjs --devnet devnet.json --url http://127.0.0.1:8080/v1/verdicts/basic \
 //     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only [--count N]]
+//   node tests/js/buy.mjs --svm svm.json --url ... --body ... [--key ...] [--sign-only]
 //   node tests/js/buy.mjs --devnet devnet.json --method GET --url 'http://127.0.0.1:8080/v1/reputation?merchant=0x..'
 //
 // --sign-only asks for the 402, signs a payment for it and prints {"header": <PAYMENT-SIGNATURE>}
@@ -13,12 +15,15 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { x402Client, x402HTTPClient } from "@x402/core/client";
 import { ExactEvmScheme } from "@x402/evm";
+import { ExactSvmScheme } from "@x402/svm/exact/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
+import { createKeyPairSignerFromBytes } from "@solana/kit";
 import { privateKeyToAccount } from "viem/accounts";
 
 const { values: args } = parseArgs({
   options: {
     devnet: { type: "string" },
+    svm: { type: "string" },
     url: { type: "string" },
     body: { type: "string" },
     method: { type: "string", default: "POST" },
@@ -28,17 +33,30 @@ const { values: args } = parseArgs({
     count: { type: "string" },
   },
 });
-const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
-const account = privateKeyToAccount(args["private-key"] ?? devnet.payer_private_key);
 
-// The devnet token is not one of the client's default assets: allow it explicitly,
-// capped at the most expensive product ($5).
-const client = x402Client.fromConfig({
-  schemes: [{ network: devnet.network, client: new ExactEvmScheme(account) }],
-  spendControls: {
-    allowedAssets: [{ network: devnet.network, asset: devnet.asset, maxAmountPerPayment: "5000000" }],
-  },
-});
+let client;
+if (args.svm) {
+  const svm = JSON.parse(readFileSync(args.svm, "utf8"));
+  const payer = await createKeyPairSignerFromBytes(new Uint8Array(JSON.parse(readFileSync(svm.payer_keypair, "utf8"))));
+  // The scheme is built by hand: the register helper would read the public mainnet RPC.
+  // Test USDC at mainnet USDC's address is a default asset, capped at $5 (the most
+  // expensive product) instead of the client's default $1.
+  client = x402Client.fromConfig({
+    schemes: [{ network: svm.network, client: new ExactSvmScheme(payer, { rpcUrl: svm.rpc_url }) }],
+    spendControls: { maxAmountPerPayment: "$5" },
+  });
+} else {
+  const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
+  const account = privateKeyToAccount(args["private-key"] ?? devnet.payer_private_key);
+  // The devnet token is not one of the client's default assets: allow it explicitly,
+  // capped at the most expensive product ($5).
+  client = x402Client.fromConfig({
+    schemes: [{ network: devnet.network, client: new ExactEvmScheme(account) }],
+    spendControls: {
+      allowedAssets: [{ network: devnet.network, asset: devnet.asset, maxAmountPerPayment: "5000000" }],
+    },
+  });
+}
 
 const headers = args.method === "GET" ? {} : { "content-type": "application/json" };
 if (args.key) headers["idempotency-key"] = args.key;

@@ -1,9 +1,10 @@
-// The reference x402 facilitator (x402Facilitator from @x402/core with ExactEvmScheme
-// from @x402/evm) behind a small HTTP server, settling on the devnet with the
-// facilitator account. Speaks the documented API: POST /verify, POST /settle,
-// GET /supported. Prints {"port": N} once listening.
+// The reference x402 facilitator (x402Facilitator from @x402/core) behind a small HTTP
+// server: ExactEvmScheme from @x402/evm settling on the devnet with the facilitator
+// account (--devnet), and/or ExactSvmScheme from @x402/svm settling on the local Solana
+// chain with its fee payer (--svm, infra/devnet/svm.mjs). Speaks the documented API:
+// POST /verify, POST /settle, GET /supported. Prints {"port": N} once listening.
 //
-//   node tests/js/facilitator.mjs --devnet devnet.json [--port 0] [--token secret] [--tuned]
+//   node tests/js/facilitator.mjs [--devnet devnet.json] [--svm svm.json] [--port 0] [--token secret] [--tuned]
 //
 // --tuned gives it what a deployer running it under load would: viem's nonce manager (so
 // concurrent settlements do not take the same account nonce) and a 5 ms poll (Umpire's
@@ -16,46 +17,62 @@ import { x402Facilitator } from "@x402/core/facilitator";
 import { toFacilitatorEvmSigner } from "@x402/evm";
 import { ExactEvmScheme } from "@x402/evm/exact/facilitator";
 import { ExactEvmSchemeV1 } from "@x402/evm/exact/v1/facilitator";
+import { toFacilitatorSvmSigner } from "@x402/svm";
+import { registerExactSvmScheme } from "@x402/svm/exact/facilitator";
+import { createKeyPairSignerFromBytes } from "@solana/kit";
 import { createWalletClient, http, publicActions } from "viem";
 import { nonceManager, privateKeyToAccount } from "viem/accounts";
 
 const { values: args } = parseArgs({
   options: {
     devnet: { type: "string" },
+    svm: { type: "string" },
     port: { type: "string", default: "0" },
     token: { type: "string" },
     "v1-network": { type: "string" },
     tuned: { type: "boolean", default: false },
   },
 });
-const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
-const chain = {
-  id: devnet.chain_id,
-  name: "devnet",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [devnet.rpc_url] } },
-};
-const client = createWalletClient({
-  account: privateKeyToAccount(devnet.facilitator_private_key, args.tuned ? { nonceManager } : {}),
-  chain,
-  transport: http(devnet.rpc_url),
-  ...(args.tuned ? { pollingInterval: 5 } : {}),
-}).extend(publicActions);
-const signer = toFacilitatorEvmSigner(
-  {
-    address: client.account.address,
-    readContract: (a) => client.readContract(a),
-    verifyTypedData: (a) => client.verifyTypedData(a),
-    writeContract: (a) => client.writeContract(a),
-    sendTransaction: (a) => client.sendTransaction(a),
-    waitForTransactionReceipt: (a) => client.waitForTransactionReceipt(a),
-    getCode: (a) => client.getCode(a),
-  },
-  { confirmationTimeoutMs: 30_000 },
-);
-const facilitator = new x402Facilitator().register(devnet.network, new ExactEvmScheme(signer));
-if (args["v1-network"]) {
-  facilitator.registerV1(args["v1-network"], new ExactEvmSchemeV1(signer));
+const facilitator = new x402Facilitator();
+if (args.devnet) {
+  const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
+  const chain = {
+    id: devnet.chain_id,
+    name: "devnet",
+    nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
+    rpcUrls: { default: { http: [devnet.rpc_url] } },
+  };
+  const client = createWalletClient({
+    account: privateKeyToAccount(devnet.facilitator_private_key, args.tuned ? { nonceManager } : {}),
+    chain,
+    transport: http(devnet.rpc_url),
+    ...(args.tuned ? { pollingInterval: 5 } : {}),
+  }).extend(publicActions);
+  const signer = toFacilitatorEvmSigner(
+    {
+      address: client.account.address,
+      readContract: (a) => client.readContract(a),
+      verifyTypedData: (a) => client.verifyTypedData(a),
+      writeContract: (a) => client.writeContract(a),
+      sendTransaction: (a) => client.sendTransaction(a),
+      waitForTransactionReceipt: (a) => client.waitForTransactionReceipt(a),
+      getCode: (a) => client.getCode(a),
+    },
+    { confirmationTimeoutMs: 30_000 },
+  );
+  facilitator.register(devnet.network, new ExactEvmScheme(signer));
+  if (args["v1-network"]) {
+    facilitator.registerV1(args["v1-network"], new ExactEvmSchemeV1(signer));
+  }
+}
+if (args.svm) {
+  const svm = JSON.parse(readFileSync(args.svm, "utf8"));
+  const feePayer = await createKeyPairSignerFromBytes(new Uint8Array(JSON.parse(readFileSync(svm.fee_payer_keypair, "utf8"))));
+  // { defaultRpcUrl } sends every Solana network (v1 names too) to the local chain.
+  registerExactSvmScheme(facilitator, {
+    signer: toFacilitatorSvmSigner(feePayer, { defaultRpcUrl: svm.rpc_url }),
+    networks: svm.network,
+  });
 }
 
 const json = (res, status, body) => {

@@ -12,6 +12,7 @@ use umpire_core::json::{Value, parse};
 pub mod chain;
 pub mod lambda;
 pub mod stack;
+pub mod svm;
 
 /// Verifies a signed document with the contract's Python recipe, verbatim
 /// (`tests/py/verify_recipe.py`): (verified, everything it printed).
@@ -714,4 +715,27 @@ pub fn run_umpire(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) 
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The JSON inside an x402 header (standard base64).
+pub fn decode_b64_json(s: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("standard base64");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+/// The signed document verifies with the contract's Python recipe, against the
+/// server's published keys and the deliverable.
+pub fn assert_recipe_verifies(server: &Server, document: &Value, deliverable: &str) {
+    let tmp = TempDir::new("paid-recipe");
+    let doc = tmp.write("doc.json", &document.to_canonical_vec());
+    let keys = tmp.write(
+        "keys.json",
+        &server.get("/.well-known/umpire-key.json").body,
+    );
+    let d = tmp.write("deliverable.json", deliverable.as_bytes());
+    let (ok, said) = python_recipe(&doc, &keys, &d);
+    assert!(ok, "the recipe rejected a paid document: {said}");
 }

@@ -31,7 +31,7 @@ use umpire_core::product::Price;
 use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_pay::evm::REASON_NONCE_USED;
-use umpire_pay::rails::SolRate;
+use umpire_pay::rails::{Family, Offer, SolRate};
 use umpire_pay::settle::payer_named_in;
 use umpire_pay::{
     FailureKind, HEADER_PAYMENT_RESPONSE, HEADER_PAYMENT_SIGNATURE, HEADER_X_PAYMENT,
@@ -44,13 +44,45 @@ use crate::idempotency::{self, Decision, IdempotencyKey};
 use crate::ledger::{self, ClaimError, Hold, Retake, Running};
 use crate::{AppState, ClientIp, Request, Response, limits, payment, respond};
 
+/// Which header a settlement response goes back in: the one matching the header the
+/// payment came in (`PAYMENT-SIGNATURE` → `PAYMENT-RESPONSE`, `X-PAYMENT` →
+/// `X-PAYMENT-RESPONSE`), whatever x402 version the payload speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerHeader {
+    PaymentResponse,
+    XPaymentResponse,
+}
+
+impl AnswerHeader {
+    fn name(self) -> &'static str {
+        match self {
+            AnswerHeader::PaymentResponse => HEADER_PAYMENT_RESPONSE,
+            AnswerHeader::XPaymentResponse => HEADER_X_PAYMENT_RESPONSE,
+        }
+    }
+
+    /// The header a request's payment (if any) is answered in.
+    fn of(req: &Request) -> AnswerHeader {
+        if req.headers().get(HEADER_PAYMENT_SIGNATURE).is_none()
+            && req.headers().get(HEADER_X_PAYMENT).is_some()
+        {
+            AnswerHeader::XPaymentResponse
+        } else {
+            AnswerHeader::PaymentResponse
+        }
+    }
+}
+
 /// A payment header as the client sent it.
 struct PaymentHeader {
-    version: u32,
+    answer_in: AnswerHeader,
     raw: serde_json::Value,
     payment: PaymentPayload,
 }
 
+/// The payment of a request: `PAYMENT-SIGNATURE` (x402 v2's name) or `X-PAYMENT` (v1's,
+/// which many clients send whatever they speak), each carrying a v1 or a v2 payload,
+/// told apart by its `x402Version`.
 fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFailure> {
     let (name, value) = match (
         req.headers().get(HEADER_PAYMENT_SIGNATURE),
@@ -71,14 +103,8 @@ fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFa
         .map_err(|_| malformed("it is not ASCII".into()))?;
     let raw: serde_json::Value = decode_header(text).map_err(|e| malformed(e.to_string()))?;
     let payment = PaymentPayload::from_json(raw.clone()).map_err(malformed)?;
-    let version = payment.version();
-    if (version == 2) != (name == HEADER_PAYMENT_SIGNATURE) {
-        return Err(malformed(format!(
-            "x402Version {version} does not belong in {name} (v2 uses PAYMENT-SIGNATURE, v1 X-PAYMENT)"
-        )));
-    }
     Ok(Some(PaymentHeader {
-        version,
+        answer_in: AnswerHeader::of(req),
         raw,
         payment,
     }))
@@ -102,6 +128,19 @@ struct Sale<'a> {
 }
 
 impl Sale<'_> {
+    /// This moment's offer: the product's price, the SOL rate, and the key SOL quotes
+    /// are sealed with (the signing key's; a function holding only the public key
+    /// offers no SOL).
+    fn offer(&self) -> Offer<'_> {
+        Offer {
+            price: self.product.price,
+            resource: &self.product.path,
+            sol: self.sol,
+            now: self.state.config.clock.now_unix(),
+            quote_key: Some(self.state.signer.as_ref()),
+        }
+    }
+
     fn resource(&self) -> ResourceInfo {
         ResourceInfo {
             url: format!("{}{}", self.state.config.issuer, self.product.path),
@@ -111,19 +150,17 @@ impl Sale<'_> {
     }
 
     fn required(&self, reason: &str) -> PaymentRequired {
-        self.state.config.rails.payment_required(
-            self.product.price,
-            self.sol,
-            self.resource(),
-            reason,
-        )
+        self.state
+            .config
+            .rails
+            .payment_required(&self.offer(), self.resource(), reason)
     }
 
     fn v1_accepts(&self) -> Vec<PaymentRequirementsV1> {
         self.state
             .config
             .rails
-            .accepts_v1(self.product.price, self.sol, &self.resource())
+            .accepts_v1(&self.offer(), &self.resource())
     }
 
     fn ask_for_payment(&self) -> Response {
@@ -135,7 +172,7 @@ impl Sale<'_> {
                 self.product.name,
                 self.product.price.usd_decimal()
             ),
-            "Retry the identical request with a PAYMENT-SIGNATURE header (x402 v2; @x402/fetch does this for you) and an Idempotency-Key. The PAYMENT-REQUIRED header lists every accepted rail, most preferred first.",
+            "Retry the identical request with a PAYMENT-SIGNATURE (or X-PAYMENT) header (x402; @x402/fetch does this for you) and an Idempotency-Key. The PAYMENT-REQUIRED header lists every accepted rail, most preferred first.",
         )
     }
 
@@ -143,7 +180,7 @@ impl Sale<'_> {
     /// correctly) and a `success:false` settlement response naming the reason.
     fn refused(
         &self,
-        version: u32,
+        answer_in: AnswerHeader,
         network: &str,
         payer: Option<String>,
         failure: &PaymentFailure,
@@ -191,7 +228,7 @@ impl Sale<'_> {
             payer,
             error_reason: Some(failure.reason.clone()),
         };
-        if let (name, Some(v)) = settlement_header(version, &settlement) {
+        if let (name, Some(v)) = settlement_header(answer_in, &settlement) {
             r.headers_mut().insert(name, v);
         }
         r
@@ -199,15 +236,13 @@ impl Sale<'_> {
 }
 
 pub fn settlement_header(
-    version: u32,
+    answer_in: AnswerHeader,
     s: &SettlementResponse,
 ) -> (&'static str, Option<HeaderValue>) {
-    let name = if version == 1 {
-        HEADER_X_PAYMENT_RESPONSE
-    } else {
-        HEADER_PAYMENT_RESPONSE
-    };
-    (name, HeaderValue::from_str(&encode_header(s)).ok())
+    (
+        answer_in.name(),
+        HeaderValue::from_str(&encode_header(s)).ok(),
+    )
 }
 
 /// Releases every claim this request holds (a voided or failed purchase).
@@ -330,7 +365,7 @@ const ANSWER_MARGIN: Duration = Duration::from_millis(300);
 /// and in the x402 header.
 async fn deliver(
     state: &AppState,
-    version: u32,
+    answer_in: AnswerHeader,
     prepared: Prepared,
     settlement: &SettlementResponse,
     deadline: Deadline,
@@ -354,7 +389,7 @@ async fn deliver(
     {
         r.headers_mut().insert(http::header::LOCATION, v);
     }
-    if let (name, Some(v)) = settlement_header(version, settlement) {
+    if let (name, Some(v)) = settlement_header(answer_in, settlement) {
         r.headers_mut().insert(name, v);
     }
     r
@@ -396,8 +431,8 @@ fn settlement_value(s: &SettlementResponse) -> Value {
 /// A verified payment, claimed for this request.
 pub struct Checkout<'a> {
     sale: Sale<'a>,
-    /// The x402 version the client paid with (and is answered in).
-    pub version: u32,
+    /// The header the settlement is answered in.
+    answer_in: AnswerHeader,
     network: String,
     wallet: Option<String>,
     /// What settlement needs.
@@ -416,7 +451,7 @@ impl Checkout<'_> {
     /// The 402 for a payment refused (or a purchase voided) after verification.
     pub fn refused(&self, failure: &PaymentFailure, voided: bool) -> Response {
         self.sale.refused(
-            self.version,
+            self.answer_in,
             &self.network,
             self.wallet.clone(),
             failure,
@@ -504,7 +539,7 @@ impl Checkout<'_> {
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 crate::metrics::record(crate::metrics::Metric::Settlement);
-                let r = deliver(state, self.version, prepared, &settlement, self.deadline).await;
+                let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 self.hold.settled(state, &settlement.transaction, &r).await;
                 self.claims.complete(&r).await;
                 r
@@ -562,7 +597,7 @@ async fn recover(
     payment_key: &str,
     request_hash: &str,
     ctx: &PaymentContext,
-    version: u32,
+    answer_in: AnswerHeader,
     deadline: Deadline,
 ) -> Option<Response> {
     let err = |e: ApiError| Some(respond::error(&e));
@@ -607,7 +642,7 @@ async fn recover(
                 "delivering a purchase interrupted after settlement"
             );
             crate::metrics::record(crate::metrics::Metric::Settlement);
-            let r = deliver(state, version, prepared, &settlement, deadline).await;
+            let r = deliver(state, answer_in, prepared, &settlement, deadline).await;
             hold.settled(state, &settlement.transaction, &r).await;
             claims.complete(&r).await;
             Some(r)
@@ -672,14 +707,14 @@ pub async fn begin<'a>(
             "Run `make devnet` for a local chain, or set UMPIRE_EVM_PAY_TO and a settlement mode; nothing was charged.",
         )));
     }
-    let price = product.price;
     let key = IdempotencyKey::from_headers(req.headers()).map_err(err)?;
     let sale = Sale {
         state,
         product,
         sol: state.sol_rate().await,
     };
-    let header = read_payment_header(req).map_err(|f| sale.refused(2, "", None, &f, false))?;
+    let header = read_payment_header(req)
+        .map_err(|f| sale.refused(AnswerHeader::of(req), "", None, &f, false))?;
     let target = req
         .uri()
         .path_and_query()
@@ -711,10 +746,10 @@ pub async fn begin<'a>(
     let (rail, requirements) = state
         .config
         .rails
-        .match_payment(&header.payment, price, sale.sol)
+        .match_payment(&header.payment, &sale.offer())
         .map_err(|e| {
             let f = PaymentFailure::invalid(e.reason(), e.to_string());
-            sale.refused(header.version, "", wallet.clone(), &f, false)
+            sale.refused(header.answer_in, "", wallet.clone(), &f, false)
         })?;
     let requirements_v1 = sale
         .v1_accepts()
@@ -766,14 +801,14 @@ pub async fn begin<'a>(
                 &payment_key,
                 &request_hash,
                 &ctx,
-                header.version,
+                header.answer_in,
                 deadline,
             )
             .await;
             if let Some(r) = recovered {
                 return Err(r);
             }
-            return Err(sale.refused(header.version, &network, wallet, &f, false));
+            return Err(sale.refused(header.answer_in, &network, wallet, &f, false));
         }
     };
 
@@ -813,13 +848,26 @@ pub async fn begin<'a>(
         Ok(hold) => hold,
         Err(f) => {
             claims.release().await;
+            // A payment the chain would still take (a Solana transaction simulates
+            // whether or not it landed) that already bought this very request: that
+            // purchase again.
+            if let ClaimError::Spent = f {
+                if let Some(r) =
+                    replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline).await
+                {
+                    return Err(r);
+                }
+            }
             return Err(match f {
                 ClaimError::Spent => sale.refused(
-                    header.version,
+                    header.answer_in,
                     &network,
                     wallet,
                     &PaymentFailure::invalid(
-                        REASON_NONCE_USED,
+                        match ctx.rail.family() {
+                            Family::Evm => REASON_NONCE_USED,
+                            Family::Svm => umpire_pay::svm::REASON_DUPLICATE,
+                        },
                         "this payment was already used for another purchase",
                     ),
                     false,
@@ -831,7 +879,7 @@ pub async fn begin<'a>(
     };
     Ok(Checkout {
         sale,
-        version: header.version,
+        answer_in: header.answer_in,
         network,
         wallet,
         ctx,

@@ -63,10 +63,11 @@ mod tests {
             mime_type: "application/json".into(),
         };
         let price = Tier::Probe.price();
+        let offer = umpire_pay::rails::Offer::fixed(price, "/v1/verdicts/probe");
         let req = c
             .rails
-            .payment_required(price, None, resource.clone(), "payment required");
-        let v1 = c.rails.accepts_v1(price, None, &resource);
+            .payment_required(&offer, resource.clone(), "payment required");
+        let v1 = c.rails.accepts_v1(&offer, &resource);
         let r = payment_required_response(
             &req,
             &v1,

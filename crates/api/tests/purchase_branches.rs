@@ -215,6 +215,7 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
         queue: None,
         payments: umpire_pay::Payments {
             evm: Some(chain.clone()),
+            native_sol: None,
             facilitator: None,
         },
         sol_price: None,
@@ -337,7 +338,13 @@ fn ledger_key(state: &AppState, header: &str) -> String {
     let (rail, requirements) = state
         .config
         .rails
-        .match_payment(&payment, umpire_core::product::REPUTATION_PRICE, None)
+        .match_payment(
+            &payment,
+            &umpire_pay::rails::Offer::fixed(
+                umpire_core::product::REPUTATION_PRICE,
+                "/v1/reputation",
+            ),
+        )
         .expect("matches");
     let ctx = PaymentContext {
         raw,

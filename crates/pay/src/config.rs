@@ -10,7 +10,7 @@
 //! | `UMPIRE_EVM_ASSET_DECIMALS` | token decimals | `6` |
 //! | `UMPIRE_SOLANA_PAY_TO`, `UMPIRE_SOLANA_FEE_PAYER` | enable the Solana USDC rail (the fee payer is the facilitator's, pinned so every cold start advertises the same requirements) | — (rail off) |
 //! | `UMPIRE_SOLANA_NETWORK`, `UMPIRE_SOLANA_USDC_MINT` | network and mint | mainnet, mainnet USDC |
-//! | `UMPIRE_SOL_NATIVE` | `on` adds native SOL (quoted from the spot rate) | off |
+//! | `UMPIRE_SOL_NATIVE` | `on` adds native SOL (quoted from the spot rate; needs `UMPIRE_SOLANA_RPC_URL`) | off |
 //! | `UMPIRE_PAYMENT_TIMEOUT_SECONDS` | `maxTimeoutSeconds` | `60` |
 //!
 //! Settlement (see [`payments_from`]):
@@ -22,6 +22,7 @@
 //! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key | — |
 //! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
+//! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on | — |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,9 +169,9 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
                     // Native SOL is our extension of the exact scheme; v1 clients cannot use it.
                     v1_network: None,
                     network,
-                    asset: "native".into(),
+                    asset: crate::svm::NATIVE_SOL_ASSET.into(),
                     pay_to,
-                    extra,
+                    extra: native_sol_extra(),
                     pricing: RailPricing::SolSpot,
                 });
             }
@@ -199,6 +200,18 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
         rails,
         max_timeout_seconds,
     })
+}
+
+/// What the native SOL option's `extra` says about the payment it wants (each 402 adds
+/// the quote: `quote.expiresAt`, `quote.mac`): a transaction the payer signs alone and
+/// pays the fee of, moving `amount` lamports with one `SystemProgram.Transfer` to
+/// `payTo` (ComputeBudget and one Memo may accompany it), sent base64 as the exact
+/// scheme's `payload.transaction`.
+fn native_sol_extra() -> Map<String, Value> {
+    let mut extra = Map::new();
+    extra.insert("decimals".into(), Value::from(crate::svm::SOL_DECIMALS));
+    extra.insert("transfer".into(), Value::from("system"));
+    extra
 }
 
 pub fn rails_from_env() -> Result<Rails, PayConfigError> {
@@ -282,7 +295,25 @@ pub async fn payments_from(
             ));
         }
     };
-    let payments = Payments { evm, facilitator };
+    let native_sol = match rails.rails.iter().find(|r| r.is_native_sol()) {
+        None => None,
+        Some(_) => {
+            let url = get("UMPIRE_SOLANA_RPC_URL").ok_or_else(|| {
+                err(
+                    "UMPIRE_SOLANA_RPC_URL",
+                    "native SOL (UMPIRE_SOL_NATIVE=on) is verified and settled on a Solana RPC node: set its URL",
+                )
+            })?;
+            let rpc = crate::solana::SolanaRpc::new(&url)
+                .map_err(|e| err("UMPIRE_SOLANA_RPC_URL", e.message))?;
+            Some(Arc::new(crate::solana::NativeSolSettler { rpc }) as Arc<dyn Settler>)
+        }
+    };
+    let payments = Payments {
+        evm,
+        native_sol,
+        facilitator,
+    };
     if let Some(rail) = rails.rails.iter().find(|r| !payments.can_settle(r)) {
         return Err(err(
             "UMPIRE_FACILITATOR_URL",
@@ -477,5 +508,41 @@ mod tests {
         .expect("facilitator settles Solana");
         assert!(p.can_settle(&with_solana.rails[0]));
         assert!(p.evm.is_none());
+        // Native SOL is ours to verify and broadcast: it needs a Solana node.
+        let with_sol = rails(&[
+            (
+                "UMPIRE_SOLANA_PAY_TO",
+                "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+            ),
+            (
+                "UMPIRE_SOLANA_FEE_PAYER",
+                "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4",
+            ),
+            ("UMPIRE_SOL_NATIVE", "on"),
+        ])
+        .expect("rails");
+        assert_eq!(with_sol.rails[1].extra["transfer"], "system");
+        assert!(
+            with_sol.rails[1].extra.get("feePayer").is_none(),
+            "the payer pays its own fee"
+        );
+        let e = payments_from(
+            &with_sol,
+            get(&[("UMPIRE_FACILITATOR_URL", "https://facilitator.example")]),
+        )
+        .await
+        .expect_err("no Solana node");
+        assert_eq!(e.name, "UMPIRE_SOLANA_RPC_URL");
+        let p = payments_from(
+            &with_sol,
+            get(&[
+                ("UMPIRE_FACILITATOR_URL", "https://facilitator.example"),
+                ("UMPIRE_SOLANA_RPC_URL", "http://127.0.0.1:8899"),
+            ]),
+        )
+        .await
+        .expect("both Solana rails settle");
+        assert!(with_sol.rails.iter().all(|r| p.can_settle(r)));
+        assert!(p.native_sol.is_some());
     }
 }

@@ -12,6 +12,8 @@ pub mod evm;
 pub mod price;
 pub mod rails;
 pub mod settle;
+pub mod solana;
+pub mod svm;
 pub mod types;
 
 pub use codec::{CodecError, decode_header, encode_header};

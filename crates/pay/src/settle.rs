@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use umpire_core::time::Deadline;
 
 use crate::evm::{Eip3009Payment, EvmChain, Submitted};
-use crate::rails::Rail;
+use crate::rails::{Family, Rail};
+use crate::svm;
 use crate::types::{
     EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, SettlementResponse,
 };
@@ -101,7 +102,19 @@ impl PaymentContext {
     /// (`transferWithAuthorization` spends each (payer, nonce) once per token), read
     /// through the typed parse, so hex case, leading zeros and extra fields change
     /// nothing. `None` for payments that are not EIP-3009 or do not parse.
+    ///
+    /// A Solana payment is its transaction: the chain runs one transaction once, and
+    /// its message (what every signature signs, fee payer's included) names it
+    /// whoever has signed it so far and however the payload is spelled.
     pub fn chain_identity(&self) -> Option<String> {
+        if let Some(tx) = self.svm_transaction() {
+            let tx = tx.ok()?;
+            return Some(format!(
+                "svm|{}|{}",
+                self.rail.network,
+                tx.message_hash_hex()
+            ));
+        }
         let payment = self.eip3009()?.ok()?;
         let a = &payment.authorization;
         Some(format!(
@@ -113,9 +126,23 @@ impl PaymentContext {
         ))
     }
 
-    /// Whether this is an EIP-3009 authorization signed by its own payer (offline,
-    /// [`Eip3009Payment::signed_by_payer`]).
+    /// The transaction of a Solana payment (`None` on other chains).
+    pub fn svm_transaction(&self) -> Option<Result<svm::Transaction, svm::Refusal>> {
+        (self.rail.family() == Family::Svm)
+            .then(|| svm::payload_transaction(self.payment.scheme_payload()))
+    }
+
+    /// Whether the payment carries its own payer's signature (offline): an EIP-3009
+    /// authorization signed by its `from` ([`Eip3009Payment::signed_by_payer`]); a
+    /// Solana transaction signed by whoever authorizes its transfer.
     pub fn signed_by_payer(&self) -> bool {
+        if let Some(tx) = self.svm_transaction() {
+            return match tx {
+                Ok(tx) if self.rail.is_native_sol() => svm::native_transfer(&tx).is_ok(),
+                Ok(tx) => svm::spl_transfer(&tx).is_some_and(|t| t.signed),
+                Err(_) => false,
+            };
+        }
         matches!(self.eip3009(), Some(Ok(p)) if p.signed_by_payer(&self.rail))
     }
 
@@ -133,11 +160,19 @@ impl PaymentContext {
     }
 }
 
-/// The wallet a payment says it comes from (`authorization.from` on EVM). Only a
-/// claim until verified; good enough to scope an Idempotency-Key.
+/// The wallet a payment says it comes from (`authorization.from` on EVM; on Solana the
+/// owner authorizing the token transfer, or for native SOL the fee payer, who is the
+/// payer). Only a claim until verified; good enough to scope an Idempotency-Key.
 pub fn payer_named_in(payment: &PaymentPayload) -> Option<String> {
-    payment
-        .scheme_payload()
+    let payload = payment.scheme_payload();
+    if payload.get("transaction").is_some() {
+        let tx = svm::payload_transaction(payload).ok()?;
+        return Some(match svm::spl_transfer(&tx) {
+            Some(t) => t.authority.to_base58(),
+            None => tx.message.fee_payer().to_base58(),
+        });
+    }
+    payload
         .get("authorization")?
         .get("from")?
         .as_str()
@@ -461,6 +496,9 @@ pub struct Payments {
     /// Settles the EVM rail itself (a [`SelfSettler`], or a test's scripted one);
     /// when None, EVM payments go to the facilitator.
     pub evm: Option<Arc<dyn Settler>>,
+    /// Verifies and settles native SOL ([`crate::solana::NativeSolSettler`]): no
+    /// facilitator speaks our extension.
+    pub native_sol: Option<Arc<dyn Settler>>,
     pub facilitator: Option<Arc<FacilitatorClient>>,
 }
 
@@ -468,6 +506,7 @@ impl std::fmt::Debug for Payments {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Payments")
             .field("self_settlement", &self.evm.is_some())
+            .field("native_sol", &self.native_sol.is_some())
             .field("facilitator", &self.facilitator.as_ref().map(|c| &c.base))
             .finish()
     }
@@ -475,13 +514,19 @@ impl std::fmt::Debug for Payments {
 
 impl Payments {
     fn settler_for(&self, rail: &Rail) -> Result<&dyn Settler, PaymentFailure> {
+        let none = || {
+            PaymentFailure::config(format!(
+                "no settlement is configured for {} on {}",
+                rail.asset, rail.network
+            ))
+        };
+        if rail.is_native_sol() {
+            return self.native_sol.as_deref().ok_or_else(none);
+        }
         match (&self.evm, &self.facilitator) {
             (Some(s), _) if rail.is_evm() => Ok(s.as_ref()),
             (_, Some(f)) => Ok(f.as_ref()),
-            _ => Err(PaymentFailure::config(format!(
-                "no settlement is configured for {}",
-                rail.network
-            ))),
+            _ => Err(none()),
         }
     }
 
@@ -504,6 +549,13 @@ impl Payments {
             let p = p?;
             p.check_offline(&ctx.rail, &ctx.requirements, now)?;
             p.check_lasts_until(settles_by.unix())?;
+        }
+        // A Solana transfer nobody authorized never costs a round trip.
+        if ctx.svm_transaction().is_some() && !ctx.signed_by_payer() {
+            return Err(PaymentFailure::invalid(
+                svm::REASON_SIGNATURE,
+                "the transaction is not signed by the owner of the funds it moves",
+            ));
         }
         let settler = self.settler_for(&ctx.rail)?;
         tokio::time::timeout_at(deadline.instant().into(), settler.verify(ctx))
@@ -551,7 +603,11 @@ impl Payments {
         };
         let ours: Vec<&Rail> = rails
             .iter()
-            .filter(|r| !(r.is_evm() && self.evm.is_some()))
+            // Native SOL is ours, and a self-settled EVM rail too.
+            .filter(|r| {
+                self.settler_for(r)
+                    .is_ok_and(|s| std::ptr::addr_eq(s, f.as_ref() as &dyn Settler))
+            })
             .collect();
         if ours.is_empty() {
             return Ok(Vec::new());

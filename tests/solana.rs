@@ -1,0 +1,495 @@
+//! Paying on Solana for real: a local chain (litesvm, the real SPL Token program), the
+//! reference x402 SVM client and facilitator for USDC, Umpire's own verification and
+//! broadcast for native SOL (our extension), `umpire buy --rail solana|sol`, and SOL
+//! quotes honored by any instance holding the key, for their window only. Balances
+//! are read from the chain.
+
+use umpire_blackbox::chain::{Devnet, Settlement, sign_payment};
+use umpire_blackbox::svm::{SolanaNet, SvmFacilitator, buy_svm, sign_svm_payment};
+use umpire_blackbox::{
+    Reply, Server, TempDir, assert_recipe_verifies, decode_b64_json, request, run_umpire,
+    serve_fixed,
+};
+use umpire_core::json::Value;
+use umpire_pay::client::{sign_exact_svm, solana_keypair};
+use umpire_pay::{PaymentRequired, decode_header};
+
+const SPEC: &str = r#"{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]}"#;
+const DELIVERABLE: &str = r##"{"text":"# Report\nall tests pass"}"##;
+/// $1.00 in USDC units.
+const BASIC_USDC: u64 = 1_000_000;
+/// $1.00 at $150/SOL = 6,666,666.67 lamports; +1.5% = 6,766,666.67, rounded up.
+const BASIC_LAMPORTS_AT_150: u64 = 6_766_667;
+/// The same at $120/SOL: 8,333,333.33 × 1.015 = 8,458,333.33, rounded up.
+const BASIC_LAMPORTS_AT_120: u64 = 8_458_334;
+/// A Solana transaction's base fee (one signature); the priority fee on 20,000 units
+/// at 1 micro-lamport rounds up to one more lamport.
+const FEE_LAMPORTS: u64 = 5_001;
+
+fn body() -> String {
+    format!(r#"{{"spec":{SPEC},"deliverable":{DELIVERABLE}}}"#)
+}
+
+fn url(server: &Server) -> String {
+    format!("http://{}/v1/verdicts/basic", server.addr)
+}
+
+fn post(server: &Server, headers: &[(&str, &str)]) -> Reply {
+    let mut all = vec![("Content-Type", "application/json")];
+    all.extend_from_slice(headers);
+    request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/basic",
+        &all,
+        Some(body().as_bytes()),
+    )
+}
+
+fn key() -> String {
+    umpire_core::hash::random_id("idem")
+}
+
+/// A stand-in for the public price feed (Coinbase's spot-price API shape).
+fn price_feed(amount: &'static str) -> String {
+    let addr = serve_fixed(
+        "200 OK",
+        "application/json",
+        format!(r#"{{"data":{{"amount":"{amount}","base":"SOL","currency":"USD"}}}}"#).into_bytes(),
+    );
+    format!("http://{addr}/v2/prices/SOL-USD/spot")
+}
+
+fn json_of(r: &Reply) -> Value {
+    umpire_core::json::parse(&r.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&r.body)))
+}
+
+fn settlement(r: &Reply, header: &str) -> serde_json::Value {
+    decode_b64_json(r.header(header).unwrap_or_else(|| panic!("no {header}")))
+}
+
+/// The 402's requirements for a basic verdict.
+fn required(server: &Server) -> PaymentRequired {
+    let r = post(server, &[]);
+    assert_eq!(r.status, 402);
+    decode_header(r.header("payment-required").expect("PAYMENT-REQUIRED")).expect("requirements")
+}
+
+/// A native SOL payment for the 402's SOL option, signed from the chain's SOL payer
+/// (what `umpire buy --rail sol` sends).
+fn sign_sol(net: &SolanaNet, required: &PaymentRequired, lamports: Option<u64>) -> String {
+    let (payer, _) = solana_keypair(
+        &std::fs::read_to_string(net.get("sol_payer_keypair")).expect("keypair file"),
+    )
+    .expect("keypair");
+    let mut option = required
+        .accepts
+        .iter()
+        .find(|r| r.asset == "native")
+        .unwrap_or_else(|| panic!("no SOL option: {required:?}"))
+        .clone();
+    if let Some(l) = lamports {
+        option.amount = l.to_string();
+    }
+    let hash = net.rpc("getLatestBlockhash", serde_json::json!([]))["value"]["blockhash"]
+        .as_str()
+        .and_then(umpire_pay::svm::Pubkey::from_base58)
+        .expect("blockhash")
+        .0;
+    sign_exact_svm(
+        &payer,
+        required,
+        &option,
+        hash,
+        None,
+        umpire_core::hash::random_bytes::<16>(),
+    )
+    .expect("signed")
+}
+
+#[test]
+fn usdc_on_solana_is_bought_with_the_reference_client_and_facilitator() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let (payer_usdc, our_usdc) = (
+        net.get("payer_usdc_account"),
+        net.get("pay_to_usdc_account"),
+    );
+    let (payer0, ours0) = (net.token_units(&payer_usdc), net.token_units(&our_usdc));
+
+    let bought = buy_svm(&net, &url(&server), &body(), Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let answer = bought.json();
+    let document = answer.get("document").expect("document");
+    assert_recipe_verifies(&server, document, DELIVERABLE);
+    let paid = decode_b64_json(&bought.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(paid["success"], true);
+    assert_eq!(paid["network"], net.get("network"));
+    assert_eq!(paid["payer"], net.get("payer"));
+    assert_eq!(net.token_units(&payer_usdc), payer0 - BASIC_USDC);
+    assert_eq!(net.token_units(&our_usdc), ours0 + BASIC_USDC);
+
+    // One payment, resent as it was, under an Idempotency-Key and without one, and
+    // re-encoded (keys reordered, spaces): one purchase, moved once.
+    let payment = sign_svm_payment(&net, &url(&server), &body());
+    let idem = key();
+    let first = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let again = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(again.status, 201);
+    assert_eq!(
+        json_of(&again).get("verdict_id"),
+        json_of(&first).get("verdict_id")
+    );
+    let bare = post(&server, &[("PAYMENT-SIGNATURE", &payment)]);
+    assert_eq!(bare.status, 201, "{}", String::from_utf8_lossy(&bare.body));
+    assert_eq!(
+        json_of(&bare).get("verdict_id"),
+        json_of(&first).get("verdict_id")
+    );
+    let mut raw = decode_b64_json(&payment);
+    let tx = raw["payload"]["transaction"].take();
+    raw["payload"] = serde_json::json!({"transaction": tx});
+    let respelled = umpire_pay::encode_header(
+        &serde_json::from_str::<serde_json::Value>(
+            &serde_json::to_string_pretty(&raw).expect("json"),
+        )
+        .expect("json"),
+    );
+    let other_key = post(
+        &server,
+        &[
+            ("PAYMENT-SIGNATURE", &respelled),
+            ("Idempotency-Key", &key()),
+        ],
+    );
+    assert_eq!(
+        other_key.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&other_key.body)
+    );
+    assert_eq!(
+        json_of(&other_key).get("verdict_id"),
+        json_of(&first).get("verdict_id"),
+        "the same purchase, not a second one"
+    );
+    // The same payment for another request: refused, named for Solana.
+    let other_body = request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/basic",
+        &[
+            ("Content-Type", "application/json"),
+            ("PAYMENT-SIGNATURE", &payment),
+        ],
+        Some(
+            body()
+                .replace("all tests pass", "all tests passed")
+                .as_bytes(),
+        ),
+    );
+    assert_eq!(other_body.status, 402);
+    assert_eq!(
+        settlement(&other_body, "payment-response")["errorReason"],
+        "duplicate_settlement"
+    );
+    assert_eq!(net.token_units(&payer_usdc), payer0 - 2 * BASIC_USDC);
+    assert_eq!(net.token_units(&our_usdc), ours0 + 2 * BASIC_USDC);
+}
+
+#[test]
+fn a_solana_settlement_that_fails_voids_the_purchase_and_the_key_buys_again() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let (payer_usdc, our_usdc) = (
+        net.get("payer_usdc_account"),
+        net.get("pay_to_usdc_account"),
+    );
+    let payer0 = net.token_units(&payer_usdc);
+    let idem = key();
+
+    // The node refuses the facilitator's broadcast: voided, nothing charged.
+    let payment = sign_svm_payment(&net, &url(&server), &body());
+    net.fail_sends(1);
+    let voided = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(
+        voided.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&voided.body)
+    );
+    let s = settlement(&voided, "payment-response");
+    assert_eq!(s["success"], false);
+    assert!(
+        s["errorReason"].as_str().is_some_and(|r| r.contains("svm")),
+        "named for Solana: {s}"
+    );
+    assert_eq!(net.token_units(&payer_usdc), payer0);
+
+    // The same key, a new payment: bought, charged once.
+    let payment = sign_svm_payment(&net, &url(&server), &body());
+    let bought = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
+    );
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    assert_eq!(net.token_units(&payer_usdc), payer0 - BASIC_USDC);
+    assert_eq!(net.token_units(&our_usdc), BASIC_USDC);
+
+    // Native SOL, whose broadcast is ours: refused by the node, voided the same way.
+    let sol_payer = net.get("sol_payer");
+    let lamports0 = net.lamports(&sol_payer);
+    let payment = sign_sol(&net, &required(&server), None);
+    net.fail_sends(1);
+    let voided = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
+    );
+    assert_eq!(
+        voided.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&voided.body)
+    );
+    assert_eq!(
+        settlement(&voided, "payment-response")["errorReason"],
+        "invalid_exact_svm_transaction_failed"
+    );
+    assert_eq!(net.lamports(&sol_payer), lamports0, "nothing charged");
+}
+
+#[test]
+fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let (sol_payer, pay_to) = (net.get("sol_payer"), net.get("pay_to"));
+    let files = TempDir::new("buy-svm");
+    let spec = files.write("spec.json", SPEC.as_bytes());
+    let deliverable = files.write("deliverable.json", DELIVERABLE.as_bytes());
+    let base = format!("http://{}", server.addr);
+    let buy = |rail: &str, keypair: &str| {
+        let mut args: Vec<String> = [
+            "buy",
+            "basic",
+            "--spec",
+            &spec.to_string_lossy(),
+            "--deliverable",
+            &deliverable.to_string_lossy(),
+            "--rail",
+            rail,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(net.buy_args(keypair));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_umpire(&args, &[("UMPIRE_BASE_URL", base.as_str())])
+    };
+
+    let (payer0, ours0) = (net.lamports(&sol_payer), net.lamports(&pay_to));
+    let (code, stdout, stderr) = buy("sol", "sol_payer_keypair");
+    assert_eq!(code, 0, "{stderr}");
+    let answer = umpire_core::json::parse(stdout.as_bytes()).expect("JSON answer");
+    assert_recipe_verifies(
+        &server,
+        answer.get("document").expect("document"),
+        DELIVERABLE,
+    );
+    assert_eq!(
+        net.lamports(&pay_to),
+        ours0 + BASIC_LAMPORTS_AT_150,
+        "the quoted lamports, to the lamport"
+    );
+    assert_eq!(
+        net.lamports(&sol_payer),
+        payer0 - BASIC_LAMPORTS_AT_150 - FEE_LAMPORTS
+    );
+    assert_eq!(
+        answer
+            .get("settlement")
+            .and_then(|s| s.get("payer"))
+            .and_then(Value::as_str),
+        Some(sol_payer.as_str())
+    );
+
+    // USDC on Solana from the same client, through the facilitator.
+    let our_usdc = net.get("pay_to_usdc_account");
+    let (code, _, stderr) = buy("solana", "payer_keypair");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(net.token_units(&our_usdc), BASIC_USDC);
+
+    // Paying less than the quote, or a transaction whose blockhash has expired: refused
+    // before any work, nothing charged, the reason named for Solana.
+    let lamports = net.lamports(&sol_payer);
+    let short = sign_sol(&net, &required(&server), Some(BASIC_LAMPORTS_AT_150 - 1));
+    let r = post(&server, &[("PAYMENT-SIGNATURE", &short)]);
+    assert_eq!(r.status, 402);
+    assert_eq!(
+        settlement(&r, "payment-response")["errorReason"],
+        "sol_quote_invalid",
+        "the quote's MAC covers its amount"
+    );
+    let stale = sign_sol(&net, &required(&server), None);
+    net.expire_blockhash();
+    let r = post(&server, &[("PAYMENT-SIGNATURE", &stale)]);
+    assert_eq!(r.status, 402);
+    assert_eq!(
+        settlement(&r, "payment-response")["errorReason"],
+        "invalid_exact_svm_transaction_simulation_failed"
+    );
+    assert!(String::from_utf8_lossy(&r.body).contains("BlockhashNotFound"));
+    assert_eq!(net.lamports(&sol_payer), lamports);
+
+    // One SOL payment resent: the same purchase, moved once.
+    let payment = sign_sol(&net, &required(&server), None);
+    let first = post(&server, &[("PAYMENT-SIGNATURE", &payment)]);
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let again = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
+    );
+    assert_eq!(
+        again.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(
+        json_of(&again).get("verdict_id"),
+        json_of(&first).get("verdict_id")
+    );
+    assert_eq!(
+        net.lamports(&sol_payer),
+        lamports - BASIC_LAMPORTS_AT_150 - FEE_LAMPORTS
+    );
+}
+
+#[test]
+fn a_sol_quote_holds_on_another_instance_for_its_window_and_not_after() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    // Three instances sharing only key material: A quotes for 60 s at $150, C for
+    // 40 s at $150, B reads a feed that has moved to $120.
+    let a = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let with_a_key = || {
+        let dir = TempDir::new("serve-svm-shared-key");
+        let key = umpire_api::datadir::KEY_FILE;
+        std::fs::copy(a.data.path().join(key), dir.path().join(key)).expect("copy the key");
+        dir
+    };
+    let b = net.serve_in(with_a_key(), &facilitator, &price_feed("120.00"), &[]);
+    let c = net.serve_in(
+        with_a_key(),
+        &facilitator,
+        &price_feed("150.00"),
+        &[("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "40")],
+    );
+    let from_a = sign_sol(&net, &required(&a), None);
+    let from_c = sign_sol(&net, &required(&c), None);
+    assert_eq!(
+        required(&b)
+            .accepts
+            .iter()
+            .find(|r| r.asset == "native")
+            .map(|r| r.amount.clone()),
+        Some(BASIC_LAMPORTS_AT_120.to_string()),
+        "B quotes from the moved feed"
+    );
+
+    std::thread::sleep(std::time::Duration::from_secs(50));
+    let (pay_to, sol_payer) = (net.get("pay_to"), net.get("sol_payer"));
+    let (ours0, payer0) = (net.lamports(&pay_to), net.lamports(&sol_payer));
+    let bought = post(&b, &[("PAYMENT-SIGNATURE", &from_a)]);
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    assert_eq!(
+        net.lamports(&pay_to),
+        ours0 + BASIC_LAMPORTS_AT_150,
+        "A's quote, not B's price"
+    );
+
+    let late = post(&b, &[("PAYMENT-SIGNATURE", &from_c)]);
+    assert_eq!(late.status, 402, "{}", String::from_utf8_lossy(&late.body));
+    assert_eq!(
+        settlement(&late, "payment-response")["errorReason"],
+        "sol_quote_expired"
+    );
+    let error = json_of(&late);
+    let message = error
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("quote expired"), "{message}");
+    let fresh: PaymentRequired =
+        decode_header(late.header("payment-required").expect("a new quote")).expect("402");
+    assert!(
+        fresh
+            .accepts
+            .iter()
+            .any(|r| r.asset == "native" && r.amount == BASIC_LAMPORTS_AT_120.to_string()),
+        "the refusal carries a fresh quote"
+    );
+    assert_eq!(
+        net.lamports(&sol_payer),
+        payer0 - BASIC_LAMPORTS_AT_150 - FEE_LAMPORTS
+    );
+}
+
+#[test]
+fn either_payment_header_carries_either_version_and_is_answered_in_kind() {
+    // The reference v2 client's payload under X-PAYMENT (as many agent frameworks send).
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payer = devnet.get("payer");
+    let before = devnet.balance(&payer);
+    let v2 = sign_payment(&devnet, &url(&server), &body());
+    let r = post(&server, &[("X-PAYMENT", &v2), ("Idempotency-Key", &key())]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        r.header("payment-response").is_none(),
+        "answered in the header it came in"
+    );
+    assert_eq!(settlement(&r, "x-payment-response")["success"], true);
+    assert_eq!(devnet.balance(&payer), before - u128::from(BASIC_USDC));
+    // And under PAYMENT-SIGNATURE, answered in PAYMENT-RESPONSE.
+    let v2 = sign_payment(&devnet, &url(&server), &body());
+    let r = post(&server, &[("PAYMENT-SIGNATURE", &v2)]);
+    assert_eq!(r.status, 201);
+    assert!(r.header("x-payment-response").is_none());
+    assert_eq!(settlement(&r, "payment-response")["success"], true);
+}
