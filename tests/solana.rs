@@ -11,7 +11,6 @@ use umpire_blackbox::{
     serve_fixed,
 };
 use umpire_core::json::Value;
-use umpire_pay::client::{sign_exact_svm, solana_keypair};
 use umpire_pay::{PaymentRequired, decode_header};
 
 const SPEC: &str = r#"{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]}"#;
@@ -74,38 +73,6 @@ fn required(server: &Server) -> PaymentRequired {
     let r = post(server, &[]);
     assert_eq!(r.status, 402);
     decode_header(r.header("payment-required").expect("PAYMENT-REQUIRED")).expect("requirements")
-}
-
-/// A native SOL payment for the 402's SOL option, signed from the chain's SOL payer
-/// (what `umpire buy --rail sol` sends).
-fn sign_sol(net: &SolanaNet, required: &PaymentRequired, lamports: Option<u64>) -> String {
-    let (payer, _) = solana_keypair(
-        &std::fs::read_to_string(net.get("sol_payer_keypair")).expect("keypair file"),
-    )
-    .expect("keypair");
-    let mut option = required
-        .accepts
-        .iter()
-        .find(|r| r.asset == "native")
-        .unwrap_or_else(|| panic!("no SOL option: {required:?}"))
-        .clone();
-    if let Some(l) = lamports {
-        option.amount = l.to_string();
-    }
-    let hash = net.rpc("getLatestBlockhash", serde_json::json!([]))["value"]["blockhash"]
-        .as_str()
-        .and_then(umpire_pay::svm::Pubkey::from_base58)
-        .expect("blockhash")
-        .0;
-    sign_exact_svm(
-        &payer,
-        required,
-        &option,
-        hash,
-        None,
-        umpire_core::hash::random_bytes::<16>(),
-    )
-    .expect("signed")
 }
 
 #[test]
@@ -262,7 +229,7 @@ fn a_solana_settlement_that_fails_voids_the_purchase_and_the_key_buys_again() {
     // Native SOL, whose broadcast is ours: refused by the node, voided the same way.
     let sol_payer = net.get("sol_payer");
     let lamports0 = net.lamports(&sol_payer);
-    let payment = sign_sol(&net, &required(&server), None);
+    let payment = net.sign_native(&required(&server), None);
     net.fail_sends(1);
     let voided = post(
         &server,
@@ -345,7 +312,7 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     // Paying less than the quote, or a transaction whose blockhash has expired: refused
     // before any work, nothing charged, the reason named for Solana.
     let lamports = net.lamports(&sol_payer);
-    let short = sign_sol(&net, &required(&server), Some(BASIC_LAMPORTS_AT_150 - 1));
+    let short = net.sign_native(&required(&server), Some(BASIC_LAMPORTS_AT_150 - 1));
     let r = post(&server, &[("PAYMENT-SIGNATURE", &short)]);
     assert_eq!(r.status, 402);
     assert_eq!(
@@ -353,7 +320,7 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
         "sol_quote_invalid",
         "the quote's MAC covers its amount"
     );
-    let stale = sign_sol(&net, &required(&server), None);
+    let stale = net.sign_native(&required(&server), None);
     net.expire_blockhash();
     let r = post(&server, &[("PAYMENT-SIGNATURE", &stale)]);
     assert_eq!(r.status, 402);
@@ -365,7 +332,7 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     assert_eq!(net.lamports(&sol_payer), lamports);
 
     // One SOL payment resent: the same purchase, moved once.
-    let payment = sign_sol(&net, &required(&server), None);
+    let payment = net.sign_native(&required(&server), None);
     let first = post(&server, &[("PAYMENT-SIGNATURE", &payment)]);
     assert_eq!(
         first.status,
@@ -413,8 +380,8 @@ fn a_sol_quote_holds_on_another_instance_for_its_window_and_not_after() {
         &price_feed("150.00"),
         &[("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "40")],
     );
-    let from_a = sign_sol(&net, &required(&a), None);
-    let from_c = sign_sol(&net, &required(&c), None);
+    let from_a = net.sign_native(&required(&a), None);
+    let from_c = net.sign_native(&required(&c), None);
     assert_eq!(
         required(&b)
             .accepts

@@ -205,7 +205,15 @@ async fn every_route_and_job_runs_under_its_own_role() {
         Devnet, FACILITATOR_TOKEN, Facilitator, buy_get_v2, buy_v2, sign_payment,
     };
     let devnet = Devnet::start();
-    let facilitator = Facilitator::start(&devnet, None);
+    // Solana too: USDC through the facilitator, native SOL verified and broadcast by
+    // the verdicts function itself on the node named by a secret.
+    let solana = umpire_blackbox::svm::SolanaNet::start();
+    let facilitator = Facilitator::start_with(&devnet, None, Some(&solana));
+    let feed = umpire_blackbox::serve_fixed(
+        "200 OK",
+        "application/json",
+        br#"{"data":{"amount":"150.00","base":"SOL","currency":"USD"}}"#.to_vec(),
+    );
     let params = vec![
         ("EvmPayTo".to_owned(), devnet.get("pay_to")),
         ("EvmNetwork".to_owned(), devnet.get("network")),
@@ -216,6 +224,14 @@ async fn every_route_and_job_runs_under_its_own_role() {
         ),
         ("FeedbackRpcUrl".to_owned(), devnet.get("rpc_url")),
         ("FeedbackConfirmations".to_owned(), "1".to_owned()),
+        ("SolanaPayTo".to_owned(), solana.get("pay_to")),
+        ("SolanaFeePayer".to_owned(), solana.get("fee_payer")),
+        ("SolNative".to_owned(), "on".to_owned()),
+        ("SolanaRpcUrl".to_owned(), solana.get("rpc_url")),
+        (
+            "SolPriceUrl".to_owned(),
+            format!("http://{feed}/v2/prices/SOL-USD/spot"),
+        ),
     ];
     let env = vec![
         ("UMPIRE_EVM_ASSET".to_owned(), devnet.get("asset")),
@@ -300,6 +316,29 @@ async fn every_route_and_job_runs_under_its_own_role() {
             );
             assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
         }
+    });
+    // Solana: USDC with the reference client (the facilitator settles), native SOL at
+    // the 402's quote (the verdicts function reads the node's URL from its secret,
+    // simulates, broadcasts and confirms).
+    tokio::task::block_in_place(|| {
+        let bought =
+            umpire_blackbox::svm::buy_svm(&solana, &url("/v1/verdicts/basic"), BASIC, Some(&key()));
+        assert_eq!(bought.status, 201, "{}", bought.body);
+        assert_eq!(
+            solana.token_units(&solana.get("pay_to_usdc_account")),
+            1_000_000
+        );
+        let unpaid = post_json(&stack, "/v1/verdicts/basic", BASIC);
+        assert_eq!(unpaid.status, 402);
+        let required: umpire_pay::PaymentRequired =
+            umpire_pay::decode_header(unpaid.header("payment-required").expect("402 header"))
+                .expect("requirements");
+        let before = solana.lamports(&solana.get("pay_to"));
+        let payment = solana.sign_native(&required, None);
+        let r = umpire_blackbox::post_paid(api, "/v1/verdicts/basic", BASIC, &payment, &key());
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+        // $1.00 at $150/SOL, +1.5%, rounded up.
+        assert_eq!(solana.lamports(&solana.get("pay_to")), before + 6_766_667);
     });
     let status = tokio::task::block_in_place(|| {
         request(

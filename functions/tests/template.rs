@@ -320,7 +320,12 @@ fn only_signing_functions_may_open_the_sealed_seed() {
 fn no_secret_is_in_any_environment() {
     let auth = "Bearer very-secret-token";
     let rpc = "https://base.example/v2/very-secret-api-key";
-    let t = resolve_template(&[("FacilitatorAuth", auth), ("FeedbackRpcUrl", rpc)]);
+    let solana = "https://solana.example/?api-key=very-secret-solana-key";
+    let t = resolve_template(&[
+        ("FacilitatorAuth", auth),
+        ("FeedbackRpcUrl", rpc),
+        ("SolanaRpcUrl", solana),
+    ]);
     for (name, f) in deployed(&t) {
         let env = f["environment"].to_string();
         assert!(
@@ -337,6 +342,7 @@ fn no_secret_is_in_any_environment() {
                 .unwrap_or("");
             let secret = match var {
                 "UMPIRE_FACILITATOR_AUTH" => "FacilitatorAuthSecret",
+                "UMPIRE_SOLANA_RPC_URL" => "SolanaRpcUrlSecret",
                 _ => "FeedbackRpcUrlSecret",
             };
             assert_eq!(
@@ -354,6 +360,10 @@ fn no_secret_is_in_any_environment() {
         (
             "FeedbackRpcUrlSecret",
             vec!["FeedbackFunction", "McpFunction"],
+        ),
+        (
+            "SolanaRpcUrlSecret",
+            vec!["ReputationFunction", "VerdictsFunction"],
         ),
     ] {
         let got: Vec<&str> = deployed(&t)

@@ -37,6 +37,7 @@ def statements():
         "Issuer": "https://umpire.test",
         "FacilitatorAuth": "Bearer x",
         "FeedbackRpcUrl": "http://127.0.0.1:1",
+        "SolanaRpcUrl": "http://127.0.0.1:1",
     }
     _, cfn = transformed(os.path.join(ROOT, "template.yaml"), params)
     fake = {}

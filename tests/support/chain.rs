@@ -328,6 +328,15 @@ pub struct Facilitator {
 
 impl Facilitator {
     pub fn start(devnet: &Devnet, v1_network: Option<&str>) -> Facilitator {
+        Facilitator::start_with(devnet, v1_network, None)
+    }
+
+    /// Settling on the devnet and, with `svm`, on a local Solana chain too.
+    pub fn start_with(
+        devnet: &Devnet,
+        v1_network: Option<&str>,
+        svm: Option<&crate::svm::SolanaNet>,
+    ) -> Facilitator {
         let mut cmd = Command::new("node");
         cmd.arg(repo_root().join("tests/js/facilitator.mjs"))
             .args([
@@ -341,6 +350,9 @@ impl Facilitator {
             .stderr(Stdio::inherit());
         if let Some(n) = v1_network {
             cmd.args(["--v1-network", n]);
+        }
+        if let Some(net) = svm {
+            cmd.args(["--svm", &net.svm_json()]);
         }
         let mut child = cmd.spawn().expect("start the facilitator");
         let stdout = child.stdout.take().expect("stdout");

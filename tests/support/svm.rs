@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
+use umpire_pay::PaymentRequired;
+use umpire_pay::client::{sign_exact_svm, solana_keypair};
 
 use crate::chain::{Bought, FACILITATOR_TOKEN, node_json};
 use crate::{Server, TempDir, repo_root};
@@ -152,6 +154,39 @@ impl SolanaNet {
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         all.extend_from_slice(extra);
         Server::start_in(data, &all)
+    }
+
+    /// A native SOL payment (the PAYMENT-SIGNATURE value) for the SOL option of
+    /// `required` (at `lamports` instead of its amount, if given), signed by the chain's
+    /// SOL payer: what `umpire buy --rail sol` sends.
+    pub fn sign_native(&self, required: &PaymentRequired, lamports: Option<u64>) -> String {
+        let (payer, _) = solana_keypair(
+            &std::fs::read_to_string(self.get("sol_payer_keypair")).expect("keypair file"),
+        )
+        .expect("keypair");
+        let mut option = required
+            .accepts
+            .iter()
+            .find(|r| r.asset == umpire_pay::svm::NATIVE_SOL_ASSET)
+            .unwrap_or_else(|| panic!("no SOL option: {required:?}"))
+            .clone();
+        if let Some(l) = lamports {
+            option.amount = l.to_string();
+        }
+        let hash = self.rpc("getLatestBlockhash", json!([]))["value"]["blockhash"]
+            .as_str()
+            .and_then(umpire_pay::svm::Pubkey::from_base58)
+            .expect("blockhash")
+            .0;
+        sign_exact_svm(
+            &payer,
+            required,
+            &option,
+            hash,
+            None,
+            umpire_core::hash::random_bytes::<16>(),
+        )
+        .expect("signed")
     }
 
     /// `umpire buy` arguments and environment paying from `keypair` on this chain.

@@ -851,12 +851,11 @@ pub async fn begin<'a>(
             // A payment the chain would still take (a Solana transaction simulates
             // whether or not it landed) that already bought this very request: that
             // purchase again.
-            if let ClaimError::Spent = f {
-                if let Some(r) =
+            if let ClaimError::Spent = f
+                && let Some(r) =
                     replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline).await
-                {
-                    return Err(r);
-                }
+            {
+                return Err(r);
             }
             return Err(match f {
                 ClaimError::Spent => sale.refused(
