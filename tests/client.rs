@@ -324,3 +324,114 @@ fn feedback_and_a_reputation_report_from_the_command_line() {
     let (code, vout, verr) = t.verify("report.json", &out, None);
     assert_eq!(code, 0, "the report verifies: {vout}{verr}");
 }
+
+/// A free port on 127.0.0.1 (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `make devnet` as the README walks it: the script starts anvil, the local Solana
+/// chain, the facilitator and `umpire serve`, and prints the commands to buy on every
+/// rail; run as printed, each buys a verdict.
+#[test]
+fn make_devnet_sells_on_every_rail_as_it_says() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let data = TempDir::new("make-devnet");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut devnet = Command::new("node")
+        .arg(umpire_blackbox::repo_root().join("infra/devnet/devnet.mjs"))
+        .arg("--umpire")
+        .arg(umpire_blackbox::umpire_bin())
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--addr", &addr, "--rpc-port", &free_port().to_string()])
+        .current_dir(umpire_blackbox::repo_root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start infra/devnet/devnet.mjs");
+    // Its own output (the commands) on stderr, the server's listening line on stdout.
+    // The pipe is drained to the end: a closed one would stop the devnet mid-write.
+    let stderr = devnet.stderr.take().expect("stderr");
+    let (tx, said) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if all.contains("reputation?merchant=") {
+                continue;
+            }
+            all.push_str(&line);
+            all.push('\n');
+            if line.contains("reputation?merchant=") {
+                let _ = tx.send(all.clone());
+            }
+        }
+    });
+    let mut stdout = BufReader::new(devnet.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while !line.contains("umpire listening") {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).expect("devnet output") > 0,
+            "the devnet stopped before serving"
+        );
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while stdout.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
+        }
+    });
+    let said = said
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the devnet's account of itself");
+    let stop = || {
+        // SIGTERM: the script stops what it started.
+        let _ = Command::new("kill")
+            .args(["-TERM", &devnet.id().to_string()])
+            .status();
+    };
+
+    let files = TempDir::new("make-devnet-files");
+    let spec = files.write(
+        "spec.json",
+        br#"{"checks":[{"type":"regex","pattern":"^# Report"}]}"#,
+    );
+    let deliverable = files.write("deliverable.json", br##"{"text":"# Report"}"##);
+    // Every printed `umpire buy` line on Solana, its continuation joined.
+    let joined = said.replace("\\\n", " ");
+    let buys: Vec<Vec<String>> = joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("umpire buy basic") && l.contains("--rail"))
+        .map(|l| l.split_whitespace().skip(1).map(str::to_owned).collect())
+        .collect();
+    if buys.len() != 2 {
+        stop();
+        panic!("expected the two Solana commands in:\n{said}");
+    }
+    let base = format!("http://{addr}");
+    for args in buys {
+        let args: Vec<String> = args
+            .into_iter()
+            .map(|a| match a.as_str() {
+                "spec.json" => spec.to_string_lossy().into_owned(),
+                "deliverable.json" => deliverable.to_string_lossy().into_owned(),
+                _ => a,
+            })
+            .collect();
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = run_umpire(&argv, &[("UMPIRE_BASE_URL", &base)]);
+        if code != 0 {
+            stop();
+            panic!("`umpire {}` failed: {err}", args.join(" "));
+        }
+        assert_eq!(s(&json(&out), "verdict"), "pass", "{out}");
+    }
+    stop();
+    let _ = devnet.wait();
+}

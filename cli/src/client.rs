@@ -254,9 +254,14 @@ impl Payer {
             Payer::Evm(w) => w.address().to_string(),
             Payer::Solana { address, .. } => address.to_base58(),
         };
+        let what = if accepted.asset == svm::NATIVE_SOL_ASSET {
+            "lamports of native SOL".to_owned()
+        } else {
+            format!("base units of {}", accepted.asset)
+        };
         eprintln!(
-            "paying {} base units of {} on {} to {} from {from}",
-            accepted.amount, accepted.asset, accepted.network, accepted.pay_to
+            "paying {} {what} on {} to {} from {from}",
+            accepted.amount, accepted.network, accepted.pay_to
         );
         match self {
             Payer::Evm(wallet) => sign_exact_evm(

@@ -1,11 +1,15 @@
-// `make devnet`: a local chain and a server selling on it, so anyone can buy a
-// verdict offline. Starts anvil, deploys the test EIP-3009 token (deploy.mjs), writes
-// devnet.json into the data directory and runs `umpire serve` configured for it
-// (self-settlement with the devnet's settler key; feedback read from this chain with the
-// test token as USDC). Ctrl-C stops both.
+// `make devnet`: local chains and a server selling on them, so anyone can buy a verdict
+// offline. Starts anvil and deploys the test EIP-3009 token (deploy.mjs, devnet.json);
+// starts a local Solana chain (svm.mjs, svm.json: test USDC, funded payers), the
+// reference x402 facilitator for Solana USDC on it, and a stand-in SOL/USD price feed;
+// then runs `umpire serve` selling on all three rails (EVM self-settled with the
+// devnet's settler key; Solana USDC through the facilitator; native SOL broadcast by
+// Umpire itself; feedback read from the EVM chain with the test token as USDC). Ctrl-C
+// stops them all.
 //
 //   node infra/devnet/devnet.mjs [--umpire <binary>] [--data-dir DIR] [--rpc-port 8545] [--addr 127.0.0.1:8080]
 import { spawn, spawnSync } from "node:child_process";
+import http from "node:http";
 import { readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -64,6 +68,36 @@ const deployed = spawnSync(process.execPath, [path.join(here, "deploy.mjs"), "--
 if (deployed.status !== 0) stop(1);
 const devnet = JSON.parse(readFileSync(out, "utf8"));
 
+// A node process that prints {"port": N} first: its port.
+const started = (script, argv) =>
+  new Promise((resolve) => {
+    const child = spawn(process.execPath, [path.join(root, script), ...argv], { stdio: ["ignore", "pipe", "inherit"] });
+    children.push(child);
+    child.on("exit", (code) => {
+      console.error(`${script} exited (${code})`);
+      stop(1);
+    });
+    let seen = "";
+    child.stdout.on("data", (chunk) => {
+      seen += chunk;
+      const line = seen.split("\n")[0];
+      if (seen.includes("\n")) resolve(JSON.parse(line).port);
+    });
+  });
+
+// Solana: the local chain, the facilitator's fee payer settling USDC on it.
+const svmOut = path.join(args["data-dir"], "svm.json");
+await started("infra/devnet/svm.mjs", ["--out", svmOut]);
+const svm = JSON.parse(readFileSync(svmOut, "utf8"));
+const facilitatorPort = await started("tests/js/facilitator.mjs", ["--svm", svmOut]);
+// No price feed is reachable offline: a stand-in speaking Coinbase's spot-price shape.
+const SOL_USD = "150.00";
+const feed = http.createServer((_, res) => {
+  res.writeHead(200, { "content-type": "application/json" });
+  res.end(JSON.stringify({ data: { amount: SOL_USD, base: "SOL", currency: "USD" } }));
+});
+await new Promise((r) => feed.listen(0, "127.0.0.1", r));
+
 const env = {
   ...process.env,
   UMPIRE_EVM_PAY_TO: devnet.pay_to,
@@ -80,6 +114,14 @@ const env = {
   UMPIRE_FEEDBACK_CHAIN_ID: String(devnet.chain_id),
   UMPIRE_FEEDBACK_USDC: devnet.asset,
   UMPIRE_FEEDBACK_CONFIRMATIONS: "1",
+  UMPIRE_SOLANA_PAY_TO: svm.pay_to,
+  UMPIRE_SOLANA_FEE_PAYER: svm.fee_payer,
+  UMPIRE_SOLANA_NETWORK: svm.network,
+  UMPIRE_SOLANA_USDC_MINT: svm.usdc_mint,
+  UMPIRE_FACILITATOR_URL: `http://127.0.0.1:${facilitatorPort}`,
+  UMPIRE_SOL_NATIVE: "on",
+  UMPIRE_SOLANA_RPC_URL: svm.rpc_url,
+  UMPIRE_SOL_PRICE_URL: `http://127.0.0.1:${feed.address().port}/v2/prices/SOL-USD/spot`,
 };
 const server = spawn(args.umpire, ["serve", "--addr", args.addr, "--data-dir", args["data-dir"]], {
   env,
@@ -95,6 +137,10 @@ console.error(`
 devnet: chain ${devnet.chain_id} at ${rpc}, token ${devnet.asset} ("${devnet.asset_name}" v${devnet.asset_version})
         demo payer ${devnet.payer} holds ${Number(devnet.payer_balance) / 1e6} test USDC; payTo ${devnet.pay_to}
         ${out}
+solana: local chain at ${svm.rpc_url} (litesvm), test USDC at ${svm.usdc_mint}; SOL at $${SOL_USD} (stand-in feed)
+        payer ${svm.payer} holds ${Number(svm.payer_usdc) / 1e6} USDC and 10 SOL; ${svm.sol_payer} holds 10 SOL only
+        payTo ${svm.pay_to}; facilitator fee payer ${svm.fee_payer}
+        ${svmOut}
 
 With the umpire client (in another terminal; see README, "The umpire client"):
   export UMPIRE_BASE_URL=http://${args.addr} UMPIRE_WALLET_KEY=${devnet.payer_private_key}
@@ -103,6 +149,12 @@ With the umpire client (in another terminal; see README, "The umpire client"):
   umpire feedback --tx <settlement.transaction from basic.json> --merchant ${devnet.pay_to} --outcome fulfilled
   umpire reputation ${devnet.pay_to}
   (the devnet's payer key is anvil's public test key: never use it anywhere else)
+
+Pay on Solana instead: USDC (the facilitator settles), or native SOL at the 402's quote:
+  umpire buy basic --spec spec.json --deliverable deliverable.json \\
+    --rail solana --solana-keypair ${svm.payer_keypair} --solana-rpc ${svm.rpc_url}
+  umpire buy basic --spec spec.json --deliverable deliverable.json \\
+    --rail sol --solana-keypair ${svm.sol_payer_keypair} --solana-rpc ${svm.rpc_url}
 
 Buy a basic verdict with the reference x402 client:
   node tests/js/buy.mjs --devnet ${out} --url http://${args.addr}/v1/verdicts/basic \\
