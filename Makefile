@@ -8,7 +8,7 @@ export CARGO_TERM_COLOR ?= never
 CACHE   := $(CURDIR)/.cache
 VENV    := $(CACHE)/venv
 PY      := $(VENV)/bin/python
-PY_DEPS := $(VENV)/.installed-v4
+PY_DEPS := $(VENV)/.installed-v5
 # anvil, solcjs + OpenZeppelin, viem, the reference x402 clients/facilitator, the MCP
 # TypeScript SDK and playwright-core, pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
@@ -39,11 +39,14 @@ build:
 
 # Python with the packages the tests use, in an ignored folder: `cryptography` for the
 # contract's recipe, cfn-lint and aws-sam-cli for template.yaml (both validate offline),
-# moto's server as the local DynamoDB/SQS/KMS the storage tests run against, and
-# schemathesis to fuzz `umpire serve` from its OpenAPI description.
+# moto's server as the local DynamoDB/SQS/KMS the storage tests run against,
+# schemathesis to fuzz `umpire serve` from its OpenAPI description, and x402's Python
+# SDK with its MCP client (x402.mcp; mcp 1.x, the SDK's wrapper passes timedeltas that
+# mcp 2 refuses) for the paid MCP tools.
 $(PY_DEPS):
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli schemathesis
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli schemathesis \
+	  'x402[evm,mcp]==2.25.0' 'mcp>=1.9,<2'
 	touch $@
 
 # Headless Chromium for the verification page's browser test: Debian's package

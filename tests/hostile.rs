@@ -41,6 +41,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         payments: umpire_pay::Payments::default(),
         sol_price: None,
         feedback_chain: None,
+        paid_routes: None,
         fetcher: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

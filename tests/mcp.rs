@@ -59,7 +59,9 @@ fn the_official_sdk_client_lists_and_calls_every_tool() {
     assert_eq!(
         out["tools"],
         serde_json::json!([
+            "buy_verdict",
             "find",
+            "get_reputation",
             "get_verdict",
             "quote",
             "submit_feedback",

@@ -248,6 +248,76 @@ fn a_solana_settlement_that_fails_voids_the_purchase_and_the_key_buys_again() {
     assert_eq!(net.lamports(&sol_payer), lamports0, "nothing charged");
 }
 
+/// A native SOL transfer broadcast but not confirmed by the deadline is not counted as
+/// paid (the payer could have had it dropped): the answer is 502 with nothing
+/// delivered, and the identical retry delivers the verdict once the chain confirms it,
+/// charged once.
+#[test]
+fn an_unconfirmed_sol_transfer_is_delivered_only_once_it_lands() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(
+        &facilitator,
+        &price_feed("150.00"),
+        &[("UMPIRE_REQUEST_BUDGET_MS", "3000")],
+    );
+    let sol_payer = net.get("sol_payer");
+    let ours = net.get("pay_to");
+    let ours0 = net.lamports(&ours);
+    let required = required(&server);
+    let price: u64 = required
+        .accepts
+        .iter()
+        .find(|r| r.asset == umpire_pay::svm::NATIVE_SOL_ASSET)
+        .and_then(|r| r.amount.parse().ok())
+        .expect("SOL option");
+    let payment = net.sign_native(&required, None);
+    let idem = key();
+    let headers = [
+        ("PAYMENT-SIGNATURE", payment.as_str()),
+        ("Idempotency-Key", idem.as_str()),
+    ];
+
+    net.hold_statuses(true);
+    let unknown = post(&server, &headers);
+    assert_eq!(
+        unknown.status,
+        502,
+        "{}",
+        String::from_utf8_lossy(&unknown.body)
+    );
+    let body = json_of(&unknown);
+    assert_eq!(
+        body.get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(Value::as_str),
+        Some("chain_unavailable")
+    );
+    assert!(
+        body.get("document").is_none(),
+        "nothing delivered unconfirmed"
+    );
+    // Still unconfirmed: the retry is not delivered either.
+    assert_eq!(post(&server, &headers).status, 502);
+
+    net.hold_statuses(false);
+    let delivered = post(&server, &headers);
+    assert_eq!(
+        delivered.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&delivered.body)
+    );
+    assert_eq!(net.lamports(&ours), ours0 + price, "charged once");
+    assert_eq!(
+        settlement(&delivered, "payment-response")["payer"],
+        sol_payer.as_str()
+    );
+    // And again: the same purchase, no second charge.
+    assert_eq!(post(&server, &headers).status, 201);
+    assert_eq!(net.lamports(&ours), ours0 + price);
+}
+
 #[test]
 fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     let net = SolanaNet::start();

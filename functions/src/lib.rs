@@ -4,6 +4,7 @@
 //! message to the shared job runner. Everything else lives in `crates/`.
 
 pub mod checker;
+pub mod paid;
 pub mod worker;
 
 pub use aws_lambda_events;
@@ -401,6 +402,13 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
         ),
         _ => (Arc::new(NoStore), None),
     };
+    // The MCP function's paid tools invoke the paid routes' own functions.
+    let paid_routes: Option<Arc<dyn umpire_api::mcp::PaidRoutes>> = match &aws {
+        Some(aws) if const { matches!(N::ROLE, Role::Api(Route::Mcp)) } => {
+            paid::LambdaRoutes::from_env(aws).map(|r| Arc::new(r) as _)
+        }
+        _ => None,
+    };
     Ok(AppState {
         config,
         signer,
@@ -412,6 +420,7 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
         sol_price,
         fetcher,
         feedback_chain,
+        paid_routes,
     })
 }
 

@@ -16,6 +16,7 @@ fn state() -> AppState {
         payments: umpire_pay::Payments::default(),
         sol_price: None,
         feedback_chain: None,
+        paid_routes: None,
         fetcher: None,
     }
 }

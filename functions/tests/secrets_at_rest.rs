@@ -121,6 +121,7 @@ async fn purchase_state() -> (Devnet, LocalStack, AppState, DynamoStore, [String
         payments,
         sol_price: None,
         feedback_chain: None,
+        paid_routes: None,
         fetcher: None,
     };
 

@@ -507,6 +507,28 @@ async fn every_route_and_job_runs_under_its_own_role() {
             &serde_json::json!({"spec_hash": spec_hash, "webhook": hook_url}),
         );
         mcp_call(&stack, "submit_feedback", &feedback(&devnet, &merchant));
+        // The paid tools, with x402's MCP client: MCP invokes the paid routes'
+        // functions, which sell as they do over HTTP.
+        let mcp_url = format!("http://{}/mcp", stack.api.expect("api"));
+        let args = serde_json::json!({"tier": "basic", "spec": {"checks": [{"type": "regex", "pattern": "^# Report"}]}, "deliverable": {"text": "# Report over MCP"}});
+        let v = umpire_blackbox::chain::buy_over_mcp(
+            &devnet,
+            &mcp_url,
+            "buy_verdict",
+            &args.to_string(),
+        );
+        assert_eq!(v["is_error"], false, "{v}");
+        assert_eq!(v["payment_response"]["success"], true, "{v}");
+        assert_eq!(v["structured"]["verdict"], "pass", "{v}");
+        let args = serde_json::json!({"merchant": merchant});
+        let v = umpire_blackbox::chain::buy_over_mcp(
+            &devnet,
+            &mcp_url,
+            "get_reputation",
+            &args.to_string(),
+        );
+        assert_eq!(v["is_error"], false, "{v}");
+        assert!(v["structured"]["report"].is_object(), "{v}");
     });
 
     // A pass-2 job whose purchase never settled: the worker deletes its verdict.

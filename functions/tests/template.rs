@@ -232,13 +232,20 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
         );
     }
     for (name, f) in deployed(&t) {
-        let invokes: Vec<&str> = ["CheckerFunction", "PassTwoCheckerFunction"]
-            .into_iter()
-            .filter(|c| may(f, "lambda:InvokeFunction", &format!(":{c}\"")))
-            .collect();
+        let invokes: Vec<&str> = [
+            "CheckerFunction",
+            "PassTwoCheckerFunction",
+            "VerdictsFunction",
+            "ReputationFunction",
+        ]
+        .into_iter()
+        .filter(|c| may(f, "lambda:InvokeFunction", &format!(":{c}\"")))
+        .collect();
         let expected: Vec<&str> = match name {
             "VerdictsFunction" => vec!["CheckerFunction"],
             "WorkerFunction" => vec!["PassTwoCheckerFunction"],
+            // MCP's paid tools go to the paid routes themselves.
+            "McpFunction" => vec!["VerdictsFunction", "ReputationFunction"],
             _ => vec![],
         };
         assert_eq!(invokes, expected, "{name}: who it may invoke");

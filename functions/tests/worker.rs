@@ -76,6 +76,7 @@ fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
         sol_price: None,
         feedback_chain: None,
         fetcher: Some(Arc::new(fetcher)),
+        paid_routes: None,
     }
 }
 

@@ -7,6 +7,8 @@
 //     --body '{"spec":...}' [--key <Idempotency-Key>] [--sign-only [--count N]]
 //   node tests/js/buy.mjs --svm svm.json --url ... --body ... [--key ...] [--sign-only]
 //   node tests/js/buy.mjs --devnet devnet.json --method GET --url 'http://127.0.0.1:8080/v1/reputation?merchant=0x..'
+//   ... [--payment-id ID]   idempotency the x402 way: the payment-identifier extension
+//                           (@x402/extensions) puts ID inside the payment (use with no --key)
 //
 // --sign-only asks for the 402, signs a payment for it and prints {"header": <PAYMENT-SIGNATURE>}
 // without sending it (for tests that replay or race one payment); with --count N it signs
@@ -17,6 +19,7 @@ import { x402Client, x402HTTPClient } from "@x402/core/client";
 import { ExactEvmScheme } from "@x402/evm";
 import { ExactSvmScheme } from "@x402/svm/exact/client";
 import { wrapFetchWithPayment } from "@x402/fetch";
+import { appendPaymentIdentifierToExtensions } from "@x402/extensions/payment-identifier";
 import { createKeyPairSignerFromBytes } from "@solana/kit";
 import { privateKeyToAccount } from "viem/accounts";
 
@@ -31,6 +34,7 @@ const { values: args } = parseArgs({
     "private-key": { type: "string" },
     "sign-only": { type: "boolean", default: false },
     count: { type: "string" },
+    "payment-id": { type: "string" },
   },
 });
 
@@ -55,6 +59,16 @@ if (args.svm) {
     spendControls: {
       allowedAssets: [{ network: devnet.network, asset: devnet.asset, maxAmountPerPayment: "5000000" }],
     },
+  });
+}
+
+// The extension's documented client use: before each payment is created, the id goes
+// into the 402's extensions (only if the server declared payment-identifier), which
+// the client echoes into the payment payload.
+if (args["payment-id"]) {
+  client.onBeforePaymentCreation(async ({ paymentRequired }) => {
+    paymentRequired.extensions ??= {};
+    appendPaymentIdentifierToExtensions(paymentRequired.extensions, args["payment-id"]);
   });
 }
 

@@ -413,6 +413,25 @@ pub fn buy_get_v2(devnet: &Devnet, url: &str) -> Bought {
     }
 }
 
+/// Calls a paid MCP tool at `mcp_url` with x402's official MCP client (the Python SDK's
+/// `x402.mcp`, tests/py/mcp_buy.py), paying with the devnet's demo payer: what it
+/// printed (`is_error`, `payment_made`, `payment_response`, `structured`, `texts`).
+pub fn buy_over_mcp(devnet: &Devnet, mcp_url: &str, tool: &str, arguments: &str) -> Value {
+    let out = std::process::Command::new(crate::python())
+        .arg(crate::repo_root().join("tests/py/mcp_buy.py"))
+        .args(["--devnet", &devnet.devnet_json()])
+        .args(["--url", mcp_url, "--tool", tool, "--arguments", arguments])
+        .output()
+        .expect("run tests/py/mcp_buy.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mcp_buy.py failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
 /// Buys with the reference v1 client (`x402-fetch`).
 pub fn buy_v1(devnet: &Devnet, url: &str, body: &str, key: Option<&str>) -> Bought {
     buy_with("tests/js/buy_v1.mjs", devnet, url, body, key)

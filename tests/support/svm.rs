@@ -102,6 +102,11 @@ impl SolanaNet {
         self.rpc("umpire_expireBlockhash", json!([]));
     }
 
+    /// While `hold`, landed transactions are reported only processed (not confirmed).
+    pub fn hold_statuses(&self, hold: bool) {
+        self.rpc("umpire_holdStatuses", json!([hold]));
+    }
+
     /// The next `n` broadcasts are refused by the node.
     pub fn fail_sends(&self, n: u32) {
         self.rpc("umpire_failSends", json!([n]));

@@ -93,11 +93,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     // Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
-    let product = Product {
-        price: tier.price(),
-        path: format!("/v1/verdicts/{}", tier.as_str()),
-        name: format!("a {} verdict", tier.as_str()),
-    };
+    let product = Product::verdict(tier);
     let mut checkout = checkout::begin(state, req, product, deadline).await?;
 
     // Judge in the isolated checker (pass 1 of a sworn verdict), leaving settlement

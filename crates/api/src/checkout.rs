@@ -27,11 +27,11 @@
 use std::time::Duration;
 
 use http::HeaderValue;
-use umpire_core::product::Price;
+use umpire_core::product::{Price, REPUTATION_PRICE, Tier};
 use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_pay::evm::REASON_NONCE_USED;
-use umpire_pay::rails::{Family, Offer, SolRate};
+use umpire_pay::rails::{Family, MatchError, Offer, SolRate};
 use umpire_pay::settle::payer_named_in;
 use umpire_pay::{
     FailureKind, HEADER_PAYMENT_RESPONSE, HEADER_PAYMENT_SIGNATURE, HEADER_X_PAYMENT,
@@ -40,6 +40,7 @@ use umpire_pay::{
 };
 use umpire_store::{StoreError, VerdictRecord};
 
+use crate::discovery::{self, Listing};
 use crate::idempotency::{self, Decision, IdempotencyKey};
 use crate::ledger::{self, ClaimError, Hold, Retake, Running};
 use crate::{AppState, ClientIp, Request, Response, limits, payment, respond};
@@ -110,6 +111,38 @@ fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFa
     }))
 }
 
+/// The request's idempotency key: the `Idempotency-Key` header, or the id a v2 payment
+/// carries in its `payment-identifier` extension (reference clients using the
+/// extension send no header), honored alike. Both present must agree.
+fn request_key(
+    req: &Request,
+    header: Option<&PaymentHeader>,
+) -> Result<Option<IdempotencyKey>, ApiError> {
+    let from_header = IdempotencyKey::from_headers(req.headers())?;
+    let from_payment = match header {
+        Some(h) => discovery::payment_id(&h.raw).map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidIdempotencyKey,
+                e.0,
+                "Use a random id such as pay_7d5d747be160e280504c099d984bcfe0 (the extension's generatePaymentId makes one), and reuse it only to retry the identical request.",
+            )
+            .with_detail("reason", "payment_identifier")
+        })?,
+        None => None,
+    };
+    match (from_header, from_payment) {
+        (Some(key), Some(id)) if key.as_str() != id => Err(ApiError::new(
+            ErrorCode::InvalidIdempotencyKey,
+            "the Idempotency-Key header and the payment's payment-identifier id differ; each names the purchase for replays, so they must agree",
+            "Send one of them, or the same value in both. Nothing was charged.",
+        )
+        .with_detail("reason", "payment_identifier_mismatch")),
+        (Some(key), _) => Ok(Some(key)),
+        (None, Some(id)) => IdempotencyKey::parse(&id).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
 /// What one paid request sells: a price and the resource it is charged for.
 #[derive(Debug, Clone)]
 pub struct Product {
@@ -118,6 +151,28 @@ pub struct Product {
     pub path: String,
     /// How the 402 names it, e.g. "a basic verdict".
     pub name: String,
+    /// How discovery (x402 Bazaar) describes it.
+    pub listing: Listing,
+}
+
+impl Product {
+    pub fn verdict(tier: Tier) -> Product {
+        Product {
+            price: tier.price(),
+            path: format!("/v1/verdicts/{}", tier.as_str()),
+            name: format!("a {} verdict", tier.as_str()),
+            listing: Listing::Verdict(tier),
+        }
+    }
+
+    pub fn reputation() -> Product {
+        Product {
+            price: REPUTATION_PRICE,
+            path: "/v1/reputation".into(),
+            name: "a reputation report".into(),
+            listing: Listing::Reputation,
+        }
+    }
 }
 
 /// What is for sale in this request: the product, at this moment's prices.
@@ -144,16 +199,23 @@ impl Sale<'_> {
     fn resource(&self) -> ResourceInfo {
         ResourceInfo {
             url: format!("{}{}", self.state.config.issuer, self.product.path),
-            description: format!("Umpire: {}", self.product.name),
+            description: self.product.listing.description(),
             mime_type: "application/json".into(),
+            service_name: Some(discovery::SERVICE_NAME.into()),
+            tags: Some(discovery::TAGS.iter().map(|t| (*t).to_owned()).collect()),
         }
     }
 
+    /// The v2 requirements, with what discovery and the payment-identifier extension
+    /// need to know about the route.
     fn required(&self, reason: &str) -> PaymentRequired {
-        self.state
-            .config
-            .rails
-            .payment_required(&self.offer(), self.resource(), reason)
+        let mut required =
+            self.state
+                .config
+                .rails
+                .payment_required(&self.offer(), self.resource(), reason);
+        required.extensions = discovery::extensions(self.product.listing);
+        required
     }
 
     fn v1_accepts(&self) -> Vec<PaymentRequirementsV1> {
@@ -707,7 +769,6 @@ pub async fn begin<'a>(
             "Run `make devnet` for a local chain, or set UMPIRE_EVM_PAY_TO and a settlement mode; nothing was charged.",
         )));
     }
-    let key = IdempotencyKey::from_headers(req.headers()).map_err(err)?;
     let sale = Sale {
         state,
         product,
@@ -715,6 +776,7 @@ pub async fn begin<'a>(
     };
     let header = read_payment_header(req)
         .map_err(|f| sale.refused(AnswerHeader::of(req), "", None, &f, false))?;
+    let key = request_key(req, header.as_ref()).map_err(err)?;
     let target = req
         .uri()
         .path_and_query()
@@ -743,26 +805,65 @@ pub async fn begin<'a>(
     };
 
     // Match against our own requirements, then verify.
-    let (rail, requirements) = state
+    let context = |rail: umpire_pay::Rail, requirements| {
+        let requirements_v1 = sale
+            .v1_accepts()
+            .into_iter()
+            .find(|r| Some(&r.network) == rail.v1_network.as_ref() && r.asset == rail.asset);
+        PaymentContext {
+            raw: header.raw.clone(),
+            payment: header.payment.clone(),
+            rail,
+            requirements,
+            requirements_v1,
+        }
+    };
+    let (rail, requirements) = match state
         .config
         .rails
         .match_payment(&header.payment, &sale.offer())
-        .map_err(|e| {
+    {
+        Ok(matched) => matched,
+        Err(e) => {
+            // A SOL quote that ran out while its purchase's settlement had an unknown
+            // outcome: the payment may have bought this very request, and is owed it.
+            if let MatchError::QuoteExpired { expired_at } = e {
+                let then = Offer {
+                    now: expired_at,
+                    ..sale.offer()
+                };
+                if let Ok((rail, requirements)) =
+                    state.config.rails.match_payment(&header.payment, &then)
+                {
+                    let ctx = context(rail, requirements);
+                    let payment_key = ledger::payment_key(&ctx);
+                    if let Some(r) =
+                        replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline)
+                            .await
+                    {
+                        return Err(r);
+                    }
+                    let recovered = recover(
+                        state,
+                        scoped.as_ref(),
+                        &payment_key,
+                        &request_hash,
+                        &ctx,
+                        header.answer_in,
+                        deadline,
+                    )
+                    .await;
+                    if let Some(r) = recovered {
+                        return Err(r);
+                    }
+                }
+            }
             let f = PaymentFailure::invalid(e.reason(), e.to_string());
-            sale.refused(header.answer_in, "", wallet.clone(), &f, false)
-        })?;
-    let requirements_v1 = sale
-        .v1_accepts()
-        .into_iter()
-        .find(|r| Some(&r.network) == rail.v1_network.as_ref() && r.asset == rail.asset);
-    let network = rail.network.clone();
-    let ctx = PaymentContext {
-        raw: header.raw.clone(),
-        payment: header.payment.clone(),
-        rail,
-        requirements,
-        requirements_v1,
+            return Err(sale.refused(header.answer_in, "", wallet.clone(), &f, false));
+        }
     };
+    let network = rail.network.clone();
+    let ctx = context(rail, requirements);
     let payment_key = ledger::payment_key(&ctx);
     let now = state.config.clock.now_unix();
     // The authorization must last until this request's last moment to settle; the

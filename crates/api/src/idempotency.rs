@@ -300,6 +300,7 @@ mod tests {
             payments: umpire_pay::Payments::default(),
             sol_price: None,
             feedback_chain: None,
+            paid_routes: None,
             fetcher: None,
         }
     }

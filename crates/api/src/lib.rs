@@ -7,6 +7,7 @@ pub mod checkout;
 pub mod config;
 pub mod cpu;
 pub mod datadir;
+pub mod discovery;
 pub mod feedback;
 pub mod idempotency;
 pub mod ledger;
@@ -72,6 +73,8 @@ pub struct AppState {
     pub fetcher: Option<Arc<umpire_fetch::Fetcher>>,
     /// Where feedback payments and signatures are read; None: `receipts_off`.
     pub feedback_chain: Option<Arc<umpire_chain::FeedbackChain>>,
+    /// Where the MCP endpoint's paid tools send their purchases; None: not offered.
+    pub paid_routes: Option<Arc<dyn mcp::PaidRoutes>>,
 }
 
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the

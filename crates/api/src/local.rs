@@ -69,6 +69,7 @@ pub async fn embedded_state(
         sol_price,
         fetcher: Some(fetcher),
         feedback_chain,
+        paid_routes: Some(Arc::new(crate::mcp::InProcess)),
     };
     Ok((state, store))
 }

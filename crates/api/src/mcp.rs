@@ -6,6 +6,15 @@
 //! errors are identical: validate, quote, get_verdict, find, submit_feedback, plus
 //! verify_document, the contract's recipe run here. Each POST counts once in the `mcp`
 //! rate-limit bucket; feedback also counts in the feedback bucket it shares with HTTP.
+//!
+//! The paid tools, buy_verdict and get_reputation, are paid with x402's MCP transport:
+//! called without a payment they answer the 402 as a tool error whose structured
+//! content is the `PaymentRequired`; the client retries with the payment in
+//! `params._meta["x402/payment"]` and gets the settlement in the result's
+//! `_meta["x402/payment-response"]`. They are not a second paid path: each call becomes
+//! the HTTP request it stands for (the payment in PAYMENT-SIGNATURE, the optional key in
+//! Idempotency-Key) and goes to the paid route itself ([`PaidRoutes`]: in process in
+//! `umpire serve`, the route's own function in AWS), checkout, ledger and all.
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
@@ -58,6 +67,18 @@ const TOOLS: &[(&str, &str, &str, &str)] = &[
         "Leave payment-verified feedback",
         "Records feedback on a merchant, proven by a USDC payment from payer to merchant on Base (tx_hash) and the payer's EIP-191 signature over the contract's message. Free; one feedback per transaction.",
         r#"{"type":"object","properties":{"merchant":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"payer":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"tx_hash":{"type":"string","pattern":"^0x[0-9a-fA-F]{64}$"},"outcome":{"type":"string"},"would_repeat":{"type":"boolean"},"latency_ms":{"type":"integer","minimum":0},"signature":{"type":"string"}},"required":["merchant","payer","tx_hash","outcome","signature"],"additionalProperties":false}"#,
+    ),
+    (
+        "buy_verdict",
+        "Buy a signed verdict (x402)",
+        "Judges a deliverable against an acceptance spec and returns the Ed25519-signed pass/fail verdict (witness $0.25, basic $1.00, probe $2.00, sworn $5.00: sworn answers with pass-1 results and a status link; the final document follows). Paid with x402 over MCP: called without payment it returns the payment requirements (isError, structuredContent = PaymentRequired); retry with the payment in _meta[\"x402/payment\"]. Refusals before payment cost nothing.",
+        r#"{"type":"object","properties":{"tier":{"type":"string"},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string","description":"sworn only"},"job_ref":{"type":"string"},"idempotency_key":{"type":"string","minLength":16,"maxLength":128,"description":"as the Idempotency-Key header: a retry with the same key and arguments gets the original answer, never a second charge"}},"required":["tier","spec","deliverable"]}"#,
+    ),
+    (
+        "get_reputation",
+        "Buy a merchant's reputation report (x402)",
+        "The signed, payment-verified reputation report of a merchant wallet ($0.01). Paid with x402 over MCP like buy_verdict.",
+        r#"{"type":"object","properties":{"merchant":{"type":"string","pattern":"^0x[0-9a-fA-F]{40}$"},"idempotency_key":{"type":"string","minLength":16,"maxLength":128}},"required":["merchant"]}"#,
     ),
     (
         "verify_document",
@@ -271,7 +292,7 @@ fn initialize(params: &Value) -> Value {
         )
         .with(
             "instructions",
-            "Umpire sells Ed25519-signed pass/fail verdicts on deliverables (paid over x402 at POST /v1/verdicts/{tier}) and payment-verified reputation. These tools are the free part: validate a spec before buying, read prices, read or find verdicts, leave feedback, and verify any signed document offline.",
+            "Umpire sells Ed25519-signed pass/fail verdicts on deliverables and payment-verified reputation reports, paid per call with x402 (buy_verdict, get_reputation: the payment goes in _meta[\"x402/payment\"], as x402's MCP clients do). The other tools are free: validate a spec before buying, read prices, read or find verdicts, leave feedback, and verify any signed document offline.",
         )
 }
 
@@ -336,6 +357,13 @@ async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Val
     if args.as_object().is_none() {
         return Err("params.arguments must be an object".into());
     }
+    if matches!(name.as_str(), "buy_verdict" | "get_reputation") {
+        let payment = params
+            .get("_meta")
+            .and_then(|m| m.get(PAYMENT_META_KEY))
+            .cloned();
+        return paid_tool(state, req, &name, args, payment).await;
+    }
     let json = ("content-type", "application/json".to_owned());
     // Arguments that become a request body are serialized off the async threads.
     let body_of = |args: Value| off_thread(move || Bytes::from(args.to_canonical_vec()));
@@ -387,6 +415,155 @@ async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Val
         }
     };
     Ok(off_thread(move || route_result(response)).await)
+}
+
+/// x402's MCP transport: where a tool call carries its payment, and where the result
+/// carries the settlement.
+pub const PAYMENT_META_KEY: &str = "x402/payment";
+pub const PAYMENT_RESPONSE_META_KEY: &str = "x402/payment-response";
+
+/// Where the paid tools' requests go: the paid routes themselves.
+#[async_trait::async_trait]
+pub trait PaidRoutes: Send + Sync {
+    /// Answers `req` as `route` (`Route::Buy` or `Route::Reputation`) does over HTTP.
+    async fn call(&self, state: &AppState, route: crate::Route, req: Request) -> Response;
+}
+
+/// The paid routes in this very process (`umpire serve`).
+pub struct InProcess;
+
+#[async_trait::async_trait]
+impl PaidRoutes for InProcess {
+    async fn call(&self, state: &AppState, route: crate::Route, req: Request) -> Response {
+        match route {
+            crate::Route::Reputation => crate::reputation::reputation(state, &req).await,
+            _ => crate::buy::buy(state, &req).await,
+        }
+    }
+}
+
+/// A paid tool: the HTTP request it stands for, sent to the paid route, and the
+/// answer in x402's MCP shape.
+async fn paid_tool(
+    state: &AppState,
+    req: &Request,
+    name: &str,
+    args: Value,
+    payment: Option<Value>,
+) -> Result<Value, String> {
+    let Some(routes) = state.paid_routes.clone() else {
+        return Ok(tool_error(
+            "paid tools are not offered by this deployment's MCP endpoint; buy over HTTP (POST /v1/verdicts/{tier}, GET /v1/reputation)",
+        ));
+    };
+    let mut headers: Vec<(&str, String)> = Vec::new();
+    if let Some(payment) = payment {
+        if payment.as_object().is_none() {
+            return Ok(tool_error(
+                "_meta[\"x402/payment\"] must be the x402 PaymentPayload object",
+            ));
+        }
+        let encoded = off_thread(move || umpire_pay::encode_header(&payment.to_serde())).await;
+        headers.push((umpire_pay::HEADER_PAYMENT_SIGNATURE, encoded));
+    }
+    if let Some(key) = args.get("idempotency_key") {
+        let Some(key) = key.as_str() else {
+            return Err("argument \"idempotency_key\" must be a string".into());
+        };
+        headers.push(("idempotency-key", key.to_owned()));
+    }
+    let (route, inner) = if name == "get_reputation" {
+        let merchant = string_arg(&args, "merchant")?;
+        let uri = format!(
+            "/v1/reputation?merchant={}",
+            umpire_core::urlenc::component(merchant)
+        );
+        (
+            crate::Route::Reputation,
+            internal(req, Method::GET, &uri, &headers, None)?,
+        )
+    } else {
+        let tier = string_arg(&args, "tier")?;
+        let tier = Tier::parse(tier).map(Tier::as_str).ok_or_else(|| {
+            format!(
+                "argument \"tier\" must be one of {}",
+                Tier::ALL.map(Tier::as_str).join(", ")
+            )
+        })?;
+        // The body is the arguments a purchase takes, in stable JSON: the same
+        // arguments make the same bytes, so a retry is the identical request.
+        let mut body = Value::object();
+        for field in ["spec", "deliverable", "webhook_url", "job_ref"] {
+            if let Some(v) = args.get(field) {
+                body = body.with(field, v.clone());
+            }
+        }
+        let bytes = off_thread(move || Bytes::from(body.to_canonical_vec())).await;
+        headers.push(("content-type", "application/json".to_owned()));
+        let uri = format!("/v1/verdicts/{tier}");
+        (
+            crate::Route::Buy,
+            internal(req, Method::POST, &uri, &headers, Some(bytes))?,
+        )
+    };
+    let response = routes.call(state, route, inner).await;
+    Ok(off_thread(move || paid_result(response)).await)
+}
+
+/// A paid route's answer as x402's MCP transport gives it: 402 → a tool error whose
+/// structured content is the `PaymentRequired` (what x402 MCP clients pay from), with
+/// the refusal's settlement response when a payment was refused; success → the body,
+/// with the settlement in `_meta`; any other error → the error body, as free tools
+/// give it.
+fn paid_result(response: Response) -> Value {
+    let header_json = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| umpire_pay::decode_header::<serde_json::Value>(v).ok())
+            .map(Value::from)
+    };
+    let settlement = header_json(umpire_pay::HEADER_PAYMENT_RESPONSE);
+    let required = header_json(umpire_pay::HEADER_PAYMENT_REQUIRED);
+    if response.status().as_u16() == 402
+        && let Some(Value::Object(mut required)) = required
+    {
+        if let Some(s) = &settlement {
+            required.insert(PAYMENT_RESPONSE_META_KEY.into(), s.clone());
+        }
+        let required = Value::Object(required);
+        let ours = String::from_utf8_lossy(response.body()).into_owned();
+        return Value::object()
+            .with(
+                "content",
+                Value::Array(vec![
+                    Value::object().with("type", "text").with(
+                        "text",
+                        String::from_utf8_lossy(&required.to_canonical_vec()).into_owned(),
+                    ),
+                    Value::object().with("type", "text").with("text", ours),
+                ]),
+            )
+            .with("structuredContent", required)
+            .with("isError", true);
+    }
+    let mut result = route_result(response);
+    if let Some(s) = settlement {
+        result = result.with("_meta", Value::object().with(PAYMENT_RESPONSE_META_KEY, s));
+    }
+    result
+}
+
+fn tool_error(message: &str) -> Value {
+    Value::object()
+        .with(
+            "content",
+            Value::Array(vec![
+                Value::object().with("type", "text").with("text", message),
+            ]),
+        )
+        .with("isError", true)
 }
 
 /// The contract's recipe, step by step, as a tool result.

@@ -61,6 +61,7 @@ mod tests {
             url: "https://umpire.vimabrosta.com/v1/verdicts/probe".into(),
             description: "Umpire probe verdict".into(),
             mime_type: "application/json".into(),
+            ..ResourceInfo::default()
         };
         let price = Tier::Probe.price();
         let offer = umpire_pay::rails::Offer::fixed(price, "/v1/verdicts/probe");

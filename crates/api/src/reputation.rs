@@ -301,11 +301,7 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         Ok(m) => m,
         Err(e) => return respond::error(&e),
     };
-    let product = Product {
-        price: REPUTATION_PRICE,
-        path: "/v1/reputation".into(),
-        name: "a reputation report".into(),
-    };
+    let product = Product::reputation();
     let mut checkout = match checkout::begin(state, req, product, deadline).await {
         Ok(c) => c,
         Err(r) => return r,

@@ -221,6 +221,7 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
         sol_price: None,
         fetcher: None,
         feedback_chain: None,
+        paid_routes: None,
     };
     Shop {
         state: Arc::new(state),

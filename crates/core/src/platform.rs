@@ -5,6 +5,11 @@
 /// API Gateway (HTTP API) ends an integration after this long and answers 503.
 pub const API_GATEWAY_TIMEOUT_SECS: u64 = 30;
 
+/// API Gateway (HTTP API) refuses a request whose request line and header values
+/// together exceed this: a payment header echoing the 402's extensions must fit, with
+/// room for the rest.
+pub const API_GATEWAY_REQUEST_HEADERS_BYTES: usize = 10_240;
+
 /// A synchronous Lambda invocation carries at most this much, each way
 /// ("Request must be smaller than 6291456 bytes for the InvokeFunction operation").
 pub const LAMBDA_SYNC_PAYLOAD_BYTES: usize = 6_291_456;

@@ -912,6 +912,7 @@ mod tests {
             url: "https://umpire.example/v1/verdicts/basic".into(),
             description: "basic".into(),
             mime_type: "application/json".into(),
+            ..ResourceInfo::default()
         };
         let key = LocalSigner::from_seed([9; 32]);
         let v1 = rails().accepts_v1(&offer(Tier::Basic.price(), Some(RATE), 0, &key), &resource);

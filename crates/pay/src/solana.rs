@@ -198,11 +198,15 @@ impl SolanaRpc {
     }
 }
 
-/// Whether a node's error says the transaction has landed already.
+/// Whether a node's error says the transaction has landed already: the transaction
+/// error itself (`simulateTransaction`'s `value.err`) or the one a JSON-RPC refusal
+/// carries in `data.err`. Never a search of the text: the error's `data.logs` hold
+/// what the transaction's programs logged, and a memo logs whatever the payer wrote
+/// ("AlreadyProcessed" included).
 fn already_processed(error: &Value) -> bool {
-    error.as_str() == Some("AlreadyProcessed")
-        || error.to_string().contains("AlreadyProcessed")
-        || error.to_string().contains("already been processed")
+    const ALREADY: &str = "AlreadyProcessed";
+    error.as_str() == Some(ALREADY)
+        || error.pointer("/data/err").and_then(Value::as_str) == Some(ALREADY)
 }
 
 /// Verifies and settles native SOL payments on a Solana node.
@@ -276,8 +280,10 @@ impl Settler for NativeSolSettler {
             }
         }
         // Polled at once, then after 5 ms doubling to 500 ms, until shortly before the
-        // deadline; a broadcast still unconfirmed then counts as settled (pending), as
-        // on EVM: it lands within its blockhash's lifetime or not at all.
+        // deadline. Only a confirmed success is a settlement: a broadcast still
+        // unconfirmed then has an unknown outcome (the payer may have emptied the
+        // account so it is dropped), so the purchase stays prepared and the customer's
+        // retry delivers it once the chain shows it landed (`find_settlement`).
         let mut pause = Duration::from_millis(5);
         loop {
             match self.rpc.status(&sig).await {
@@ -288,9 +294,11 @@ impl Settler for NativeSolSettler {
             if !deadline.allows(ANSWER_MARGIN + pause) {
                 tracing::warn!(
                     signature = sig,
-                    "SOL transfer unconfirmed at the deadline; counted as pending"
+                    "SOL transfer unconfirmed at the deadline; outcome unknown"
                 );
-                return Ok(settled(ctx, &tx));
+                return Err(PaymentFailure::unavailable(
+                    "the SOL transfer was broadcast but not confirmed within this request's time; retry the identical request to get its verdict once it lands",
+                ));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));
@@ -307,5 +315,32 @@ impl Settler for NativeSolSettler {
             Landed::Failed(err) => Err(failed_on_chain(&err)),
             Landed::No | Landed::Processed => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn already_processed_is_read_from_the_error_not_from_the_logs() {
+        assert!(already_processed(&json!("AlreadyProcessed")));
+        assert!(already_processed(
+            &json!({"code": -32002, "message": "Transaction simulation failed: This transaction has already been processed", "data": {"err": "AlreadyProcessed", "logs": []}})
+        ));
+        // A memo logs whatever the payer wrote: a transfer that fails for want of funds
+        // must not pass for one that landed.
+        let memo_trick = json!({
+            "code": -32002,
+            "message": "Transaction simulation failed: Error processing Instruction 1: custom program error: 0x1",
+            "data": {
+                "err": {"InstructionError": [1, {"Custom": 1}]},
+                "logs": ["Program MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr invoke [1]", "Program log: Memo (len 16): \"AlreadyProcessed\"", "Program log: already been processed"]
+            }
+        });
+        assert!(!already_processed(&memo_trick));
+        assert!(!already_processed(
+            &json!({"InstructionError": [0, "AlreadyProcessed?"]})
+        ));
     }
 }

@@ -4,12 +4,20 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceInfo {
     pub url: String,
+    #[serde(default)]
     pub description: String,
+    #[serde(default)]
     pub mime_type: String,
+    /// The service's name in discovery catalogs (x402 Bazaar: printable ASCII, ≤ 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// Catalog tags (Bazaar keeps the first 5 of ≤ 32 printable ASCII characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
 }
 
 /// One entry of `accepts` (v2).
@@ -62,7 +70,8 @@ pub enum PaymentPayload {
     V2 {
         /// The requirements the client says it paid against (checked against ours).
         accepted: PaymentRequirements,
-        resource: Option<ResourceInfo>,
+        /// Boxed: rarely read, and large next to a v1 payload.
+        resource: Option<Box<ResourceInfo>>,
         payload: Value,
     },
     V1 {
@@ -96,7 +105,7 @@ impl PaymentPayload {
                 let w: V2Wire = serde_json::from_value(v).map_err(|e| e.to_string())?;
                 Ok(PaymentPayload::V2 {
                     accepted: w.accepted,
-                    resource: w.resource,
+                    resource: w.resource.map(Box::new),
                     payload: w.payload,
                 })
             }
