@@ -297,6 +297,24 @@ fn the_official_x402_mcp_client_buys_a_verdict_and_a_report() {
         "each purchase once"
     );
 
+    // Sworn over MCP: the 202's content, pass 1 and the status link.
+    let v = mcp_buy(
+        &devnet,
+        &server,
+        "buy_verdict",
+        r#"{"tier":"sworn","spec":{"checks":[{"type":"regex","pattern":"^ok"}]},"deliverable":{"text":"ok"}}"#,
+    );
+    assert_eq!(v["is_error"], false, "{v}");
+    assert_eq!(v["structured"]["status"], "pending", "{v}");
+    assert!(
+        v["structured"]["status_url"]
+            .as_str()
+            .is_some_and(|u| u.contains("/v1/verdicts/")),
+        "{v}"
+    );
+    assert!(v["structured"]["pass1"].is_object(), "{v}");
+    assert_eq!(devnet.balance(&pay_to), ours0 + 6_010_000);
+
     // Refused before payment: a tool error with the contract's code; nothing paid.
     let v = mcp_buy(
         &devnet,
@@ -307,5 +325,5 @@ fn the_official_x402_mcp_client_buys_a_verdict_and_a_report() {
     assert_eq!(v["is_error"], true, "{v}");
     assert_eq!(v["payment_made"], false, "{v}");
     assert!(v["texts"].to_string().contains("invalid_spec"), "{v}");
-    assert_eq!(devnet.balance(&pay_to), ours0 + 1_010_000);
+    assert_eq!(devnet.balance(&pay_to), ours0 + 6_010_000);
 }

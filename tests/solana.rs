@@ -530,3 +530,65 @@ fn either_payment_header_carries_either_version_and_is_answered_in_kind() {
     assert!(r.header("x-payment-response").is_none());
     assert_eq!(settlement(&r, "payment-response")["success"], true);
 }
+
+/// The payment-identifier extension on Solana: the reference SVM client with an id and no
+/// Idempotency-Key buys once, replays under the same id with no second charge, and the
+/// same id with another body is 409.
+#[test]
+fn the_payment_identifier_holds_on_solana() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let (payer_usdc, our_usdc) = (
+        net.get("payer_usdc_account"),
+        net.get("pay_to_usdc_account"),
+    );
+    let payer0 = net.token_units(&payer_usdc);
+    let id = format!(
+        "pay_{}",
+        umpire_core::hash::random_id("sol").replace('_', "")
+    );
+    let (svm, url) = (net.svm_json(), url(&server));
+    let buy = |body: &str| {
+        let v = umpire_blackbox::chain::node_json(
+            "tests/js/buy.mjs",
+            &[
+                "--svm",
+                &svm,
+                "--url",
+                &url,
+                "--body",
+                body,
+                "--payment-id",
+                &id,
+            ],
+        );
+        (
+            v["status"].as_u64().unwrap_or(0),
+            v["body"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    let (status, first) = buy(&body());
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = buy(&body());
+    assert_eq!(status, 201, "{again}");
+    let id_of = |t: &str| {
+        umpire_core::json::parse(t.as_bytes()).ok().and_then(|v| {
+            v.get("verdict_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+    };
+    assert_eq!(id_of(&again), id_of(&first));
+    assert_eq!(
+        net.token_units(&payer_usdc),
+        payer0 - BASIC_USDC,
+        "charged once"
+    );
+    assert_eq!(net.token_units(&our_usdc), BASIC_USDC);
+    let other =
+        format!(r##"{{"spec":{SPEC},"deliverable":{{"text":"# Report\nsomething else"}}}}"##);
+    let (status, reused) = buy(&other);
+    assert_eq!(status, 409, "{reused}");
+    assert_eq!(net.token_units(&payer_usdc), payer0 - BASIC_USDC);
+}
