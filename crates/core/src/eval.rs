@@ -87,7 +87,7 @@ pub fn evaluate(check: &Check, d: &Deliverable, fetched: Option<&FetchedBody>) -
         },
         Check::JsonPath(a) => match &d.json {
             None => Outcome::fail("deliverable.json is missing"),
-            Some(json) => eval_path(a, json, "deliverable.json"),
+            Some(json) => eval_path(a, json, Observed::Deliverable),
         },
         Check::ContentHash { sha256, target } => match target {
             HashTarget::Text => match &d.text {
@@ -174,17 +174,20 @@ fn eval_schema(schema: &Value, json: &Value) -> Outcome {
         Err(e) => return Outcome::fail(format!("the schema does not compile: {e}")),
     };
     let instance = json.to_serde();
+    // The validator's own messages quote the failing value (and an unexpected key's
+    // name), which is the deliverable's content: a reason names the schema's keyword and
+    // where in the schema it failed (the spec's own text), and the value's JSON type.
     let errors: Vec<String> = validator
         .iter_errors(&instance)
         .take(3)
         .map(|e| {
-            let path = e.instance_path().to_string();
-            let path = if path.is_empty() {
-                "/".to_owned()
-            } else {
-                path
-            };
-            format!("at {path}: {e}")
+            let at = e.schema_path().to_string();
+            let at = if at.is_empty() { "/".to_owned() } else { at };
+            format!(
+                "{:?} fails at schema path {at} (the value there is {})",
+                e.kind().keyword(),
+                serde_type(e.instance())
+            )
         })
         .collect();
     if errors.is_empty() {
@@ -197,8 +200,37 @@ fn eval_schema(schema: &Value, json: &Value) -> Outcome {
     }
 }
 
+fn serde_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(n) if n.is_f64() => "a number",
+        serde_json::Value::Number(_) => "an integer",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 fn show(v: &Value) -> String {
     clip(&v.to_canonical_string(), REASON_VALUE_CHARS)
+}
+
+/// A value observed in the deliverable, as a reason may state it: numbers, booleans and
+/// null as they are; a string by its length and a short sha256 prefix; arrays and
+/// objects by their size. Nothing of a deliverable's text outlives its verdict, and the
+/// document keeps its reasons for 90 days.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => v.to_canonical_string(),
+        Value::String(s) => format!(
+            "a string of {} characters (sha256 {}…)",
+            s.chars().count(),
+            &crate::hash::sha256_hex(s.as_bytes())[..12]
+        ),
+        Value::Array(items) => format!("an array of {} items", items.len()),
+        Value::Object(m) => format!("an object with {} keys", m.len()),
+    }
 }
 
 fn clip(s: &str, max_chars: usize) -> String {
@@ -211,11 +243,23 @@ fn clip(s: &str, max_chars: usize) -> String {
     }
 }
 
+/// Where a json_path assertion reads: the deliverable (whose content a reason never
+/// quotes, see [`describe`]) or a fetched public response (quoted, clipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    Deliverable,
+    Response,
+}
+
 /// json_path semantics: missing paths fail every op except not_exists; numbers compare
 /// exactly by value; strings order by code point; contains = substring, array
 /// element (by value) or object key.
-pub fn eval_path(a: &PathAssertion, root: &Value, what: &str) -> Outcome {
+pub fn eval_path(a: &PathAssertion, root: &Value, observed: Observed) -> Outcome {
     let path = &a.path_text;
+    let what = match observed {
+        Observed::Deliverable => "deliverable.json",
+        Observed::Response => "the response",
+    };
     let found = a.path.resolve(root);
     let Some(actual) = found else {
         return Outcome::of(
@@ -224,7 +268,10 @@ pub fn eval_path(a: &PathAssertion, root: &Value, what: &str) -> Outcome {
         );
     };
     let want = a.value.as_ref().unwrap_or(&Value::Null);
-    let shown = show(actual);
+    let shown = match observed {
+        Observed::Deliverable => describe(actual),
+        Observed::Response => show(actual),
+    };
     match a.op {
         PathOp::Exists => Outcome::pass(format!("{path} is present ({shown})")),
         PathOp::NotExists => Outcome::fail(format!("{path} is present ({shown})")),
@@ -307,7 +354,7 @@ fn eval_probe(expect: &ProbeExpect, f: &FetchedBody) -> Outcome {
     }
     if let Some(a) = &expect.json_path {
         let o = match parse(&f.body) {
-            Ok(json) => eval_path(a, &json, "the response"),
+            Ok(json) => eval_path(a, &json, Observed::Response),
             Err(e) => Outcome::fail(format!("the response is not JSON ({e})")),
         };
         if o.passed {
@@ -391,6 +438,73 @@ mod tests {
             text: None,
             json: Some(parse_str(j).expect("json")),
         }
+    }
+
+    /// Every 16-byte window of `secret` (the contract's retention test unit).
+    fn windows(secret: &str) -> Vec<&str> {
+        (0..=secret.len() - 16)
+            .filter(|i| secret.is_char_boundary(*i) && secret.is_char_boundary(i + 16))
+            .map(|i| &secret[i..i + 16])
+            .collect()
+    }
+
+    #[test]
+    fn reasons_never_quote_the_deliverable() {
+        let secret = "CONFIDENTIAL-launch-plan-7f3a9c-do-not-share";
+        let key = "private_key_name_nobody_declared";
+        let d = json(&format!(
+            r#"{{"title":"{secret}","items":["{secret}"],"{key}":1,"count":"{secret}"}}"#
+        ));
+        let checks = [
+            r#"{"type":"json_path","path":"title","op":"eq","value":"public"}"#,
+            r#"{"type":"json_path","path":"title","op":"exists"}"#,
+            r#"{"type":"json_path","path":"title","op":"not_exists"}"#,
+            r#"{"type":"json_path","path":"title","op":"contains","value":"zzz"}"#,
+            r#"{"type":"json_path","path":"title","op":"gt","value":5}"#,
+            r#"{"type":"json_path","path":"items","op":"eq","value":[]}"#,
+            r#"{"type":"json_schema","schema":{"type":"object","properties":{"count":{"type":"integer"},"title":{"enum":["a"],"maxLength":3,"pattern":"^x"}},"additionalProperties":false}}"#,
+            r#"{"type":"json_schema","schema":{"type":"object","properties":{"items":{"type":"array","items":{"type":"integer"}}}}}"#,
+        ];
+        for check in checks {
+            let o = judge(check, &d);
+            for w in windows(secret).into_iter().chain(windows(key)) {
+                assert!(
+                    !o.reason.contains(w),
+                    "{check}: {:?} quotes {w:?}",
+                    o.reason
+                );
+            }
+        }
+        // What a reason does say: lengths, a hash prefix, types, sizes, the schema's
+        // keyword and path (the spec's own words).
+        let o = judge(checks[0], &d);
+        assert!(
+            !o.passed && o.reason.contains("a string of 44 characters (sha256 "),
+            "{}",
+            o.reason
+        );
+        assert!(
+            o.reason.contains("\"public\""),
+            "the spec's value is quoted: {}",
+            o.reason
+        );
+        let o = judge(checks[5], &d);
+        assert!(o.reason.contains("an array of 1 items"), "{}", o.reason);
+        let o = judge(checks[6], &d);
+        assert!(!o.passed, "{}", o.reason);
+        assert!(
+            o.reason.contains(
+                "\"type\" fails at schema path /properties/count/type (the value there is a string)"
+            ),
+            "{}",
+            o.reason
+        );
+        // A number observed in the deliverable may be stated.
+        let o = judge(
+            r#"{"type":"json_path","path":"n","op":"gt","value":5}"#,
+            &json(r#"{"n":3}"#),
+        );
+        assert!(!o.passed && o.reason.contains("n is 3"), "{}", o.reason);
     }
 
     #[test]
