@@ -151,25 +151,30 @@ fn the_payment_identifier_is_honored_like_the_idempotency_key() {
         (
             v["status"].as_u64().unwrap_or(0),
             v["body"].as_str().unwrap_or_default().to_owned(),
+            v["sent"][0].as_str().unwrap_or_default().to_owned(),
         )
     };
 
-    let (status, first) = buy(body);
+    let (status, first, spent) = buy(body);
     assert_eq!(status, 201, "{first}");
     assert_eq!(devnet.balance(&pay_to), ours0 + 1_000_000);
 
-    let (status, again) = buy(body);
+    // The client's retry signs a new authorization under the same id: verified (it
+    // is the payer), so the replay is the original answer, secret included.
+    let (status, again, _) = buy(body);
     assert_eq!(status, 201, "{again}");
-    let id_of = |text: &str| {
+    let field = |text: &str, k: &str| {
         umpire_core::json::parse(text.as_bytes())
             .ok()
-            .and_then(|v| {
-                v.get("verdict_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
+            .and_then(|v| v.get(k).and_then(Value::as_str).map(str::to_owned))
     };
-    assert_eq!(id_of(&again), id_of(&first), "the same purchase, replayed");
+    assert_eq!(
+        field(&again, "verdict_id"),
+        field(&first, "verdict_id"),
+        "the same purchase, replayed"
+    );
+    assert!(field(&first, "secret").is_some());
+    assert_eq!(field(&again, "secret"), field(&first, "secret"));
     assert_eq!(
         devnet.balance(&pay_to),
         ours0 + 1_000_000,
@@ -177,10 +182,36 @@ fn the_payment_identifier_is_honored_like_the_idempotency_key() {
     );
     assert_eq!(devnet.balance(&payer), payer0 - 1_000_000);
 
-    let (status, reused) = buy(other);
+    let (status, reused, _) = buy(other);
     assert_eq!(status, 409, "{reused}");
     assert!(reused.contains("idempotency_key_reuse"), "{reused}");
     assert_eq!(devnet.balance(&pay_to), ours0 + 1_000_000);
+
+    // The id travels inside the payment (to facilitators, through MCP clients), so
+    // it is no secret: whoever resends the first, spent payment carrying it (rebuilt
+    // from the chain, say) gets the purchase with the one-time secret withheld.
+    let as_paid = |payment: &str| {
+        request(
+            server.addr,
+            "POST",
+            "/v1/verdicts/basic",
+            &[
+                ("Content-Type", "application/json"),
+                ("PAYMENT-SIGNATURE", payment),
+            ],
+            Some(body.as_bytes()),
+        )
+    };
+    let r = as_paid(&spent);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!(field(&text, "verdict_id"), field(&first, "verdict_id"));
+    assert_eq!(field(&text, "secret"), None, "withheld: {text}");
+    assert_eq!(
+        devnet.balance(&pay_to),
+        ours0 + 1_000_000,
+        "never charged again"
+    );
 
     // Header and extension both present and different: refused before the payment.
     let signed = umpire_blackbox::chain::sign_payment(&devnet, &url, body);

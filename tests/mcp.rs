@@ -250,3 +250,62 @@ fn every_call_of_a_batch_counts_in_the_mcp_bucket() {
     assert_eq!(limited.status, 429, "a batch is not one call");
     assert!(limited.header("retry-after").is_some());
 }
+
+/// The paid tools' edges, before anything is bought: a paid call in a batch is refused
+/// (each may take a purchase's whole budget), a payment larger than HTTP could carry is
+/// refused, and an idempotency key the route could not read is refused (never dropped
+/// on the way, which could let one purchase be paid twice).
+#[test]
+fn paid_tools_refuse_batches_oversized_payments_and_unreadable_keys() {
+    let server = Server::start();
+    let call = |id: u64, args: &str, meta: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"buy_verdict","arguments":{args}{meta}}}}}"#
+        )
+    };
+    let args = r#"{"tier":"basic","spec":{"checks":[{"type":"regex","pattern":"^ok"}]},"deliverable":{"text":"ok"}}"#;
+
+    let batch = format!(
+        "[{},{}]",
+        call(1, args, ""),
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#
+    );
+    let r = post_mcp(&server, &batch, &[]);
+    assert_eq!(r.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    assert_eq!(v[0]["error"]["code"], -32602, "{v}");
+    assert!(
+        v[0]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be batched")),
+        "{v}"
+    );
+    assert_eq!(
+        v[1]["result"],
+        serde_json::json!({}),
+        "the rest of the batch runs"
+    );
+
+    let big = format!(
+        r#","_meta":{{"x402/payment":{{"x402Version":2,"payload":{{"pad":"{}"}}}}}}"#,
+        "a".repeat(9000)
+    );
+    let r = post_mcp(&server, &call(3, args, &big), &[]);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert!(
+        v["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("a payment is at most")),
+        "{v}"
+    );
+
+    let keyed = r#"{"tier":"basic","spec":{"checks":[{"type":"regex","pattern":"^ok"}]},"deliverable":{"text":"ok"},"idempotency_key":"clé-non-ascii-0123456789"}"#;
+    let r = post_mcp(&server, &call(4, keyed, ""), &[]);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    assert_eq!(
+        v["result"]["structuredContent"]["error"]["code"], "invalid_idempotency_key",
+        "{v}"
+    );
+}

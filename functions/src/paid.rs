@@ -3,8 +3,6 @@
 //! that route gets over HTTP, the caller's address included. So MCP holds no payment,
 //! signing or checker permissions of its own, and there is one paid path: the route's.
 
-use std::net::IpAddr;
-
 use aws_sdk_lambda::primitives::Blob;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -47,9 +45,8 @@ pub fn http_event(req: &Request) -> Vec<u8> {
     }
     let path = req.uri().path();
     let query = req.uri().query().unwrap_or_default();
-    let source_ip = ClientIp::of(req)
-        .map(|ClientIp(ip)| ip)
-        .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    // The caller as API Gateway saw it (absent: the route's "unknown" bucket).
+    let source_ip = ClientIp::of(req).map(|ClientIp(ip)| ip.to_string());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -70,7 +67,7 @@ pub fn http_event(req: &Request) -> Vec<u8> {
                 "method": req.method().as_str(),
                 "path": path,
                 "protocol": "HTTP/1.1",
-                "sourceIp": source_ip.to_string(),
+                "sourceIp": source_ip,
                 "userAgent": "umpire-mcp"
             },
             "requestId": umpire_core::hash::random_id("mcp"),
@@ -142,7 +139,10 @@ pub fn http_response(payload: &[u8]) -> Option<Response> {
             }
         }
     }
-    if let Some(Value::Object(h)) = answer.get("multiValueHeaders") {
+    // lambda_http may fill both maps with the same headers: the second only if the
+    // first is absent.
+    let single = matches!(answer.get("headers"), Some(Value::Object(h)) if !h.is_empty());
+    if let (false, Some(Value::Object(h))) = (single, answer.get("multiValueHeaders")) {
         for (k, vs) in h {
             for v in vs
                 .as_array()
@@ -214,7 +214,7 @@ mod tests {
             .body(Bytes::from_static(b""))
             .expect("request");
         req.extensions_mut()
-            .insert(ClientIp(IpAddr::from([203, 0, 113, 7])));
+            .insert(ClientIp(std::net::IpAddr::from([203, 0, 113, 7])));
         let event: Value = serde_json::from_slice(&http_event(&req)).expect("event");
         assert_eq!(event["rawPath"], "/v1/reputation");
         assert_eq!(event["rawQueryString"], "merchant=0xab%2Bc");

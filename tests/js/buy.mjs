@@ -95,8 +95,16 @@ if (args["sign-only"]) {
     console.log(JSON.stringify({ headers }));
   }
 } else {
-  const pay = wrapFetchWithPayment(fetch, client);
+  // The payment headers the client sent, recorded for tests that resend them.
+  const sent = [];
+  const recording = (input, init) => {
+    const h = new Headers(input instanceof Request ? input.headers : init?.headers);
+    const p = h.get("payment-signature") ?? h.get("x-payment");
+    if (p) sent.push(p);
+    return fetch(input, init);
+  };
+  const pay = wrapFetchWithPayment(recording, client);
   const res = await pay(args.url, init);
-  const out = { status: res.status, headers: Object.fromEntries(res.headers.entries()), body: await res.text() };
+  const out = { status: res.status, headers: Object.fromEntries(res.headers.entries()), body: await res.text(), sent };
   console.log(JSON.stringify(out));
 }

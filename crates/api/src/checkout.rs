@@ -117,7 +117,7 @@ fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFa
 fn request_key(
     req: &Request,
     header: Option<&PaymentHeader>,
-) -> Result<Option<IdempotencyKey>, ApiError> {
+) -> Result<Option<RequestKey>, ApiError> {
     let from_header = IdempotencyKey::from_headers(req.headers())?;
     let from_payment = match header {
         Some(h) => discovery::payment_id(&h.raw).map_err(|e| {
@@ -137,10 +137,43 @@ fn request_key(
             "Send one of them, or the same value in both. Nothing was charged.",
         )
         .with_detail("reason", "payment_identifier_mismatch")),
-        (Some(key), _) => Ok(Some(key)),
-        (None, Some(id)) => IdempotencyKey::parse(&id).map(Some),
+        (Some(key), _) => Ok(Some(RequestKey {
+            key,
+            from_payment: false,
+        })),
+        (None, Some(id)) => IdempotencyKey::parse(&id).map(|key| {
+            Some(RequestKey {
+                key,
+                from_payment: true,
+            })
+        }),
         (None, None) => Ok(None),
     }
+}
+
+/// A request's idempotency key and where it came from.
+struct RequestKey {
+    key: IdempotencyKey,
+    /// From the payment's payment-identifier: it travels inside the payment (to a
+    /// facilitator, through MCP clients and proxies), so unlike the header it is no
+    /// secret between the client and us. Its replays are given only to a verified
+    /// payer, or with the one-time secret withheld.
+    from_payment: bool,
+}
+
+/// `r` with its one-time `secret` withheld (null), for replays to a requester who has
+/// not proven to be the payer.
+fn withhold_secret(r: Response) -> Response {
+    let (parts, body) = r.into_parts();
+    let body = match umpire_core::json::parse(&body) {
+        Ok(v) if v.get("secret").is_some() => {
+            bytes::Bytes::from(v.with("secret", Value::Null).to_canonical_vec())
+        }
+        _ => body,
+    };
+    let mut r = http::Response::from_parts(parts, body);
+    r.headers_mut().remove(http::header::CONTENT_LENGTH);
+    r
 }
 
 /// What one paid request sells: a price and the resource it is charged for.
@@ -655,7 +688,7 @@ async fn replay_by_payment(
 /// recorded now); `None` when there is nothing to recover and the refusal stands.
 async fn recover(
     state: &AppState,
-    scoped: Option<&String>,
+    (scoped, reveal): (Option<&String>, bool),
     payment_key: &str,
     request_hash: &str,
     ctx: &PaymentContext,
@@ -679,7 +712,7 @@ async fn recover(
             Ok(Decision::Proceed) => claims.held.push((scoped.clone(), request_hash.to_owned())),
             Ok(Decision::Replay(r)) => {
                 hold.leave_unknown(state).await;
-                return Some(r);
+                return Some(if reveal { r } else { withhold_secret(r) });
             }
             Err(e) => {
                 hold.leave_unknown(state).await;
@@ -777,6 +810,8 @@ pub async fn begin<'a>(
     let header = read_payment_header(req)
         .map_err(|f| sale.refused(AnswerHeader::of(req), "", None, &f, false))?;
     let key = request_key(req, header.as_ref()).map_err(err)?;
+    let reveal = !key.as_ref().is_some_and(|k| k.from_payment);
+    let seal = move |r: Response| if reveal { r } else { withhold_secret(r) };
     let target = req
         .uri()
         .path_and_query()
@@ -785,8 +820,10 @@ pub async fn begin<'a>(
 
     // A completed identical request is answered in front of the paywall.
     let wallet = header.as_ref().and_then(|h| payer_named_in(&h.payment));
-    let scoped = key.as_ref().map(|k| k.scoped(wallet.as_deref()));
-    if let Some(scoped) = &scoped {
+    let scoped = key.as_ref().map(|k| k.key.scoped(wallet.as_deref()));
+    // A key from the header replays in front of the paywall; one from the payment only
+    // once the payment verified (the claim below), or sealed (see `RequestKey`).
+    if let Some(scoped) = scoped.as_ref().filter(|_| reveal) {
         match idempotency::check(state, scoped, &request_hash).await {
             Ok(Decision::Proceed) => {}
             Ok(Decision::Replay(r)) => {
@@ -845,7 +882,7 @@ pub async fn begin<'a>(
                     }
                     let recovered = recover(
                         state,
-                        scoped.as_ref(),
+                        (scoped.as_ref(), reveal),
                         &payment_key,
                         &request_hash,
                         &ctx,
@@ -881,7 +918,7 @@ pub async fn begin<'a>(
             // is owed that purchase's answer, not a refusal.
             if let Some(scoped) = &scoped {
                 match idempotency::check(state, scoped, &request_hash).await {
-                    Ok(Decision::Replay(r)) => return Err(r),
+                    Ok(Decision::Replay(r)) => return Err(seal(r)),
                     Err(e) if e.code == ErrorCode::InFlight => return Err(err(e)),
                     _ => {}
                 }
@@ -898,7 +935,7 @@ pub async fn begin<'a>(
             // answer was prepared: deliver it if the payment went through.
             let recovered = recover(
                 state,
-                scoped.as_ref(),
+                (scoped.as_ref(), reveal),
                 &payment_key,
                 &request_hash,
                 &ctx,

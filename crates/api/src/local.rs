@@ -231,15 +231,24 @@ pub async fn serve(
 }
 
 /// Whether a request is a purchase: a paid route (a verdict, a reputation report) with
-/// an x402 payment, the work that may move money. Anything else stays cancellable.
+/// an x402 payment, or an MCP call carrying one (a paid tool), the work that may move
+/// money. Anything else stays cancellable.
 fn carries_payment(req: &crate::Request) -> bool {
-    let paid_route = match *req.method() {
-        http::Method::POST => req.uri().path().starts_with("/v1/verdicts/"),
-        http::Method::GET => req.uri().path() == "/v1/reputation",
-        _ => false,
-    };
     let h = req.headers();
-    paid_route && (h.contains_key("payment-signature") || h.contains_key("x-payment"))
+    let path = req.uri().path();
+    match *req.method() {
+        http::Method::POST if path == "/mcp" => req
+            .body()
+            .windows(crate::mcp::PAYMENT_META_KEY.len())
+            .any(|w| w == crate::mcp::PAYMENT_META_KEY.as_bytes()),
+        http::Method::POST if path.starts_with("/v1/verdicts/") => {
+            h.contains_key("payment-signature") || h.contains_key("x-payment")
+        }
+        http::Method::GET if path == "/v1/reputation" => {
+            h.contains_key("payment-signature") || h.contains_key("x-payment")
+        }
+        _ => false,
+    }
 }
 
 async fn serve_one(

@@ -205,14 +205,15 @@ pub async fn mcp(state: &AppState, req: &Request) -> Response {
         }
         Value::Array(batch) => {
             let mut replies = Vec::new();
+            let alone = requests <= 1;
             for message in batch {
-                if let Some(reply) = handle_message(state, req, message).await {
+                if let Some(reply) = handle_message(state, req, message, alone).await {
                     replies.push(reply);
                 }
             }
             (!replies.is_empty()).then_some(Value::Array(replies))
         }
-        message => handle_message(state, req, message).await,
+        message => handle_message(state, req, message, true).await,
     };
     match reply {
         None => accepted(),
@@ -227,8 +228,15 @@ fn accepted() -> Response {
     r
 }
 
-/// One JSON-RPC message; None for notifications and client responses.
-async fn handle_message(state: &AppState, req: &Request, message: Value) -> Option<Value> {
+/// One JSON-RPC message; None for notifications and client responses. `alone`: the
+/// only call of its POST (paid tools must be: each may take a purchase's whole time
+/// budget, and a batch answers only when all its calls have).
+async fn handle_message(
+    state: &AppState,
+    req: &Request,
+    message: Value,
+    alone: bool,
+) -> Option<Value> {
     let Value::Object(mut obj) = message else {
         return Some(rpc_error(
             &Value::Null,
@@ -257,7 +265,7 @@ async fn handle_message(state: &AppState, req: &Request, message: Value) -> Opti
         "initialize" => rpc_result(&id, initialize(&params)),
         "ping" => rpc_result(&id, Value::object()),
         "tools/list" => rpc_result(&id, tools_list()),
-        "tools/call" => match call_tool(state, req, params).await {
+        "tools/call" => match call_tool(state, req, params, alone).await {
             Ok(result) => rpc_result(&id, result),
             Err(message) => rpc_error(&id, INVALID_PARAMS, message),
         },
@@ -345,7 +353,12 @@ fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
         .ok_or_else(|| format!("argument {name:?} (a string) is required"))
 }
 
-async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Value, String> {
+async fn call_tool(
+    state: &AppState,
+    req: &Request,
+    params: Value,
+    alone: bool,
+) -> Result<Value, String> {
     let Value::Object(mut params) = params else {
         return Err("tools/call needs params, an object".into());
     };
@@ -358,6 +371,11 @@ async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Val
         return Err("params.arguments must be an object".into());
     }
     if matches!(name.as_str(), "buy_verdict" | "get_reputation") {
+        if !alone {
+            return Err(format!(
+                "{name} is paid and cannot be batched: send each paid call in a POST of its own (a purchase may take the whole time budget, and a batch answers only when every call has)"
+            ));
+        }
         let payment = params
             .get("_meta")
             .and_then(|m| m.get(PAYMENT_META_KEY))
@@ -422,6 +440,10 @@ async fn call_tool(state: &AppState, req: &Request, params: Value) -> Result<Val
 pub const PAYMENT_META_KEY: &str = "x402/payment";
 pub const PAYMENT_RESPONSE_META_KEY: &str = "x402/payment-response";
 
+/// The largest payment a paid tool takes (base64 of its JSON): what fits in an HTTP
+/// request's headers through API Gateway, with room for the others.
+const MAX_PAYMENT_BYTES: usize = umpire_core::platform::API_GATEWAY_REQUEST_HEADERS_BYTES - 2048;
+
 /// Where the paid tools' requests go: the paid routes themselves.
 #[async_trait::async_trait]
 pub trait PaidRoutes: Send + Sync {
@@ -464,12 +486,24 @@ async fn paid_tool(
             ));
         }
         let encoded = off_thread(move || umpire_pay::encode_header(&payment.to_serde())).await;
+        // As large as the same payment may be over HTTP (API Gateway's header limit).
+        if encoded.len() > MAX_PAYMENT_BYTES {
+            return Ok(tool_error(&format!(
+                "_meta[\"x402/payment\"] is {} bytes encoded; a payment is at most {MAX_PAYMENT_BYTES}",
+                encoded.len()
+            )));
+        }
         headers.push((umpire_pay::HEADER_PAYMENT_SIGNATURE, encoded));
     }
     if let Some(key) = args.get("idempotency_key") {
         let Some(key) = key.as_str() else {
             return Err("argument \"idempotency_key\" must be a string".into());
         };
+        // Checked here as the header is: a key the route could not read is refused,
+        // never dropped on the way (a purchase without its key could be paid twice).
+        if let Err(e) = crate::idempotency::IdempotencyKey::parse(key) {
+            return Ok(route_result(respond::error(&e)));
+        }
         headers.push(("idempotency-key", key.to_owned()));
     }
     let (route, inner) = if name == "get_reputation" {

@@ -202,9 +202,14 @@ pub fn metrics(ledger: &Ledger) -> Value {
             ),
         )
         .with("would_repeat_answers", repeat_answers.len())
+        // null when no row gave a latency: 0 would read as "instant".
         .with(
             "median_latency_ms",
-            u64::try_from(median(latencies.clone())).unwrap_or(u64::MAX),
+            if latencies.is_empty() {
+                Value::Null
+            } else {
+                Value::from(u64::try_from(median(latencies.clone())).unwrap_or(u64::MAX))
+            },
         )
         .with("latency_answers", latencies.len())
         .with(
@@ -370,6 +375,9 @@ mod tests {
         );
         assert_eq!(f(&m, "fulfillment_rate"), 0.0);
         assert_eq!(m.get("first_seen"), Some(&Value::Null));
+        // No latency given: no median, not a median of 0.
+        assert_eq!(m.get("median_latency_ms"), Some(&Value::Null));
+        assert_eq!(m.get("latency_answers").and_then(Value::as_u64), Some(0));
         let pc = m.get("payer_concentration").expect("concentration");
         assert_eq!(f(pc, "single_use_payer_share"), 0.0);
     }

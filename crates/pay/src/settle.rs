@@ -189,9 +189,9 @@ pub trait Settler: Send + Sync {
     /// Whether this payment would settle now (no state changes).
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure>;
     /// Moves the money. Called once per verified purchase, after the work is done, and
-    /// answers by `deadline`: a transfer broadcast whose receipt is still to come is a
-    /// settlement (pending); one whose outcome is unknown at the deadline is
-    /// `Unavailable`.
+    /// answers by `deadline`: a transfer whose outcome is unknown at the deadline is
+    /// `Unavailable` (the EVM self-settler still reports a broadcast whose receipt is
+    /// to come as a pending settlement; native SOL waits for confirmation).
     async fn settle(
         &self,
         ctx: &PaymentContext,
