@@ -913,6 +913,36 @@ fn a_paid_witness_verdict_observes_the_public_page() {
             .is_some_and(|t| t.ends_with('Z'))
     );
     assert_recipe_verifies(&server, &document, r#"{"text":"I deployed v2.3.1"}"#);
+
+    // A witness reads no deliverable: none (or an empty one) is needed, and the
+    // document names the empty deliverable's hash.
+    let spec = format!(
+        r#"{{"checks":[{{"type":"url_probe","url":"{url_}","expect":{{"status":200}}}}]}}"#
+    );
+    for body in [
+        format!(r#"{{"spec":{spec}}}"#),
+        format!(r#"{{"spec":{spec},"deliverable":{{}}}}"#),
+    ] {
+        let bought = buy_v2(&devnet, &url(&server, "witness"), &body, Some(&key()));
+        assert_eq!(bought.status, 201, "{body}: {}", bought.body);
+        let document = bought.json().get("document").cloned().expect("document");
+        assert_recipe_verifies(&server, &document, "{}");
+    }
+    assert_eq!(devnet.balance(&payer), payer0 - 3 * 250_000);
+    // A spec that reads the deliverable still needs it, before any payment.
+    let r = request(
+        server.addr,
+        "POST",
+        "/v1/verdicts/probe",
+        &[("Content-Type", "application/json")],
+        Some(br#"{"spec":{"checks":[{"type":"regex","pattern":"x"}]}}"#),
+    );
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("deliverable is required"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
 }
 
 #[test]

@@ -315,7 +315,7 @@ mod tests {
                 b["schema"]["properties"]["input"]["properties"]["body"],
                 openapi_body
             );
-            assert_eq!(openapi_body["required"], json!(["spec", "deliverable"]));
+            assert_eq!(openapi_body["required"], json!(["spec"]));
         }
         let r = bazaar(Listing::Reputation);
         assert_eq!(r["info"]["input"]["method"], "GET");

@@ -72,7 +72,7 @@ const TOOLS: &[(&str, &str, &str, &str)] = &[
         "buy_verdict",
         "Buy a signed verdict (x402)",
         "Judges a deliverable against an acceptance spec and returns the Ed25519-signed pass/fail verdict (witness $0.25, basic $1.00, probe $2.00, sworn $5.00: sworn answers with pass-1 results and a status link; the final document follows). Paid with x402 over MCP: called without payment it returns the payment requirements (isError, structuredContent = PaymentRequired); retry with the payment in _meta[\"x402/payment\"]. Refusals before payment cost nothing.",
-        r#"{"type":"object","properties":{"tier":{"type":"string"},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string","description":"sworn only"},"job_ref":{"type":"string"},"idempotency_key":{"type":"string","minLength":16,"maxLength":128,"description":"as the Idempotency-Key header: a retry with the same key and arguments gets the original answer, never a second charge"}},"required":["tier","spec","deliverable"]}"#,
+        r#"{"type":"object","properties":{"tier":{"type":"string"},"spec":{"type":"object","description":"{\"checks\":[...]} as in the contract"},"deliverable":{"type":"object","properties":{"text":{"type":"string"},"json":{}}},"webhook_url":{"type":"string","description":"sworn only"},"job_ref":{"type":"string"},"idempotency_key":{"type":"string","minLength":16,"maxLength":128,"description":"as the Idempotency-Key header: a retry with the same key and arguments gets the original answer, never a second charge"}},"required":["tier","spec"]}"#,
     ),
     (
         "get_reputation",

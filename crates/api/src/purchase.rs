@@ -116,11 +116,21 @@ pub fn assess(
     }
 
     match body.get("deliverable") {
+        // A spec none of whose checks reads the deliverable (a witness's url_probe)
+        // needs none: judged against the empty deliverable.
+        None if envelope == Envelope::Purchase
+            && a.spec.as_ref().is_some_and(|s| !s.reads_deliverable()) =>
+        {
+            a.deliverable = Some(Deliverable {
+                text: None,
+                json: None,
+            });
+        }
         None if envelope == Envelope::Purchase => a.problems.push(Problem::new(
             "deliverable",
             "missing_field",
-            "deliverable is required",
-            "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}.",
+            "deliverable is required: the spec's checks read it",
+            "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}, as the checks read.",
         )),
         None => {}
         Some(v) => match parse_deliverable(v, "deliverable") {

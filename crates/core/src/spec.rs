@@ -1354,14 +1354,9 @@ pub fn parse_deliverable(v: &Value, at: &str) -> Result<Deliverable, Vec<Problem
         None | Some(Value::Null) => None,
         Some(v) => Some(v.clone()),
     };
-    if text.is_none() && json.is_none() && problems.is_empty() {
-        problems.push(Problem::new(
-            at,
-            "missing_field",
-            "the deliverable has neither text nor json",
-            "Send {\"text\": \"...\"}, {\"json\": {...}} or both.",
-        ));
-    }
+    // An empty deliverable is one: a spec whose checks read neither (a witness's
+    // url_probe) needs none; what the checks do read is required by
+    // `deliverable_problems`.
     if problems.is_empty() {
         Ok(Deliverable { text, json })
     } else {
@@ -1371,6 +1366,13 @@ pub fn parse_deliverable(v: &Value, at: &str) -> Result<Deliverable, Vec<Problem
 
 /// Checks that cannot possibly pass because the deliverable lacks what they read.
 /// Refused before payment: a paid "fail" for a missing field helps nobody.
+impl Spec {
+    /// Whether any check reads the deliverable (its text or its JSON).
+    pub fn reads_deliverable(&self) -> bool {
+        self.checks.iter().any(|c| c.needs_text() || c.needs_json())
+    }
+}
+
 pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (i, c) in spec.checks.iter().enumerate() {
@@ -1710,7 +1712,11 @@ mod tests {
         let d = |s: &str| parse_deliverable(&parse_str(s).expect("json"), "deliverable");
         assert!(d(r#"{"text":"hi"}"#).is_ok());
         assert!(d(r#"{"json":{"a":1}}"#).is_ok());
-        assert!(d(r#"{}"#).is_err());
+        // Empty: a deliverable of nothing, for specs that read none (witness, probe).
+        assert_eq!(
+            d(r#"{}"#).map(|d| d.hash_input().to_canonical_string()),
+            Ok(r#"{"json":null,"text":null}"#.to_owned())
+        );
         assert!(d(r#"{"text":"x","note":"y"}"#).is_err());
         let big = format!(r#"{{"text":"{}"}}"#, "a".repeat(MAX_TEXT_BYTES + 1));
         assert_eq!(d(&big).err().map(|p| p[0].code), Some("text_too_large"));
