@@ -396,6 +396,19 @@ fn make_devnet_sells_on_every_rail_as_it_says() {
             .status();
     };
 
+    // The service's state lives in a directory of this chain's own (a later devnet,
+    // a fresh chain, starts from a fresh store).
+    let chains: Vec<_> = std::fs::read_dir(data.path().join("devnet"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    if chains.len() != 1 || !said.contains("keeps this chain's state in") {
+        stop();
+        panic!(
+            "one state directory per chain, said: {chains:?}
+{said}"
+        );
+    }
+
     let files = TempDir::new("make-devnet-files");
     let spec = files.write(
         "spec.json",

@@ -10,7 +10,7 @@
 //   node infra/devnet/devnet.mjs [--umpire <binary>] [--data-dir DIR] [--rpc-port 8545] [--addr 127.0.0.1:8080]
 import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -123,7 +123,20 @@ const env = {
   UMPIRE_SOLANA_RPC_URL: svm.rpc_url,
   UMPIRE_SOL_PRICE_URL: `http://127.0.0.1:${feed.address().port}/v2/prices/SOL-USD/spot`,
 };
-const server = spawn(args.umpire, ["serve", "--addr", args.addr, "--data-dir", args["data-dir"]], {
+// The service's own state (its store, its signing key) belongs to this chain: a fresh
+// anvil reuses transaction hashes and nonces, so a store kept from an earlier chain
+// would answer `duplicate_feedback` or replay purchases of a chain that no longer
+// exists. One directory per chain, named by its genesis block (anvil stamps it with the
+// time it started).
+const genesis = await fetch(rpc, {
+  method: "POST",
+  headers: { "content-type": "application/json" },
+  body: '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x0",false]}',
+}).then((r) => r.json());
+const chainDir = path.join(args["data-dir"], "devnet", `chain-${String(genesis.result?.hash ?? Date.now()).slice(2, 14)}`);
+mkdirSync(chainDir, { recursive: true });
+console.error(`umpire serve keeps this chain's state in ${chainDir}`);
+const server = spawn(args.umpire, ["serve", "--addr", args.addr, "--data-dir", chainDir], {
   env,
   stdio: ["ignore", "inherit", "inherit"],
 });
