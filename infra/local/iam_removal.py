@@ -6,7 +6,7 @@ then be said in docs/aws.md).
 
 Not part of `make test` (the role tests once per statement, ~2 min each).
 
-usage: infra/local/iam_removal.py [--only FUNCTION] (run from the repository root,
+usage: infra/local/iam_removal.py [--only FUNCTION] [--pick FUNCTION:N,...] (run from the repository root,
 with `make test`'s tools installed: .cache/venv, node_modules)
 Prints one line per statement: needed (the test failed without it) or NOT NEEDED.
 """
@@ -66,7 +66,9 @@ def statements():
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--only")
+    p.add_argument("--pick", help="comma-separated FUNCTION:N, e.g. McpFunction:5,McpFunction:6")
     args = p.parse_args()
+    picked = set(filter(None, (args.pick or "").split(",")))
     env = dict(os.environ)
     env["UMPIRE_PYTHON"] = os.path.join(VENV, "bin", "python")
     env.setdefault("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/umpire/target"))
@@ -74,6 +76,8 @@ def main():
     results = []
     for function, policy, n, actions in statements():
         if args.only and function != args.only:
+            continue
+        if picked and f"{function}:{n}" not in picked:
             continue
         env["UMPIRE_STACK_DROP_STATEMENTS"] = f"{function}:{policy}:{n}"
         run = subprocess.run(
