@@ -379,6 +379,65 @@ fn a_contract_wallet_payer_signs_through_its_owner() {
     );
 }
 
+/// Funds sent to the merchant and back in one transaction attest only their net: a
+/// merchant cycling the same money (or a flash loan) buys no volume. A full round trip
+/// is under the floor; a partial one attests what stayed.
+#[test]
+fn a_round_trip_in_one_transaction_attests_only_its_net() {
+    let devnet = Devnet::start();
+    let merchant = devnet.accounts()[5].clone();
+    let s = server(&devnet, &[]);
+    let round_trip = |amount: &str, back: &str, owner_index: &str| {
+        node_json(
+            "tests/js/wallet.mjs",
+            &[
+                "--devnet",
+                &devnet.devnet_json(),
+                "--merchant",
+                &merchant,
+                "--amount",
+                amount,
+                "--back",
+                back,
+                "--merchant-index",
+                "5",
+                "--owner-index",
+                owner_index,
+            ],
+        )
+    };
+    let feedback = |paid: &serde_json::Value| {
+        let wallet = paid["wallet"].as_str().expect("wallet");
+        let tx = paid["tx"].as_str().expect("tx");
+        let owner_key = paid["owner_private_key"].as_str().expect("owner key");
+        s.post_json(
+            "/v1/feedback",
+            &signed_with_viem(owner_key, wallet, tx, &merchant, "fulfilled"),
+        )
+    };
+
+    // 5 USDC in, 5 back: nothing moved.
+    let full = round_trip("5000000", "5000000", "8");
+    let r = feedback(&full);
+    expect(&r, 422, "amount_too_small");
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("back to the payer"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // 3 USDC in, 2 back: 1 USDC attested.
+    let partial = round_trip("3000000", "2000000", "9");
+    let r = feedback(&partial);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json()
+            .get("feedback")
+            .and_then(|f| f.get("amount_usdc"))
+            .and_then(Value::as_str),
+        Some("1")
+    );
+}
+
 #[test]
 fn the_report_is_bought_with_x402_and_verifies_offline() {
     let devnet = Devnet::start();

@@ -21,6 +21,16 @@ contract TestWallet {
         return out;
     }
 
+    /// Several calls in one transaction (as smart wallets batch), all or nothing.
+    function executeBatch(address[] calldata to, bytes[] calldata data) external {
+        require(msg.sender == owner, "TestWallet: only the owner");
+        require(to.length == data.length, "TestWallet: lengths differ");
+        for (uint256 i = 0; i < to.length; i++) {
+            (bool ok,) = to[i].call(data[i]);
+            require(ok, "TestWallet: call failed");
+        }
+    }
+
     function isValidSignature(bytes32 hash, bytes calldata signature) external view returns (bytes4) {
         (address signer, ECDSA.RecoverError err,) = ECDSA.tryRecover(hash, signature);
         return err == ECDSA.RecoverError.NoError && signer == owner ? MAGIC : bytes4(0xffffffff);

@@ -3,7 +3,9 @@
 //! 1. **Payment**: the transaction succeeded and carries USDC `Transfer` logs from the
 //!    payer to the merchant (the *log's* `from`: x402 transfers are submitted by a
 //!    facilitator, so the transaction's sender is not the payer). Every log is decoded;
-//!    the attested amount is the sum of the payer→merchant transfers in the transaction.
+//!    the attested amount is the *net* of the transaction: its payer→merchant transfers
+//!    minus its merchant→payer transfers (a merchant cycling the same funds back and
+//!    forth in one transaction attests nothing), and the floor applies to that net.
 //!    The block's time comes from its header, the age is measured against the later of
 //!    our clock and the chain's latest block, and the block must have the configured
 //!    number of confirmations.
@@ -235,6 +237,7 @@ impl FeedbackChain {
             .ok_or_else(|| ProofError::NotFound(format!("transaction {tx} is not mined yet")))?;
 
         let mut amount = U256::ZERO;
+        let mut back = U256::ZERO;
         let mut paid_by_others = Vec::new();
         let mut paid_to_others = Vec::new();
         for log in receipt.inner.logs() {
@@ -246,6 +249,10 @@ impl FeedbackChain {
                 continue;
             };
             let t = t.inner.data;
+            if t.from == claim.merchant && t.to == claim.payer {
+                back = back.saturating_add(t.value);
+                continue;
+            }
             match (t.from == claim.payer, t.to == claim.merchant) {
                 (true, true) => amount = amount.saturating_add(t.value),
                 (false, true) => paid_by_others.push(t.from),
@@ -270,9 +277,18 @@ impl FeedbackChain {
                 )),
             });
         }
+        let paid = amount;
+        let amount = paid.saturating_sub(back);
         if amount < U256::from(self.config.floor_units) {
+            let net = if back.is_zero() {
+                String::new()
+            } else {
+                format!(
+                    " net: {paid} to the merchant, {back} back to the payer in the same transaction"
+                )
+            };
             return Err(ProofError::AmountTooSmall(format!(
-                "the transfer paid {amount} USDC base units; feedback needs at least {}",
+                "the transfer paid {amount} USDC base units{net}; feedback needs at least {}",
                 self.config.floor_units
             )));
         }
