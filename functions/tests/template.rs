@@ -141,6 +141,32 @@ fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
 
 /// The worker outlasts its longest job, SQS hides a job for 6x that (AWS's advice for an
 /// event source), jobs survive a four-day outage, and a burst runs a few at a time.
+/// The contract deletes documents and specs at 90 days and answers and ledger entries
+/// after a day: no table holding them keeps a restorable copy past that (PITR keeps 35
+/// days). Feedback rows are kept for good, and so is their recovery.
+#[test]
+fn no_backup_outlives_what_the_contract_deletes() {
+    let t = resolve_template(&[]);
+    for (table, recoverable) in [
+        ("VerdictsTable", false),
+        ("IdempotencyTable", false),
+        ("PaymentsTable", false),
+        ("RateLimitsTable", false),
+        ("FeedbackTable", true),
+    ] {
+        let pitr = &resource(&t, table)["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"];
+        assert_eq!(pitr, &json!(recoverable), "{table}: point-in-time recovery");
+    }
+    // Every table is listed above.
+    let tables = t["resources"]
+        .as_object()
+        .expect("resources")
+        .values()
+        .filter(|r| r["Type"] == "AWS::DynamoDB::Table")
+        .count();
+    assert_eq!(tables, 5);
+}
+
 #[test]
 fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
     let t = resolve_template(&[]);
