@@ -31,6 +31,7 @@ fn record(
         created_at,
         expires_at: created_at + ttl,
         webhook_outcome: None,
+        job_key: None,
     }
 }
 

@@ -352,3 +352,85 @@ fn a_refused_webhook_is_invalid_webhook_before_payment() {
     assert_eq!(basic.error_code(), "invalid_webhook");
     assert_eq!(devnet.balance(&payer), payer0, "nothing was charged");
 }
+
+/// Every file under `dir` (the embedded store, its write-ahead log, the server's log),
+/// as bytes.
+fn all_bytes(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(all_bytes(&path));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            out.push((path.display().to_string(), bytes));
+        }
+    }
+    out
+}
+
+/// The contract's promise, held on the embedded store: once a verdict is issued (sworn:
+/// after pass 2) nothing of its deliverable remains — in no table, no job (queued,
+/// retried or dead), no free page or write-ahead log of the store file, and no log line
+/// (at debug level) holds its text or any 16-byte piece of it. Failing checks, whose
+/// reasons once quoted the value, are part of the purchase.
+#[test]
+fn nothing_of_a_deliverable_outlives_its_verdict() {
+    let devnet = Devnet::start();
+    let mut env = devnet.server_env(Settlement::SelfSettle);
+    env.extend(FAST.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Server::start_logged(&env);
+    let text = format!(
+        "ready {}",
+        umpire_core::hash::random_id("confidential").replace('_', "-")
+    );
+    let body = |extra: &str| {
+        format!(
+            r#"{{"spec":{{"checks":[{{"type":"regex","pattern":"^ready"}},{{"type":"json_path","path":"title","op":"eq","value":"public"}},{{"type":"json_schema","schema":{{"type":"object","properties":{{"title":{{"maxLength":3}}}}}}}}]}},"deliverable":{{"text":"{text}","json":{{"title":"{text}"}}}}{extra}}}"#
+        )
+    };
+    let basic = buy_v2(
+        &devnet,
+        &format!("http://{}/v1/verdicts/basic", server.addr),
+        &body(""),
+        Some(&key()),
+    );
+    assert_eq!(basic.status, 201, "{}", basic.body);
+    let sworn = buy_v2(
+        &devnet,
+        &format!("http://{}/v1/verdicts/sworn", server.addr),
+        &body(r#","job_ref":"keep-nothing""#),
+        Some(&key()),
+    );
+    assert_eq!(sworn.status, 202, "{}", sworn.body);
+    let answer = sworn.json();
+    let status = final_status(
+        &server,
+        str_of(&answer, "verdict_id"),
+        str_of(&answer, "secret"),
+        Duration::from_secs(30),
+    );
+    let document = status.get("document").expect("final");
+    assert_eq!(
+        str_of(document, "verdict"),
+        "fail",
+        "the failing checks ran"
+    );
+
+    let windows: Vec<&str> = (0..=text.len() - 16).map(|i| &text[i..i + 16]).collect();
+    let mut files = all_bytes(server.data.path());
+    files.push(("the log".into(), server.logs().into_bytes()));
+    assert!(
+        files.iter().any(|(name, _)| name.contains("sqlite")),
+        "{:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for (name, bytes) in &files {
+        for w in &windows {
+            assert!(
+                !bytes.windows(16).any(|b| b == w.as_bytes()),
+                "{name} holds {w:?} of the deliverable"
+            );
+        }
+    }
+}

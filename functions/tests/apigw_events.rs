@@ -191,6 +191,7 @@ async fn status_and_find_read_path_query_and_bearer_from_the_event() {
             created_at: now,
             expires_at: now + 3600,
             webhook_outcome: None,
+            job_key: None,
         })
         .await
         .expect("seed");

@@ -164,11 +164,15 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
             created_at: now,
             expires_at: now + 3600,
             webhook_outcome: None,
+            job_key: None,
         })
         .await
         .expect("a pending verdict");
     let unpaid = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
-    let job = umpire_api::sworn::pass2_job(&verdict_id, &purchase, &[], now, &unpaid, now + 60);
+    let key = umpire_core::seal::DataKey::generate();
+    let job =
+        umpire_api::sworn::pass2_job(&verdict_id, &key, &purchase, &[], now, &unpaid, now + 60)
+            .expect("job");
     queue
         .enqueue(&job, std::time::Duration::ZERO)
         .await

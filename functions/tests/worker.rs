@@ -113,6 +113,7 @@ async fn bought(
     let verdict_id = umpire_core::hash::random_id("vrd");
     let now = umpire_core::time::now_unix();
     let preview = sworn::preview(&pass1, now);
+    let key = umpire_core::seal::DataKey::generate();
     setup
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
@@ -126,6 +127,7 @@ async fn bought(
             created_at: now,
             expires_at: now + 86_400,
             webhook_outcome: None,
+            job_key: Some(key.to_hex()),
         })
         .await
         .expect("put verdict");
@@ -170,7 +172,16 @@ async fn bought(
                 .expect("record the sale")
         );
     }
-    let job = sworn::pass2_job(&verdict_id, &purchase, &pass1, now, &payment_key, now + 60);
+    let job = sworn::pass2_job(
+        &verdict_id,
+        &key,
+        &purchase,
+        &pass1,
+        now,
+        &payment_key,
+        now + 60,
+    )
+    .expect("job");
     (verdict_id, job)
 }
 
@@ -420,6 +431,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
             created_at: now,
             expires_at: now + 3600,
             webhook_outcome: None,
+            job_key: None,
         })
         .await
         .expect("a pending verdict");
@@ -470,7 +482,17 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     };
 
     // Before the hold lapses: queued again, one hop more.
-    let job = sworn::pass2_job(&verdict_id, &purchase, &[], now, &payment_key, now + 600);
+    let key = umpire_core::seal::DataKey::generate();
+    let job = sworn::pass2_job(
+        &verdict_id,
+        &key,
+        &purchase,
+        &[],
+        now,
+        &payment_key,
+        now + 600,
+    )
+    .expect("job");
     run_job(&state, &job).await.expect("waits");
     let again = store.receive(10, 60).await.expect("receive");
     assert_eq!(again.len(), 1, "pass 2 asked again");
@@ -478,7 +500,16 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     assert_eq!(payload.get("hops").and_then(Value::as_u64), Some(1));
 
     // Past it: dropped; the verdict stays pending; nothing more is queued.
-    let late = sworn::pass2_job(&verdict_id, &purchase, &[], now, &payment_key, now - 1);
+    let late = sworn::pass2_job(
+        &verdict_id,
+        &key,
+        &purchase,
+        &[],
+        now,
+        &payment_key,
+        now - 1,
+    )
+    .expect("job");
     run_job(&state, &late).await.expect("gives up");
     store.ack(&again[0].receipt).await.expect("ack");
     tokio::time::sleep(Duration::from_millis(1100)).await;

@@ -156,6 +156,7 @@ impl Paid<'_, '_> {
             created_at: now,
             expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
             webhook_outcome: None,
+            job_key: None,
         }
     }
 
@@ -218,9 +219,13 @@ impl Paid<'_, '_> {
         let delay = self.state.config.sworn_delay_secs;
         let due = now + u64::from(delay);
         let preview = sworn::preview(results, due);
+        // The pass-2 job carries the deliverable sealed under a key that lives only with
+        // the pending verdict (see `umpire_core::seal`).
+        let job_key = umpire_core::seal::DataKey::generate();
         let record = VerdictRecord {
             status: VerdictStatus::Pending,
             preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
+            job_key: Some(job_key.to_hex()),
             ..self.record(purchase, now)
         };
         self.state
@@ -230,12 +235,14 @@ impl Paid<'_, '_> {
             .map_err(|e| Void::Internal(crate::internal(e)))?;
         let job = sworn::pass2_job(
             self.verdict_id,
+            &job_key,
             purchase,
             results,
             now,
             self.checkout.payment_key(),
             now + u64::from(self.state.config.in_progress_secs),
-        );
+        )
+        .map_err(|e| Void::Internal(crate::internal(e)))?;
         if let Err(e) = queue
             .enqueue(&job, std::time::Duration::from_secs(delay.into()))
             .await

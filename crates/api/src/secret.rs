@@ -116,6 +116,7 @@ mod tests {
             created_at: 0,
             expires_at: 0,
             webhook_outcome: None,
+            job_key: None,
         };
         assert_eq!(webhook_key(&signer, &record), Some(webhook_key_of(&a)));
         let rotated = LocalSigner::from_seed([9; 32]);

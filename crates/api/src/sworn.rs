@@ -10,7 +10,10 @@
 //!   a delivered webhook is recorded, so later copies stop before sending.
 //!
 //! The deliverable lives only inside the pass-2 job (in SQS, or the embedded store's
-//! jobs table) and is gone when that job is acknowledged.
+//! jobs table), sealed under a data key kept with the pending verdict
+//! (`umpire_core::seal`): finalizing (or deleting) the verdict removes the key, so every
+//! copy of the job — retries, hops, a dead-letter copy — is unreadable from then on. The
+//! job keeps in the clear what an operator needs: ids, the deliverable's hash, pass 1.
 
 use std::time::Duration;
 
@@ -19,6 +22,7 @@ use sha2::Sha256;
 use umpire_core::document::{CheckResult, VerdictFacts, sign, verdict_document};
 use umpire_core::json::{Value, parse};
 use umpire_core::product::{Tier, WEBHOOK_MAX_RETRIES};
+use umpire_core::seal::{self, DataKey};
 use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
@@ -63,21 +67,30 @@ fn retry(e: impl std::fmt::Display) -> JobError {
     JobError::Retry(e.to_string())
 }
 
-/// The pass-2 job for a sworn purchase: everything pass 2 needs, the deliverable included.
-/// `wait_until` is when its purchase's hold lapses: pass 2 waits for an unresolved
-/// purchase no longer than that (each wait is a hop, counted in the job).
+/// The pass-2 job for a sworn purchase: everything pass 2 needs, the deliverable sealed
+/// under `key` (bound to the verdict). `wait_until` is when its purchase's hold lapses:
+/// pass 2 waits for an unresolved purchase no longer than that (each wait is a hop,
+/// counted in the job).
 pub fn pass2_job(
     verdict_id: &str,
+    key: &DataKey,
     purchase: &Purchase,
     pass1: &[CheckResult],
     created_at: u64,
     payment_key: &str,
     wait_until: u64,
-) -> Job {
+) -> Result<Job, String> {
+    let sealed = seal::seal(
+        key,
+        verdict_id.as_bytes(),
+        &purchase.deliverable.hash_input().to_canonical_vec(),
+    )
+    .ok_or("the deliverable could not be sealed")?;
     let payload = Value::object()
         .with("verdict_id", verdict_id)
         .with("spec", purchase.spec.normalized.clone())
-        .with("deliverable", purchase.deliverable.hash_input())
+        .with("deliverable_sealed", sealed)
+        .with("deliverable_hash", purchase.deliverable.hash())
         .with("job_ref", purchase.job_ref.clone())
         .with("webhook_url", purchase.webhook_url.clone())
         .with(
@@ -88,22 +101,24 @@ pub fn pass2_job(
         .with("payment_key", payment_key)
         .with("wait_until", wait_until)
         .with("hops", 0u64);
-    Job {
+    Ok(Job {
         kind: JOB_PASS2.into(),
         payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
-    }
+    })
 }
 
 /// Refuses (before payment) a sworn purchase whose pass-2 job could not be queued.
 pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
     let size = pass2_job(
         "vrd_00000000000000000000000000000000",
+        &DataKey::generate(),
         purchase,
         &[],
         u64::MAX,
         &crate::ledger::raw_payment_key(&serde_json::Value::Null),
         u64::MAX,
     )
+    .map_err(crate::internal)?
     .payload
     .len();
     if size > PASS2_JOB_MAX_BYTES {
@@ -154,6 +169,31 @@ fn text<'a>(v: &'a Value, k: &str) -> Result<&'a str, JobError> {
     v.get(k)
         .and_then(Value::as_str)
         .ok_or_else(|| retry(format!("job payload lacks {k}")))
+}
+
+/// The deliverable a pass-2 job carries, opened with its verdict's key; `None` when the
+/// key is gone. Jobs queued before sealing existed carry it in the clear.
+fn unseal_deliverable(
+    p: &Value,
+    verdict_id: &str,
+    key: Option<&str>,
+) -> Result<Option<umpire_core::spec::Deliverable>, JobError> {
+    let value = match (p.get("deliverable_sealed").and_then(Value::as_str), key) {
+        (Some(sealed), Some(key)) => {
+            let key = DataKey::from_hex(key).ok_or_else(|| retry("a malformed job key"))?;
+            let plain = seal::open(&key, verdict_id.as_bytes(), sealed)
+                .ok_or_else(|| retry("the pass-2 job does not open with its verdict's key"))?;
+            parse(&plain).map_err(retry)?
+        }
+        (Some(_), None) => return Ok(None),
+        (None, _) => p
+            .get("deliverable")
+            .cloned()
+            .ok_or_else(|| retry("job payload lacks deliverable"))?,
+    };
+    parse_deliverable(&value, "deliverable")
+        .map(Some)
+        .map_err(|e| retry(format!("stored deliverable no longer parses: {e:?}")))
 }
 
 /// Both passes of one check: it passes only if it passed twice; its observations
@@ -281,12 +321,12 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         .ok_or_else(|| retry("job payload lacks spec"))?;
     let spec = parse_spec(spec_v, Some(Tier::Sworn))
         .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
-    let deliverable = parse_deliverable(
-        p.get("deliverable")
-            .ok_or_else(|| retry("job payload lacks deliverable"))?,
-        "deliverable",
-    )
-    .map_err(|e| retry(format!("stored deliverable no longer parses: {e:?}")))?;
+    let Some(deliverable) = unseal_deliverable(p, verdict_id, record.job_key.as_deref())? else {
+        // The key is gone (the verdict was finalized or its job given up on in the
+        // meantime): this copy can no longer be read, and is not needed.
+        tracing::warn!(verdict_id, "pass 2 job whose key is gone; dropped");
+        return Ok(());
+    };
     let purchase = Purchase {
         tier: Tier::Sworn,
         spec,

@@ -12,6 +12,7 @@ pub mod jsonpath;
 pub mod patterns;
 pub mod platform;
 pub mod product;
+pub mod seal;
 pub mod signer;
 pub mod spec;
 pub mod time;

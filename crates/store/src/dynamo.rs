@@ -407,6 +407,7 @@ fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
         webhook_outcome: opt_s(item, "webhook_outcome")
             .as_deref()
             .and_then(WebhookOutcome::parse),
+        job_key: opt_s(item, "job_key"),
     })
 }
 
@@ -517,6 +518,9 @@ impl Store for DynamoStore {
         if let Some(d) = &rec.document {
             item.insert("document".into(), s(d));
         }
+        if let Some(k) = &rec.job_key {
+            item.insert("job_key".into(), s(k));
+        }
         if let Some(p) = &rec.preview {
             item.insert("preview".into(), s(p));
         }
@@ -554,7 +558,9 @@ impl Store for DynamoStore {
             .update_item()
             .table_name(&self.names.verdicts)
             .key("verdict_id", s(verdict_id))
-            .update_expression("SET #s = :final, #d = :doc")
+            // The job key goes with the pending state: copies of the pass-2 job can no
+            // longer be opened.
+            .update_expression("SET #s = :final, #d = :doc REMOVE job_key")
             .condition_expression("attribute_exists(verdict_id) AND #s = :pending")
             .expression_attribute_names("#s", "status")
             .expression_attribute_names("#d", "document")

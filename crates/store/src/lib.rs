@@ -79,6 +79,11 @@ pub struct VerdictRecord {
     /// What the sworn webhook came to, once it did (set by
     /// [`Store::record_webhook_outcome`], never by `put_verdict`).
     pub webhook_outcome: Option<WebhookOutcome>,
+    /// Sworn, while pending: the data key (hex) its pass-2 job's deliverable is sealed
+    /// under (`umpire_core::seal`). `finalize_verdict` removes it, and deleting the
+    /// verdict deletes it, so every copy of the job (retries, the DLQ) is unreadable
+    /// from then on.
+    pub job_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

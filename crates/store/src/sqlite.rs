@@ -80,11 +80,12 @@ CREATE INDEX IF NOT EXISTS jobs_due ON jobs (not_before);
 
 /// Columns added to `verdicts` after its first release: a data directory made by an
 /// earlier version gains them on open (the webhook's state, kept on the verdict).
-const VERDICT_ADDED_COLUMNS: [(&str, &str); 4] = [
+const VERDICT_ADDED_COLUMNS: [(&str, &str); 5] = [
     ("webhook_attempt", "INTEGER"),
     ("webhook_held_until", "INTEGER"),
     ("webhook_done", "INTEGER"),
     ("webhook_outcome", "TEXT"),
+    ("job_key", "TEXT"),
 ];
 
 fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
@@ -207,6 +208,7 @@ fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, S
                 .get::<_, Option<String>>(10)?
                 .as_deref()
                 .and_then(WebhookOutcome::parse),
+            job_key: r.get(11)?,
         },
         status,
     ))
@@ -356,9 +358,10 @@ fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
     })
 }
 
-const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at";
-/// What a verdict is read back with: its columns and the webhook's outcome.
-const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome";
+const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, job_key";
+/// What a verdict is read back with: its columns (the job key last) and the webhook's
+/// outcome.
+const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome, job_key";
 const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";
 
 #[async_trait]
@@ -368,7 +371,7 @@ impl Store for SqliteStore {
         let inserted = self
             .run(move |c| {
                 c.execute(
-                    &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                    &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
                     params![
                         r.verdict_id,
                         r.tier,
@@ -379,7 +382,8 @@ impl Store for SqliteStore {
                         r.spec_hash,
                         r.webhook_url,
                         r.created_at,
-                        r.expires_at
+                        r.expires_at,
+                        r.job_key
                     ],
                 )
             })
@@ -429,7 +433,7 @@ impl Store for SqliteStore {
                 }
                 Some(_) => {
                     tx.execute(
-                        "UPDATE verdicts SET status = 'final', document = ?2 WHERE verdict_id = ?1",
+                        "UPDATE verdicts SET status = 'final', document = ?2, job_key = NULL WHERE verdict_id = ?1",
                         params![id, doc],
                     )?;
                     Finalize::Done

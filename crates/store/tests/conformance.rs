@@ -31,6 +31,7 @@ fn verdict(id: &str, spec_hash: &str, webhook: Option<&str>, expires_at: u64) ->
         created_at: NOW,
         expires_at,
         webhook_outcome: None,
+        job_key: None,
     }
 }
 
@@ -113,10 +114,21 @@ async fn retention_is_enforced_on_read(store: &dyn Store) {
 }
 
 async fn finalize_happens_exactly_once(store: &dyn Store) {
+    let key = "ab".repeat(32);
     store
-        .put_verdict(&verdict("vrd_f", "s3", None, NOW + 100))
+        .put_verdict(&VerdictRecord {
+            job_key: Some(key.clone()),
+            ..verdict("vrd_f", "s3", None, NOW + 100)
+        })
         .await
         .expect("put");
+    // The pass-2 job's key is kept while the verdict is pending...
+    let pending = store
+        .get_verdict("vrd_f", NOW)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(pending.job_key.as_deref(), Some(key.as_str()));
     assert_eq!(
         store.finalize_verdict("vrd_f", "DOC1").await.expect("fin"),
         Finalize::Done
@@ -132,6 +144,8 @@ async fn finalize_happens_exactly_once(store: &dyn Store) {
         .expect("present");
     assert_eq!(got.status, VerdictStatus::Final);
     assert_eq!(got.document.as_deref(), Some("DOC1"));
+    // ...and gone with it: copies of the job can no longer be opened.
+    assert_eq!(got.job_key, None, "finalizing removes the job key");
     assert_eq!(
         store
             .finalize_verdict("vrd_nope", "DOC")
