@@ -100,7 +100,7 @@ async fn bought(
         tier: Tier::Sworn,
         spec: parse_spec(&spec, Some(Tier::Sworn)).expect("spec"),
         deliverable: parse_deliverable(
-            &parse(br#"{"text":"ready to ship"}"#).expect("deliverable JSON"),
+            &parse(format!(r#"{{"text":"{DELIVERABLE}"}}"#).as_bytes()).expect("deliverable JSON"),
             "deliverable",
         )
         .expect("deliverable"),
@@ -254,17 +254,34 @@ async fn drain(state: &AppState, runner: Runner) -> usize {
     received
 }
 
+/// The sworn deliverable of these tests: long enough that any 16-byte piece of it is
+/// its own.
+const DELIVERABLE: &str = "ready to ship build 7f3c-91ab-keep-this-private";
+
+/// No 16-byte piece of [`DELIVERABLE`] in `bytes`.
+fn holds_no_deliverable(bytes: &[u8]) -> bool {
+    let d = DELIVERABLE.as_bytes();
+    !d.windows(16).any(|w| bytes.windows(16).any(|b| b == w))
+}
+
 async fn exactly_once(
     setup: Arc<dyn Store>,
     store: Arc<dyn Store>,
     queue: Arc<dyn JobQueue>,
     runner: Runner,
-) {
+) -> Job {
     let page = Scripted::start(vec![(200, "service up")]);
     let hook = Scripted::start(vec![(200, "thanks")]);
     let state = state(store, queue.clone());
     let (verdict_id, pass2) = bought(&state, setup.as_ref(), &page, &hook).await;
     assert_eq!(pass2.kind, JOB_PASS2);
+    // The job carries the deliverable sealed; what an operator needs stays readable.
+    assert!(
+        holds_no_deliverable(pass2.payload.as_bytes()),
+        "{}",
+        pass2.payload
+    );
+    assert!(pass2.payload.contains("deliverable_hash"));
     queue
         .enqueue(&pass2, std::time::Duration::ZERO)
         .await
@@ -291,7 +308,10 @@ async fn exactly_once(
     );
 
     // A late redelivery of pass 2, after everything is done, changes nothing.
-    assert_eq!(run_copies(&state, runner, &[pass2], 1).await, vec![true]);
+    assert_eq!(
+        run_copies(&state, runner, std::slice::from_ref(&pass2), 1).await,
+        vec![true]
+    );
     drain(&state, runner).await;
     let again = state
         .store
@@ -325,6 +345,10 @@ async fn exactly_once(
         page.received().len() >= 2,
         "pass 1 and pass 2 fetched the page"
     );
+    // Final: the job's key is gone with the pending state, so any copy of the job left
+    // anywhere (a retry, the dead-letter queue) can no longer be opened.
+    assert_eq!(record.job_key, None);
+    pass2
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -332,6 +356,11 @@ async fn embedded_store_one_document_one_webhook() {
     let dir = TempDir::new("worker-sqlite");
     let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
     exactly_once(store.clone(), store.clone(), store, Runner::Local).await;
+    // Nothing of the deliverable in the store file, its free pages or its log.
+    for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
+        let bytes = std::fs::read(entry.path()).expect("read");
+        assert!(holds_no_deliverable(&bytes), "{}", entry.path().display());
+    }
 }
 
 mod aws {
@@ -364,7 +393,31 @@ mod aws {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn dynamodb_and_sqs_one_document_one_webhook() {
         let (stack, setup, store, queue) = aws().await;
-        exactly_once(setup, store, queue, Runner::Lambda).await;
+        let pass2 = exactly_once(setup, store, queue, Runner::Lambda).await;
+        // A copy of the pass-2 job forced into the dead-letter queue (as five failed
+        // receives put it there): its bytes there hold nothing of the deliverable, and
+        // its key went with the verdict's pending state.
+        let admin = aws_sdk_sqs::Client::new(&stack.admin_config().await);
+        let dlq = stack.name("JobsDeadLetterQueue");
+        admin
+            .send_message()
+            .queue_url(&dlq)
+            .message_body(SqsQueue::encode(&pass2).expect("encode"))
+            .send()
+            .await
+            .expect("into the DLQ");
+        let kept = admin
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .expect("read the DLQ");
+        let bodies: Vec<&str> = kept.messages().iter().filter_map(|m| m.body()).collect();
+        assert!(!bodies.is_empty(), "the DLQ holds the copy");
+        for body in bodies {
+            assert!(holds_no_deliverable(body.as_bytes()), "{body}");
+        }
         let denied = tokio::task::block_in_place(|| stack.denied());
         assert!(denied.is_empty(), "refused: {denied:?}");
     }
