@@ -22,6 +22,44 @@ fn post_json(stack: &LocalStack, path: &str, body: &str) -> umpire_blackbox::Rep
     )
 }
 
+/// Every item of every table and every message of every queue, as text (the test's own
+/// access).
+async fn everything_stored(stack: &LocalStack) -> String {
+    let config = stack.admin_config().await;
+    let db = aws_sdk_dynamodb::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let mut out = String::new();
+    for table in [
+        "VerdictsTable",
+        "IdempotencyTable",
+        "PaymentsTable",
+        "RateLimitsTable",
+        "FeedbackTable",
+    ] {
+        let items = db
+            .scan()
+            .table_name(stack.name(table))
+            .send()
+            .await
+            .expect("scan");
+        out.push_str(&format!("{:?}", items.items()));
+    }
+    for queue in ["JobsQueue", "JobsDeadLetterQueue"] {
+        let got = sqs
+            .receive_message()
+            .queue_url(stack.name(queue))
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("receive");
+        for m in got.messages() {
+            out.push_str(m.body().unwrap_or_default());
+        }
+    }
+    out
+}
+
 /// Every decision was an allow; otherwise the refused calls, as the gate saw them.
 fn assert_nothing_denied(stack: &LocalStack) {
     let denied = stack.denied();
@@ -32,11 +70,11 @@ fn assert_nothing_denied(stack: &LocalStack) {
     );
 }
 
-const BASIC: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+const BASIC: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass on build 7f3c-91ab-basic"}}"###;
 
 fn sworn_body(page: std::net::SocketAddr, hook: std::net::SocketAddr) -> String {
     format!(
-        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{page}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}},"deliverable":{{"text":"ready to ship"}},"webhook_url":"http://{hook}/hook"}}"#
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{page}/status","expect":{{"status":200,"keyword":"up"}}}},{{"type":"regex","pattern":"^ready"}}]}},"deliverable":{{"text":"ready to ship build 7f3c-91ab-sworn"}},"webhook_url":"http://{hook}/hook"}}"#
     )
 }
 
@@ -537,6 +575,22 @@ async fn every_route_and_job_runs_under_its_own_role() {
 
     // A pass-2 job whose purchase never settled: the worker deletes its verdict.
     unsold_pass2(&stack).await;
+
+    // The data promise, on DynamoDB and SQS: nothing of the deliverables bought above
+    // is kept in any table or queue (dead letters included) once their verdicts exist.
+    for deliverable in [
+        "all tests pass on build 7f3c-91ab-basic",
+        "ready to ship build 7f3c-91ab-sworn",
+    ] {
+        let kept = everything_stored(&stack).await;
+        for w in deliverable.as_bytes().windows(16) {
+            let w = String::from_utf8_lossy(w);
+            assert!(
+                !kept.contains(w.as_ref()),
+                "the stack keeps {w:?} of a deliverable"
+            );
+        }
+    }
 
     assert_nothing_denied(&stack);
     let report = surplus(&stack);
