@@ -1,14 +1,13 @@
 //! `GET /v1/reputation?merchant=0x…` ($0.01): the signed reputation report.
 //!
-//! The report reads a bounded slice of the ledger, never the table: the merchant's
-//! newest rows in the 90-day window (at most [`MAX_MERCHANT_ROWS`], one index query),
-//! then, for independence, the rows of its largest payers across all merchants (at most
-//! [`MAX_PAYERS_EXAMINED`] payers, [`MAX_ROWS_PER_PAYER`] rows each, one index query
-//! each). Every metric is defined in docs/reputation.md.
+//! The report is exact over the merchant's whole 90-day window, and reads only what is
+//! the merchant's own, never the table: every one of its rows in the window (its index,
+//! paginated), then, for independence, how each of its payers' rows in the window spread
+//! across merchants (the payer index, each payer read only until it has shown two rows
+//! and two merchants). Every metric is defined in docs/reputation.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use futures::StreamExt;
 use umpire_chain::Outcome;
 use umpire_chain::claim::{lower_hex, parse_address};
 use umpire_core::document::sign;
@@ -18,33 +17,24 @@ use umpire_core::product::{
     BASE_CHAIN_ID, FEEDBACK_WINDOW_DAYS, MIN_FEEDBACK_USDC_UNITS, REPUTATION_PRICE,
 };
 use umpire_core::{ApiError, ErrorCode};
-use umpire_store::{FeedbackRow, Store, StoreError};
+use umpire_store::{FeedbackRow, PayerSpread, Store, StoreError};
 
 use crate::checkout::{self, Prepared, Product};
 use crate::feedback::usdc_decimal;
 use crate::{AppState, Request, Response, respond};
 
 pub const REPUTATION_DOCUMENT: &str = "umpire.reputation.v1";
-/// The merchant's newest rows a report reads.
-pub const MAX_MERCHANT_ROWS: usize = 5_000;
-/// Payers (largest attested volume first) whose rows across merchants are read.
-pub const MAX_PAYERS_EXAMINED: usize = 100;
-/// Rows read per examined payer.
-pub const MAX_ROWS_PER_PAYER: usize = 100;
-/// Payer lookups in flight at once.
-const PAYER_QUERIES_AT_ONCE: usize = 16;
 
 pub const CAVEAT: &str = "Each row proves a successful USDC transfer of at least min_feedback_usdc from the payer to this merchant on the chain named by chain_id (8453: Base) within the window, and a signature of the feedback by the wallet that paid. It does not prove an independent counterparty: a merchant can pay itself from fresh wallets for the price of the transfers. Read payer_concentration and weighted_fulfillment_rate before feedback_count. No feedback is not a judgment.";
 
 /// What one report reads.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
-    /// The merchant's rows in the window, newest first.
+    /// The merchant's rows in the window, newest first: all of them.
     pub rows: Vec<FeedbackRow>,
-    /// True when the window held more rows than a report reads.
-    pub truncated: bool,
-    /// For each examined payer: their rows in the window, across merchants.
-    pub payers: BTreeMap<String, Vec<FeedbackRow>>,
+    /// For each of those rows' payers: how its rows in the window spread across
+    /// merchants (counted up to 2: one row or more, one merchant or more).
+    pub spreads: BTreeMap<String, PayerSpread>,
 }
 
 fn units(row: &FeedbackRow) -> u128 {
@@ -68,32 +58,18 @@ pub async fn read_ledger(
     since: u64,
 ) -> Result<Ledger, StoreError> {
     let rows = store
-        .feedback_for_merchant(merchant, since, MAX_MERCHANT_ROWS + 1)
+        .feedback_for_merchant(merchant, since, usize::MAX)
         .await?;
-    let truncated = rows.len() > MAX_MERCHANT_ROWS;
-    let rows: Vec<FeedbackRow> = rows.into_iter().take(MAX_MERCHANT_ROWS).collect();
-    let examined: Vec<String> = payers_by_volume(&rows)
+    let payers: Vec<String> = rows
+        .iter()
+        .map(|r| r.payer.clone())
+        .collect::<BTreeSet<_>>()
         .into_iter()
-        .take(MAX_PAYERS_EXAMINED)
-        .map(|(p, _)| p)
         .collect();
-    let lookups = futures::stream::iter(examined.into_iter().map(|payer| async move {
-        let rows = store
-            .feedback_by_payer(&payer, since, MAX_ROWS_PER_PAYER)
-            .await;
-        (payer, rows)
-    }))
-    .buffer_unordered(PAYER_QUERIES_AT_ONCE)
-    .collect::<Vec<_>>()
-    .await;
-    let mut payers = BTreeMap::new();
-    for (payer, rows) in lookups {
-        payers.insert(payer, rows?);
-    }
+    let spreads = store.payer_spreads(&payers, since, 2).await?;
     Ok(Ledger {
         rows,
-        truncated,
-        payers,
+        spreads: payers.into_iter().zip(spreads).collect(),
     })
 }
 
@@ -156,19 +132,9 @@ pub fn metrics(ledger: &Ledger) -> Value {
         *rows_per_payer.entry(r.payer.as_str()).or_default() += 1;
     }
     let top_payer_rows = rows_per_payer.values().copied().max().unwrap_or(0);
-    let examined = ledger.payers.len() as u128;
-    let single_use = ledger.payers.values().filter(|r| r.len() == 1).count() as u128;
-    let cross_merchant = ledger
-        .payers
-        .values()
-        .filter(|r| {
-            r.iter()
-                .map(|row| row.merchant.as_str())
-                .collect::<BTreeSet<_>>()
-                .len()
-                >= 2
-        })
-        .count() as u128;
+    let examined = ledger.spreads.len() as u128;
+    let single_use = ledger.spreads.values().filter(|s| s.rows == 1).count() as u128;
+    let cross_merchant = ledger.spreads.values().filter(|s| s.merchants >= 2).count() as u128;
     let seen = |pick: fn(u64, u64) -> u64| {
         rows.iter()
             .map(|r| r.block_time)
@@ -221,12 +187,14 @@ pub fn metrics(ledger: &Ledger) -> Value {
                     "cross_merchant_payer_share",
                     ratio(cross_merchant, examined),
                 )
-                .with("payers_examined", ledger.payers.len()),
+                .with("payers_examined", ledger.spreads.len()),
         )
         .with("first_seen", seen(u64::min))
         .with("last_seen", seen(u64::max))
         .with("rows_read", rows.len())
-        .with("rows_truncated", ledger.truncated)
+        // Reports are exact: every row of the window is read. Kept for clients that
+        // read it from earlier reports.
+        .with("rows_truncated", false)
 }
 
 /// The signed report for `merchant` (lowercase hex) as of `now`.
@@ -359,6 +327,27 @@ mod tests {
         }
     }
 
+    /// The ledger of merchant `m` out of every row of the window, spreads by brute force.
+    fn ledger_of(all: &[FeedbackRow], m: &str) -> Ledger {
+        let rows: Vec<FeedbackRow> = all.iter().filter(|r| r.merchant == m).cloned().collect();
+        let spreads = rows
+            .iter()
+            .map(|r| {
+                let theirs: Vec<&FeedbackRow> = all.iter().filter(|x| x.payer == r.payer).collect();
+                let merchants: BTreeSet<&str> =
+                    theirs.iter().map(|x| x.merchant.as_str()).collect();
+                (
+                    r.payer.clone(),
+                    PayerSpread {
+                        rows: theirs.len().min(2),
+                        merchants: merchants.len().min(2),
+                    },
+                )
+            })
+            .collect();
+        Ledger { rows, spreads }
+    }
+
     fn f(v: &Value, k: &str) -> f64 {
         v.get(k)
             .and_then(Value::as_f64)
@@ -386,24 +375,14 @@ mod tests {
     fn rates_medians_and_weights_follow_their_definitions() {
         let p = |i: usize| format!("0x{:040x}", 0xa0 + i);
         // Two 1-USDC fulfilled, one 3-USDC partial, one 0.01 failed, from three payers.
-        let rows = vec![
+        let all = vec![
             row(1, M, &p(1), 1_000_000, "fulfilled"),
             row(2, M, &p(1), 1_000_000, "fulfilled"),
             row(3, M, &p(2), 3_000_000, "partial"),
             row(4, M, &p(3), 10_000, "failed"),
+            row(9, OTHER, &p(2), 50_000, "fulfilled"),
         ];
-        let mut payers = BTreeMap::new();
-        payers.insert(p(1), vec![rows[0].clone(), rows[1].clone()]);
-        payers.insert(
-            p(2),
-            vec![rows[2].clone(), row(9, OTHER, &p(2), 50_000, "fulfilled")],
-        );
-        payers.insert(p(3), vec![rows[3].clone()]);
-        let m = metrics(&Ledger {
-            rows,
-            truncated: false,
-            payers,
-        });
+        let m = metrics(&ledger_of(&all, M));
         assert_eq!(m.get("unique_payers").and_then(Value::as_u64), Some(3));
         assert_eq!(
             m.get("usdc_volume_attested").and_then(Value::as_str),
@@ -437,29 +416,21 @@ mod tests {
         let farmed_rows: Vec<FeedbackRow> = (0..60)
             .map(|i| row(i, M, &format!("0x{:040x}", 0xf000 + i), 10_000, "fulfilled"))
             .collect();
-        let farmed = Ledger {
-            payers: farmed_rows
-                .iter()
-                .map(|r| (r.payer.clone(), vec![r.clone()]))
-                .collect(),
-            rows: farmed_rows,
-            truncated: false,
-        };
+        let farmed = ledger_of(&farmed_rows, M);
         // ...against 10 real customers who each also buy from another merchant.
-        let mut honest = Ledger::default();
+        let mut all = Vec::new();
         for i in 0..10 {
             let payer = format!("0x{:040x}", 0xc000 + i);
-            let here = row(
+            all.push(row(
                 100 + 2 * i,
                 M,
                 &payer,
                 2_000_000,
                 if i < 8 { "fulfilled" } else { "failed" },
-            );
-            let there = row(101 + 2 * i, OTHER, &payer, 500_000, "fulfilled");
-            honest.rows.push(here.clone());
-            honest.payers.insert(payer, vec![here, there]);
+            ));
+            all.push(row(101 + 2 * i, OTHER, &payer, 500_000, "fulfilled"));
         }
+        let honest = ledger_of(&all, M);
         let (f_m, h_m) = (metrics(&farmed), metrics(&honest));
         let share = |m: &Value, k: &str| f(m.get("payer_concentration").expect("pc"), k);
         assert_eq!(share(&f_m, "single_use_payer_share"), 1.0);

@@ -14,10 +14,13 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::{
-    Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, PaymentClaim, PaymentEntry,
-    PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError, StoredResponse, Unix,
-    VerdictRecord, VerdictStatus, WebhookOutcome,
+    Claim, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, PayerSpread, PaymentClaim,
+    PaymentEntry, PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError,
+    StoredResponse, Unix, VerdictRecord, VerdictStatus, WebhookOutcome,
 };
+
+/// Payer index queries in flight at once for one report.
+const PAYER_QUERIES_AT_ONCE: usize = 32;
 
 /// One secondary index.
 #[derive(Debug, Clone, Copy)]
@@ -354,6 +357,45 @@ impl DynamoStore {
         out.sort_by(|a, b| (b.block_time, &b.tx_hash).cmp(&(a.block_time, &a.tx_hash)));
         out.truncate(limit);
         Ok(out)
+    }
+
+    /// One payer's spread: its rows in the window (by_payer, only `merchant` read),
+    /// page by page until both counts reach `cap`.
+    async fn payer_spread(&self, payer: &str, since: Unix, cap: usize) -> Result<PayerSpread> {
+        let mut rows = 0usize;
+        let mut merchants: Vec<String> = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name("by_payer")
+                .key_condition_expression("payer = :p AND block_time >= :since")
+                .expression_attribute_values(":p", s(payer))
+                .expression_attribute_values(":since", n(since))
+                .projection_expression("merchant")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items() {
+                rows += 1;
+                let m = opt_s(item, "merchant").unwrap_or_default();
+                if merchants.len() < cap && !merchants.contains(&m) {
+                    merchants.push(m);
+                }
+            }
+            let done = rows >= cap && merchants.len() >= cap;
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() && !done => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(PayerSpread {
+            rows: rows.min(cap),
+            merchants: merchants.len(),
+        })
     }
 
     async fn query_all(
@@ -967,13 +1009,24 @@ impl Store for DynamoStore {
             .await
     }
 
-    async fn feedback_by_payer(
+    async fn payer_spreads(
         &self,
-        payer: &str,
+        payers: &[String],
         since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("by_payer", "payer", payer, since, limit)
+        cap: usize,
+    ) -> Result<Vec<PayerSpread>> {
+        use futures::StreamExt as _;
+        // Collected first: a lazy map's closure would make the future's Send bound
+        // higher-ranked, which the trait's boxed future cannot carry.
+        let lookups: Vec<_> = payers
+            .iter()
+            .map(|p| self.payer_spread(p, since, cap))
+            .collect();
+        futures::stream::iter(lookups)
+            .buffered(PAYER_QUERIES_AT_ONCE)
+            .collect::<Vec<_>>()
             .await
+            .into_iter()
+            .collect()
     }
 }

@@ -381,20 +381,31 @@ pub trait Store: Send + Sync {
     /// Adds a feedback row; `AlreadyExists` if the transaction already has one.
     async fn put_feedback(&self, row: &FeedbackRow) -> Result<()>;
     /// A merchant's rows with `block_time >= since`, newest first, at most `limit`
-    /// (reports read a bounded slice, never the table).
+    /// (reports read the merchant's own rows, never the table).
     async fn feedback_for_merchant(
         &self,
         merchant: &str,
         since: Unix,
         limit: usize,
     ) -> Result<Vec<FeedbackRow>>;
-    /// A payer's rows across merchants, likewise.
-    async fn feedback_by_payer(
+    /// For each payer (in order): its rows with `block_time >= since` across merchants
+    /// and the distinct merchants among them, each counted up to `cap` (reading a
+    /// payer stops once both reach it). What a report's independence signals need,
+    /// read for the merchant's own payers only.
+    async fn payer_spreads(
         &self,
-        payer: &str,
+        payers: &[String],
         since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>>;
+        cap: usize,
+    ) -> Result<Vec<PayerSpread>>;
+}
+
+/// How one payer's feedback in a window spreads: rows and distinct merchants, each up
+/// to the cap asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PayerSpread {
+    pub rows: usize,
+    pub merchants: usize,
 }
 
 #[async_trait]
@@ -503,7 +514,7 @@ impl Store for NoStore {
     async fn feedback_for_merchant(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
         Self::refuse()
     }
-    async fn feedback_by_payer(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
+    async fn payer_spreads(&self, _: &[String], _: Unix, _: usize) -> Result<Vec<PayerSpread>> {
         Self::refuse()
     }
 }

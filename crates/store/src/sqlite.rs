@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::{
     Claim, Delivery, FeedbackRow, Finalize, IdempotencyRecord, IdempotencyState, Job, JobQueue,
-    PaymentClaim, PaymentEntry, PaymentMove, PaymentPhase, PaymentState, Result, Store, StoreError,
-    StoredResponse, Unix, VerdictRecord, VerdictStatus, WebhookOutcome,
+    PayerSpread, PaymentClaim, PaymentEntry, PaymentMove, PaymentPhase, PaymentState, Result,
+    Store, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus, WebhookOutcome,
 };
 
 pub const FILE_NAME: &str = "umpire.sqlite3";
@@ -741,13 +741,33 @@ impl Store for SqliteStore {
         self.feedback_on("merchant", merchant, since, limit).await
     }
 
-    async fn feedback_by_payer(
+    async fn payer_spreads(
         &self,
-        payer: &str,
+        payers: &[String],
         since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>> {
-        self.feedback_on("payer", payer, since, limit).await
+        cap: usize,
+    ) -> Result<Vec<PayerSpread>> {
+        let payers = payers.to_vec();
+        self.run(move |c| {
+            // One indexed count per payer (feedback_payer: payer, block_time), all in
+            // one visit to the connection.
+            let mut st = c.prepare(
+                "SELECT COUNT(*), COUNT(DISTINCT merchant) FROM feedback WHERE payer = ?1 AND block_time >= ?2",
+            )?;
+            payers
+                .iter()
+                .map(|p| {
+                    st.query_row(params![p, since], |r| {
+                        let (rows, merchants): (i64, i64) = (r.get(0)?, r.get(1)?);
+                        Ok(PayerSpread {
+                            rows: usize::try_from(rows).unwrap_or(0).min(cap),
+                            merchants: usize::try_from(merchants).unwrap_or(0).min(cap),
+                        })
+                    })
+                })
+                .collect()
+        })
+        .await
     }
 }
 

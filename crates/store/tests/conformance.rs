@@ -11,9 +11,9 @@ use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
-    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PaymentClaim, PaymentMove,
-    PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord, VerdictStatus,
-    WebhookOutcome,
+    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PayerSpread, PaymentClaim,
+    PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord,
+    VerdictStatus, WebhookOutcome,
 };
 
 const NOW: u64 = 1_796_223_845;
@@ -762,15 +762,29 @@ async fn feedback_is_one_per_transaction_and_queryable(store: &dyn Store) {
             .collect::<Vec<_>>(),
         vec!["0xt2"]
     );
-    let by_payer = store.feedback_by_payer(p, 0, 100).await.expect("q");
+    // How each payer's rows in the window spread across merchants, up to the cap.
+    let q = "0x4444444444444444444444444444444444444444";
+    let nobody = "0x5555555555555555555555555555555555555555";
+    let payers = [p.to_owned(), q.to_owned(), nobody.to_owned()];
+    let spread = |rows, merchants| PayerSpread { rows, merchants };
     assert_eq!(
-        by_payer
-            .iter()
-            .map(|r| r.tx_hash.as_str())
-            .collect::<Vec<_>>(),
-        vec!["0xt3", "0xt2", "0xt1"]
+        store.payer_spreads(&payers, 0, 2).await.expect("q"),
+        vec![spread(2, 2), spread(1, 1), spread(0, 0)]
     );
-    assert_eq!(store.feedback_by_payer(p, 0, 2).await.expect("q").len(), 2);
+    assert_eq!(
+        store.payer_spreads(&payers, 0, 10).await.expect("q"),
+        vec![spread(3, 2), spread(1, 1), spread(0, 0)]
+    );
+    // The window: p's rows at NOW-100 and NOW-50 (merchant m) and NOW-10 (other).
+    assert_eq!(
+        store.payer_spreads(&payers, NOW - 60, 10).await.expect("q"),
+        vec![spread(2, 2), spread(0, 0), spread(0, 0)]
+    );
+    assert_eq!(
+        store.payer_spreads(&payers, NOW - 20, 10).await.expect("q"),
+        vec![spread(1, 1), spread(0, 0), spread(0, 0)]
+    );
+    assert_eq!(store.payer_spreads(&[], 0, 2).await.expect("q"), vec![]);
 }
 
 macro_rules! conformance {

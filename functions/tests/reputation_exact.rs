@@ -1,0 +1,260 @@
+//! The reputation report is exact over the merchant's whole 90-day window: its
+//! independence signals equal what brute force computes over every row, on the
+//! embedded store and on DynamoDB (moto), for a farmed ledger (2,000 fresh wallets
+//! paying the floor once, beside 300 honest payers) and for 100,000 rows from 20,000
+//! payers. Nothing is capped: the farm cannot hide past any top-N.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use umpire_api::reputation::{metrics, read_ledger};
+use umpire_core::json::Value;
+use umpire_store::dynamo::{DynamoStore, TableNames};
+use umpire_store::sqlite::SqliteStore;
+use umpire_store::{FeedbackRow, Store};
+
+const NOW: u64 = 1_800_000_000;
+const WINDOW: u64 = umpire_core::product::FEEDBACK_WINDOW_DAYS * 86_400;
+const M: &str = "0x1111111111111111111111111111111111111111";
+
+/// A small deterministic generator (the ledgers must be the same on every run).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn addr(kind: u64, i: u64) -> String {
+    format!("0x{kind:08x}{i:032x}")
+}
+
+struct Rows {
+    all: Vec<FeedbackRow>,
+    n: u64,
+}
+
+impl Rows {
+    fn push(&mut self, merchant: &str, payer: &str, units: u64, block_time: u64) {
+        self.n += 1;
+        self.all.push(FeedbackRow {
+            tx_hash: format!("0x{:064x}", self.n),
+            merchant: merchant.into(),
+            payer: payer.into(),
+            outcome: ["fulfilled", "partial", "failed"][(self.n % 3) as usize].into(),
+            would_repeat: self.n.is_multiple_of(2).then_some(self.n.is_multiple_of(4)),
+            latency_ms: self.n.is_multiple_of(5).then_some(self.n * 7),
+            amount_units: units.to_string(),
+            block_time,
+            created_at: NOW,
+        });
+    }
+}
+
+/// `honest` payers (1-4 rows at M of varied amounts, most also paying up to 3 other
+/// merchants, some of those rows older than the window) and `fresh` wallets paying M
+/// the floor once.
+fn ledger(honest: u64, fresh: u64, seed: u64) -> Vec<FeedbackRow> {
+    let mut rng = Lcg(seed);
+    let mut rows = Rows {
+        all: Vec::new(),
+        n: 0,
+    };
+    let in_window = |rng: &mut Lcg| NOW - 1 - rng.next(WINDOW - 10);
+    for i in 0..honest {
+        let payer = addr(0xc0, i);
+        for _ in 0..=rng.next(4) {
+            let units = 10_000 + rng.next(50_000_000);
+            let t = in_window(&mut rng);
+            rows.push(M, &payer, units, t);
+        }
+        for _ in 0..rng.next(4) {
+            let other = addr(0xaa, rng.next(50));
+            // A quarter of these are older than the window: they must not count.
+            let t = if rng.next(4) == 0 {
+                NOW - WINDOW - 1 - rng.next(86_400)
+            } else {
+                in_window(&mut rng)
+            };
+            rows.push(&other, &payer, 10_000 + rng.next(5_000_000), t);
+        }
+    }
+    for i in 0..fresh {
+        let t = in_window(&mut rng);
+        rows.push(M, &addr(0xf0, i), 10_000, t);
+    }
+    rows.all
+}
+
+/// The report's rounding: half up to 4 decimal places.
+fn ratio(num: u128, den: u128) -> f64 {
+    if den == 0 {
+        return 0.0;
+    }
+    ((num * 20_000 + den) / (2 * den)) as f64 / 10_000.0
+}
+
+/// (single_use_payer_share, cross_merchant_payer_share, payers) over every row.
+fn brute_force(all: &[FeedbackRow]) -> (f64, f64, usize) {
+    let since = NOW - WINDOW;
+    let window: Vec<&FeedbackRow> = all.iter().filter(|r| r.block_time >= since).collect();
+    let payers: BTreeSet<&str> = window
+        .iter()
+        .filter(|r| r.merchant == M)
+        .map(|r| r.payer.as_str())
+        .collect();
+    let mut rows: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut merchants: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for r in &window {
+        *rows.entry(r.payer.as_str()).or_default() += 1;
+        merchants
+            .entry(r.payer.as_str())
+            .or_default()
+            .insert(r.merchant.as_str());
+    }
+    let single = payers.iter().filter(|p| rows[*p] == 1).count() as u128;
+    let cross = payers.iter().filter(|p| merchants[*p].len() >= 2).count() as u128;
+    let n = payers.len() as u128;
+    (ratio(single, n), ratio(cross, n), payers.len())
+}
+
+async fn report_of(store: &dyn Store, all: &[FeedbackRow]) -> Value {
+    use futures::StreamExt as _;
+    // A few writes at a time (a local server takes them one by one).
+    let puts: Vec<_> = all.iter().map(|r| store.put_feedback(r)).collect();
+    let results: Vec<_> = futures::stream::iter(puts)
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for put in results {
+        put.expect("put feedback");
+    }
+    let ledger = read_ledger(store, M, NOW - WINDOW)
+        .await
+        .expect("read ledger");
+    metrics(&ledger)
+}
+
+fn check(report: &Value, all: &[FeedbackRow]) {
+    let (single, cross, payers) = brute_force(all);
+    let pc = report.get("payer_concentration").expect("concentration");
+    let f = |k: &str| pc.get(k).and_then(Value::as_f64).expect(k);
+    assert_eq!(f("single_use_payer_share"), single, "{pc:?}");
+    assert_eq!(f("cross_merchant_payer_share"), cross, "{pc:?}");
+    assert_eq!(
+        pc.get("payers_examined").and_then(Value::as_u64),
+        Some(payers as u64),
+        "every payer examined"
+    );
+    let rows_at_m = all
+        .iter()
+        .filter(|r| r.merchant == M && r.block_time >= NOW - WINDOW)
+        .count() as u64;
+    assert_eq!(
+        report.get("feedback_count").and_then(Value::as_u64),
+        Some(rows_at_m)
+    );
+    assert_eq!(report.get("rows_truncated"), Some(&Value::Bool(false)));
+}
+
+fn sqlite() -> (tempdir::Dir, Arc<SqliteStore>) {
+    let dir = tempdir::Dir::new();
+    let store = Arc::new(SqliteStore::open_in(&dir.0).expect("sqlite"));
+    (dir, store)
+}
+
+mod tempdir {
+    /// A directory removed when dropped.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Dir {
+            let p = std::env::temp_dir().join(umpire_core::hash::random_id("rep-exact"));
+            std::fs::create_dir_all(&p).expect("temp dir");
+            Dir(p)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_farmed_ledger_is_counted_whole_on_the_embedded_store() {
+    let all = ledger(300, 2_000, 7);
+    let (_dir, store) = sqlite();
+    let report = report_of(store.as_ref(), &all).await;
+    check(&report, &all);
+    // The farm shows: most payers are single-use.
+    let pc = report.get("payer_concentration").expect("pc");
+    assert!(
+        pc.get("single_use_payer_share")
+            .and_then(Value::as_f64)
+            .is_some_and(|s| s > 0.8),
+        "{pc:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_rows_from_twenty_thousand_payers_are_exact() {
+    // 5,000 honest payers with their other merchants, 15,000 fresh wallets: 20,000
+    // payers of M, and about 100,000 rows in all.
+    let mut all = ledger(5_000, 15_000, 11);
+    let mut extra = Rows {
+        all: Vec::new(),
+        n: 10_000_000,
+    };
+    let mut rng = Lcg(3);
+    while all.len() + extra.all.len() < 100_000 {
+        // More history for the honest payers, at M and elsewhere.
+        let payer = addr(0xc0, rng.next(5_000));
+        let merchant = if rng.next(2) == 0 {
+            M.to_owned()
+        } else {
+            addr(0xaa, rng.next(50))
+        };
+        extra.push(
+            &merchant,
+            &payer,
+            10_000 + rng.next(1_000_000),
+            NOW - 1 - rng.next(WINDOW - 10),
+        );
+    }
+    all.extend(extra.all);
+    let (_dir, store) = sqlite();
+    let report = report_of(store.as_ref(), &all).await;
+    check(&report, &all);
+    let pc = report.get("payer_concentration").expect("pc");
+    assert_eq!(
+        pc.get("payers_examined").and_then(Value::as_u64),
+        Some(20_000)
+    );
+}
+
+/// The same ledger on DynamoDB (moto, which `make test` starts): the payer index read
+/// for each of the merchant's payers, nothing capped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_farmed_ledger_is_counted_whole_on_dynamodb() {
+    let endpoint = std::env::var("UMPIRE_TEST_AWS_ENDPOINT")
+        .expect("UMPIRE_TEST_AWS_ENDPOINT: the local AWS server `make test` starts");
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "tests",
+        ))
+        .load()
+        .await;
+    let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("rep")));
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), names);
+    store.create_tables().await.expect("tables");
+    // Smaller than the embedded store's (moto answers one call at a time), the same shape.
+    let all = ledger(120, 600, 5);
+    let report = report_of(&store, &all).await;
+    check(&report, &all);
+}
