@@ -122,6 +122,8 @@ fn brute_force(all: &[FeedbackRow]) -> (f64, f64, usize) {
     (ratio(single, n), ratio(cross, n), payers.len())
 }
 
+/// Stores `all`, then reads and computes the report as the route does; the time the
+/// report took (reads and metrics, not the set-up) is printed for `make bench`.
 async fn report_of(store: &dyn Store, all: &[FeedbackRow]) -> Value {
     use futures::StreamExt as _;
     // A few writes at a time (a local server takes them one by one).
@@ -133,10 +135,18 @@ async fn report_of(store: &dyn Store, all: &[FeedbackRow]) -> Value {
     for put in results {
         put.expect("put feedback");
     }
+    let started = std::time::Instant::now();
     let ledger = read_ledger(store, M, NOW - WINDOW)
         .await
         .expect("read ledger");
-    metrics(&ledger)
+    let report = metrics(&ledger);
+    eprintln!(
+        "reputation report: {} rows, {} payers: {} ms",
+        ledger.rows.len(),
+        ledger.spreads.len(),
+        started.elapsed().as_millis()
+    );
+    report
 }
 
 fn check(report: &Value, all: &[FeedbackRow]) {
