@@ -471,6 +471,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     state.config.sworn_delay_secs = 0;
     let now = umpire_core::time::now_unix();
     let verdict_id = umpire_core::hash::random_id("vrd");
+    let key = umpire_core::seal::DataKey::generate();
     store
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
@@ -484,7 +485,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
             created_at: now,
             expires_at: now + 3600,
             webhook_outcome: None,
-            job_key: None,
+            job_key: Some(key.to_hex()),
         })
         .await
         .expect("a pending verdict");
@@ -535,7 +536,6 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     };
 
     // Before the hold lapses: queued again, one hop more.
-    let key = umpire_core::seal::DataKey::generate();
     let job = sworn::pass2_job(
         &verdict_id,
         &key,
@@ -573,4 +573,6 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         .expect("get")
         .expect("still there");
     assert_eq!(record.status, VerdictStatus::Pending);
+    // Given up on: its job key is gone, so no copy of the job can be opened.
+    assert_eq!(record.job_key, None);
 }

@@ -281,6 +281,13 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
                         hops,
                         "pass 2 gave up on a purchase whose settlement is still unknown"
                     );
+                    // Nothing will open this job any more: its key goes, so no copy of
+                    // it (a retry, a dead letter) keeps the deliverable readable.
+                    state
+                        .store
+                        .forget_job_key(verdict_id)
+                        .await
+                        .map_err(retry)?;
                     crate::metrics::record(crate::metrics::Metric::SwornUnresolved);
                     return Ok(());
                 }

@@ -631,6 +631,31 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn forget_job_key(&self, verdict_id: &str) -> Result<()> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.verdicts)
+            .key("verdict_id", s(verdict_id))
+            .update_expression("REMOVE job_key")
+            // Never recreate a verdict that is gone (an update would).
+            .condition_expression("attribute_exists(verdict_id)")
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
     async fn delete_verdict(&self, verdict_id: &str) -> Result<()> {
         self.client
             .delete_item()

@@ -309,6 +309,9 @@ pub trait Store: Send + Sync {
     /// Pending → final with `document`, exactly once.
     async fn finalize_verdict(&self, verdict_id: &str, document: &str) -> Result<Finalize>;
     async fn delete_verdict(&self, verdict_id: &str) -> Result<()>;
+    /// Removes a pending verdict's job key (pass 2 gave up on it): every copy of its
+    /// pass-2 job is unreadable from then on. Nothing to do for a verdict that is gone.
+    async fn forget_job_key(&self, verdict_id: &str) -> Result<()>;
     /// Claims attempt `attempt` (1-based) of a verdict's webhook until `held_until`,
     /// stored on the verdict itself: won when the verdict exists, has no outcome, no
     /// later attempt was claimed, and this one is neither finished nor held at `now`.
@@ -447,6 +450,9 @@ impl Store for NoStore {
         Self::refuse()
     }
     async fn finalize_verdict(&self, _: &str, _: &str) -> Result<Finalize> {
+        Self::refuse()
+    }
+    async fn forget_job_key(&self, _: &str) -> Result<()> {
         Self::refuse()
     }
     async fn delete_verdict(&self, _: &str) -> Result<()> {

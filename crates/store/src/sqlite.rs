@@ -445,6 +445,18 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn forget_job_key(&self, verdict_id: &str) -> Result<()> {
+        let id = verdict_id.to_owned();
+        self.run(move |c| {
+            c.execute(
+                "UPDATE verdicts SET job_key = NULL WHERE verdict_id = ?1",
+                [id],
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
     async fn delete_verdict(&self, verdict_id: &str) -> Result<()> {
         let id = verdict_id.to_owned();
         self.run(move |c| c.execute("DELETE FROM verdicts WHERE verdict_id = ?1", [id]))

@@ -146,6 +146,30 @@ async fn finalize_happens_exactly_once(store: &dyn Store) {
     assert_eq!(got.document.as_deref(), Some("DOC1"));
     // ...and gone with it: copies of the job can no longer be opened.
     assert_eq!(got.job_key, None, "finalizing removes the job key");
+    // Pass 2 giving up on a pending verdict forgets its key too; a verdict that is gone
+    // stays gone.
+    store
+        .put_verdict(&VerdictRecord {
+            job_key: Some(key.clone()),
+            ..verdict("vrd_g", "s3", None, NOW + 100)
+        })
+        .await
+        .expect("put");
+    store.forget_job_key("vrd_g").await.expect("forget");
+    let given_up = store
+        .get_verdict("vrd_g", NOW)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        (given_up.status, given_up.job_key),
+        (VerdictStatus::Pending, None)
+    );
+    store
+        .forget_job_key("vrd_gone")
+        .await
+        .expect("forget nothing");
+    assert_eq!(store.get_verdict("vrd_gone", NOW).await.expect("get"), None);
     assert_eq!(
         store
             .finalize_verdict("vrd_nope", "DOC")
