@@ -387,24 +387,29 @@ fn a_round_trip_in_one_transaction_attests_only_its_net() {
     let devnet = Devnet::start();
     let merchant = devnet.accounts()[5].clone();
     let s = server(&devnet, &[]);
+    let dn = devnet.devnet_json();
+    let round_trip_to = |amount: &str, back: &str, owner_index: &str, to: Option<&str>| {
+        let mut args = vec![
+            "--devnet",
+            &dn,
+            "--merchant",
+            &merchant,
+            "--amount",
+            amount,
+            "--back",
+            back,
+            "--merchant-index",
+            "5",
+            "--owner-index",
+            owner_index,
+        ];
+        if let Some(to) = to {
+            args.extend(["--back-to", to]);
+        }
+        node_json("tests/js/wallet.mjs", &args)
+    };
     let round_trip = |amount: &str, back: &str, owner_index: &str| {
-        node_json(
-            "tests/js/wallet.mjs",
-            &[
-                "--devnet",
-                &devnet.devnet_json(),
-                "--merchant",
-                &merchant,
-                "--amount",
-                amount,
-                "--back",
-                back,
-                "--merchant-index",
-                "5",
-                "--owner-index",
-                owner_index,
-            ],
-        )
+        round_trip_to(amount, back, owner_index, None)
     };
     let feedback = |paid: &serde_json::Value| {
         let wallet = paid["wallet"].as_str().expect("wallet");
@@ -421,10 +426,15 @@ fn a_round_trip_in_one_transaction_attests_only_its_net() {
     let r = feedback(&full);
     expect(&r, 422, "amount_too_small");
     assert!(
-        String::from_utf8_lossy(&r.body).contains("back to the payer"),
+        String::from_utf8_lossy(&r.body).contains("out again in the same transaction"),
         "{}",
         String::from_utf8_lossy(&r.body)
     );
+    // 4 USDC in, 4 sent on to someone else in the same transaction (a flash loan
+    // repaid): what the merchant kept is nothing.
+    let elsewhere = devnet.accounts()[7].clone();
+    let on = round_trip_to("4000000", "4000000", "7", Some(&elsewhere));
+    expect(&feedback(&on), 422, "amount_too_small");
     // 3 USDC in, 2 back: 1 USDC attested.
     let partial = round_trip("3000000", "2000000", "9");
     let r = feedback(&partial);

@@ -3,11 +3,12 @@
 // merchant through the wallet. Prints {"wallet", "tx", "owner", "owner_private_key"}.
 //
 //   node tests/js/wallet.mjs --devnet devnet.json --merchant 0x.. --amount 1000000 [--owner-index 8]
-//     [--back 400000 --merchant-index 5]
+//     [--back 400000 --merchant-index 5 [--back-to 0x..]]
 //
 // With --back, the same transaction also moves `back` from the merchant (anvil account
 // --merchant-index, by an EIP-3009 authorization it signs) back to the wallet: a round
-// trip in one transaction (the wallet's executeBatch).
+// trip in one transaction (the wallet's executeBatch); --back-to sends it on to another
+// address instead (a flash loan repaid, say).
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, encodeFunctionData, http, parseAbi, parseSignature, toHex } from "viem";
@@ -23,6 +24,7 @@ const { values: args } = parseArgs({
     "owner-index": { type: "string", default: "8" },
     back: { type: "string" },
     "merchant-index": { type: "string", default: "5" },
+    "back-to": { type: "string" },
   },
 });
 const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
@@ -59,7 +61,7 @@ if (args.back === undefined) {
   const merchantAccount = mnemonicToAccount(MNEMONIC, { addressIndex: Number(args["merchant-index"]) });
   const message = {
     from: merchantAccount.address,
-    to: wallet,
+    to: args["back-to"] ?? wallet,
     value: BigInt(args.back),
     validAfter: 0n,
     validBefore: BigInt(Math.floor(Date.now() / 1000) + 3600),

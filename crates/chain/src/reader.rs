@@ -3,9 +3,11 @@
 //! 1. **Payment**: the transaction succeeded and carries USDC `Transfer` logs from the
 //!    payer to the merchant (the *log's* `from`: x402 transfers are submitted by a
 //!    facilitator, so the transaction's sender is not the payer). Every log is decoded;
-//!    the attested amount is the *net* of the transaction: its payer→merchant transfers
-//!    minus its merchant→payer transfers (a merchant cycling the same funds back and
-//!    forth in one transaction attests nothing), and the floor applies to that net.
+//!    the attested amount is what the payer sent the merchant in the transaction, but
+//!    never more than the merchant kept of it: its payer→merchant transfers, capped at
+//!    everything into the merchant minus everything out of it in the same transaction
+//!    (funds cycled back to the payer, or on to anyone — a flash loan repaid — attest
+//!    nothing), and the floor applies to that.
 //!    The block's time comes from its header, the age is measured against the later of
 //!    our clock and the chain's latest block, and the block must have the configured
 //!    number of confirmations.
@@ -237,7 +239,7 @@ impl FeedbackChain {
             .ok_or_else(|| ProofError::NotFound(format!("transaction {tx} is not mined yet")))?;
 
         let mut amount = U256::ZERO;
-        let mut back = U256::ZERO;
+        let (mut into_merchant, mut out_of_merchant) = (U256::ZERO, U256::ZERO);
         let mut paid_by_others = Vec::new();
         let mut paid_to_others = Vec::new();
         for log in receipt.inner.logs() {
@@ -249,8 +251,11 @@ impl FeedbackChain {
                 continue;
             };
             let t = t.inner.data;
-            if t.from == claim.merchant && t.to == claim.payer {
-                back = back.saturating_add(t.value);
+            if t.to == claim.merchant {
+                into_merchant = into_merchant.saturating_add(t.value);
+            }
+            if t.from == claim.merchant {
+                out_of_merchant = out_of_merchant.saturating_add(t.value);
                 continue;
             }
             match (t.from == claim.payer, t.to == claim.merchant) {
@@ -278,17 +283,18 @@ impl FeedbackChain {
             });
         }
         let paid = amount;
-        let amount = paid.saturating_sub(back);
+        let kept = into_merchant.saturating_sub(out_of_merchant);
+        let amount = paid.min(kept);
         if amount < U256::from(self.config.floor_units) {
-            let net = if back.is_zero() {
-                String::new()
+            let net = if out_of_merchant.is_zero() {
+                format!("the transfer paid {amount} USDC base units")
             } else {
                 format!(
-                    " net: {paid} to the merchant, {back} back to the payer in the same transaction"
+                    "the payer sent the merchant {paid} USDC base units, but the merchant sent {out_of_merchant} out again in the same transaction, so {amount} is attested"
                 )
             };
             return Err(ProofError::AmountTooSmall(format!(
-                "the transfer paid {amount} USDC base units{net}; feedback needs at least {}",
+                "{net}; feedback needs at least {}",
                 self.config.floor_units
             )));
         }

@@ -216,12 +216,17 @@ fn show(v: &Value) -> String {
     clip(&v.to_canonical_string(), REASON_VALUE_CHARS)
 }
 
-/// A value observed in the deliverable, as a reason may state it: numbers, booleans and
-/// null as they are; a string by its length and a short sha256 prefix; arrays and
-/// objects by their size. Nothing of a deliverable's text outlives its verdict, and the
-/// document keeps its reasons for 90 days.
+/// A value observed in the deliverable, as a reason may state it: booleans, null and
+/// short numbers as they are; a long number (an account or card number, say) by its
+/// length; a string by its length and a short sha256 prefix; arrays and objects by
+/// their size. Nothing of a deliverable's text outlives its verdict, and the document
+/// keeps its reasons for 90 days.
 fn describe(v: &Value) -> String {
+    const SHORT_NUMBER_CHARS: usize = 12;
     match v {
+        Value::Number(_) if v.to_canonical_string().len() > SHORT_NUMBER_CHARS => {
+            format!("a number of {} characters", v.to_canonical_string().len())
+        }
         Value::Null | Value::Bool(_) | Value::Number(_) => v.to_canonical_string(),
         Value::String(s) => format!(
             "a string of {} characters (sha256 {}…)",
@@ -505,6 +510,21 @@ mod tests {
             &json(r#"{"n":3}"#),
         );
         assert!(!o.passed && o.reason.contains("n is 3"), "{}", o.reason);
+        // A long one (an account or card number) only by its length.
+        let o = judge(
+            r#"{"type":"json_path","path":"n","op":"eq","value":5}"#,
+            &json(r#"{"n":4111111111111111}"#),
+        );
+        assert!(
+            !o.passed && !o.reason.contains("4111111111"),
+            "{}",
+            o.reason
+        );
+        assert!(
+            o.reason.contains("a number of 16 characters"),
+            "{}",
+            o.reason
+        );
     }
 
     #[test]

@@ -1364,8 +1364,6 @@ pub fn parse_deliverable(v: &Value, at: &str) -> Result<Deliverable, Vec<Problem
     }
 }
 
-/// Checks that cannot possibly pass because the deliverable lacks what they read.
-/// Refused before payment: a paid "fail" for a missing field helps nobody.
 impl Spec {
     /// Whether any check reads the deliverable (its text or its JSON).
     pub fn reads_deliverable(&self) -> bool {
@@ -1373,6 +1371,8 @@ impl Spec {
     }
 }
 
+/// Checks that cannot possibly pass because the deliverable lacks what they read.
+/// Refused before payment: a paid "fail" for a missing field helps nobody.
 pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (i, c) in spec.checks.iter().enumerate() {

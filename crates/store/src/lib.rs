@@ -82,7 +82,9 @@ pub struct VerdictRecord {
     /// Sworn, while pending: the data key (hex) its pass-2 job's deliverable is sealed
     /// under (`umpire_core::seal`). `finalize_verdict` removes it, and deleting the
     /// verdict deletes it, so every copy of the job (retries, the DLQ) is unreadable
-    /// from then on.
+    /// from then on. Never serialized (a record travels in a ledger entry's prepared
+    /// answer): only the stores' own columns hold it.
+    #[serde(skip)]
     pub job_key: Option<String>,
 }
 

@@ -126,8 +126,10 @@ impl SqliteStore {
 
     fn from_connection(conn: Connection) -> Result<SqliteStore> {
         // WAL + FULL: a committed write survives a crash of the process or the machine.
+        // secure_delete: what a row held (a job key cleared, a sealed job acknowledged)
+        // is overwritten, not left readable in the file's free pages.
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000;",
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA secure_delete = ON;",
         )
         .map_err(unavailable)?;
         conn.execute_batch(SCHEMA).map_err(unavailable)?;
