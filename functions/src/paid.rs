@@ -52,7 +52,7 @@ pub fn http_event(req: &Request) -> Vec<u8> {
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default();
     let route_key = format!("{} {path}", req.method());
-    let mut event = json!({
+    let event = json!({
         "version": "2.0",
         "routeKey": route_key,
         "rawPath": path,
@@ -79,38 +79,7 @@ pub fn http_event(req: &Request) -> Vec<u8> {
         "body": base64::engine::general_purpose::STANDARD.encode(req.body()),
         "isBase64Encoded": true
     });
-    let mut params = Map::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        params.insert(pct_decode(k), Value::from(pct_decode(v)));
-    }
-    if !params.is_empty() {
-        event["queryStringParameters"] = Value::Object(params);
-    }
     serde_json::to_vec(&event).unwrap_or_default()
-}
-
-/// A query component decoded as API Gateway decodes `queryStringParameters`.
-fn pct_decode(s: &str) -> String {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let escaped = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| Some(hex(b[i + 1])? * 16 + hex(b[i + 2])?))
-            .flatten();
-        match (b[i], escaped) {
-            (_, Some(v)) => {
-                out.push(v);
-                i += 2;
-            }
-            (b'+', None) => out.push(b' '),
-            (c, None) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The route function's answer (an API Gateway response) as an HTTP response.
@@ -218,16 +187,24 @@ mod tests {
         let event: Value = serde_json::from_slice(&http_event(&req)).expect("event");
         assert_eq!(event["rawPath"], "/v1/reputation");
         assert_eq!(event["rawQueryString"], "merchant=0xab%2Bc");
-        assert_eq!(event["queryStringParameters"]["merchant"], "0xab+c");
         assert_eq!(event["headers"]["payment-signature"], "eyJ4IjoxfQ==");
         assert_eq!(event["requestContext"]["http"]["sourceIp"], "203.0.113.7");
-        // lambda_http reads it as the route would get it from API Gateway.
+        // lambda_http reads it as the route would get it from API Gateway: the query
+        // from rawQueryString, decoded.
         let parsed: lambda_http::request::LambdaRequest =
             serde_json::from_value(event).expect("an API Gateway v2 event");
         assert!(matches!(
             parsed,
             lambda_http::request::LambdaRequest::ApiGatewayV2(_)
         ));
+        use lambda_http::RequestExt as _;
+        let req = lambda_http::Request::from(parsed);
+        assert_eq!(
+            req.query_string_parameters_ref()
+                .and_then(|q| q.first("merchant")),
+            Some("0xab+c")
+        );
+        assert_eq!(req.uri().path(), "/v1/reputation");
 
         let answer = json!({"statusCode": 402, "headers": {"payment-required": "e30=", "content-type": "application/json"}, "body": "{\"a\":1}", "isBase64Encoded": false});
         let r = http_response(answer.to_string().as_bytes()).expect("response");

@@ -384,6 +384,15 @@ pub struct Bought {
 }
 
 impl Bought {
+    /// What a node client script printed (`{"status", "headers", "body"}`).
+    pub fn printed(v: &Value) -> Bought {
+        Bought {
+            status: v["status"].as_u64().unwrap_or(0) as u16,
+            headers: v["headers"].clone(),
+            body: v["body"].as_str().unwrap_or_default().to_owned(),
+        }
+    }
+
     pub fn json(&self) -> umpire_core::Value {
         umpire_core::json::parse(self.body.as_bytes())
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
@@ -406,11 +415,7 @@ pub fn buy_get_v2(devnet: &Devnet, url: &str) -> Bought {
         "tests/js/buy.mjs",
         &["--devnet", dn.as_str(), "--method", "GET", "--url", url],
     );
-    Bought {
-        status: v["status"].as_u64().unwrap_or(0) as u16,
-        headers: v["headers"].clone(),
-        body: v["body"].as_str().unwrap_or_default().to_owned(),
-    }
+    Bought::printed(&v)
 }
 
 /// Calls a paid MCP tool at `mcp_url` with x402's official MCP client (the Python SDK's
@@ -444,11 +449,7 @@ fn buy_with(script: &str, devnet: &Devnet, url: &str, body: &str, key: Option<&s
         args.extend(["--key", k]);
     }
     let v = node_json(script, &args);
-    Bought {
-        status: v["status"].as_u64().unwrap_or(0) as u16,
-        headers: v["headers"].clone(),
-        body: v["body"].as_str().unwrap_or_default().to_owned(),
-    }
+    Bought::printed(&v)
 }
 
 /// A PAYMENT-SIGNATURE header signed by the reference client for `url`'s 402, not sent.

@@ -259,11 +259,7 @@ pub fn buy_svm(net: &SolanaNet, url: &str, body: &str, key: Option<&str>) -> Bou
         args.extend(["--key", k]);
     }
     let v = node_json("tests/js/buy.mjs", &args);
-    Bought {
-        status: v["status"].as_u64().unwrap_or(0) as u16,
-        headers: v["headers"].clone(),
-        body: v["body"].as_str().unwrap_or_default().to_owned(),
-    }
+    Bought::printed(&v)
 }
 
 /// A PAYMENT-SIGNATURE header the reference client signs for `url`'s 402 (USDC on

@@ -765,6 +765,52 @@ async fn recover(
     }
 }
 
+/// A request whose payment failed verification, as the paths that may still owe it a
+/// purchase need it.
+struct Asking<'a> {
+    req: &'a Request,
+    request_hash: &'a str,
+    /// The idempotency key it came with, scoped to the wallet its payment names.
+    scoped: Option<&'a String>,
+    /// Whether a replay may carry the one-time secret (see `RequestKey`).
+    reveal: bool,
+    answer_in: AnswerHeader,
+    deadline: Deadline,
+}
+
+impl Asking<'_> {
+    /// The purchase `ctx`'s payment is owed, if any: the one this very authorization
+    /// already bought for this very request (its answer lost, or resent without an
+    /// Idempotency-Key as @x402/fetch resends it), or one interrupted after its answer
+    /// was prepared, delivered if the chain shows the payment went through. Never a
+    /// refusal of a payment that paid.
+    async fn owed(&self, state: &AppState, ctx: &PaymentContext) -> Option<Response> {
+        let payment_key = ledger::payment_key(ctx);
+        if let Some(r) = replay_by_payment(
+            state,
+            self.req,
+            ctx,
+            &payment_key,
+            self.request_hash,
+            self.deadline,
+        )
+        .await
+        {
+            return Some(r);
+        }
+        recover(
+            state,
+            (self.scoped, self.reveal),
+            &payment_key,
+            self.request_hash,
+            ctx,
+            self.answer_in,
+            self.deadline,
+        )
+        .await
+    }
+}
+
 fn chain_unavailable() -> ApiError {
     ApiError::new(
         ErrorCode::ChainUnavailable,
@@ -841,6 +887,14 @@ pub async fn begin<'a>(
         return Err(sale.ask_for_payment());
     };
 
+    let asking = Asking {
+        req,
+        request_hash: &request_hash,
+        scoped: scoped.as_ref(),
+        reveal,
+        answer_in: header.answer_in,
+        deadline,
+    };
     // Match against our own requirements, then verify.
     let context = |rail: umpire_pay::Rail, requirements| {
         let requirements_v1 = sale
@@ -873,24 +927,7 @@ pub async fn begin<'a>(
                     state.config.rails.match_payment(&header.payment, &then)
                 {
                     let ctx = context(rail, requirements);
-                    let payment_key = ledger::payment_key(&ctx);
-                    if let Some(r) =
-                        replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline)
-                            .await
-                    {
-                        return Err(r);
-                    }
-                    let recovered = recover(
-                        state,
-                        (scoped.as_ref(), reveal),
-                        &payment_key,
-                        &request_hash,
-                        &ctx,
-                        header.answer_in,
-                        deadline,
-                    )
-                    .await;
-                    if let Some(r) = recovered {
+                    if let Some(r) = asking.owed(state, &ctx).await {
                         return Err(r);
                     }
                 }
@@ -923,27 +960,7 @@ pub async fn begin<'a>(
                     _ => {}
                 }
             }
-            // This very authorization bought this very request already (its answer was
-            // lost, or it is resent without an Idempotency-Key, as @x402/fetch sends
-            // it): that purchase again, never a refusal of a payment that paid.
-            if let Some(r) =
-                replay_by_payment(state, req, &ctx, &payment_key, &request_hash, deadline).await
-            {
-                return Err(r);
-            }
-            // A purchase with this very payment and request was interrupted after its
-            // answer was prepared: deliver it if the payment went through.
-            let recovered = recover(
-                state,
-                (scoped.as_ref(), reveal),
-                &payment_key,
-                &request_hash,
-                &ctx,
-                header.answer_in,
-                deadline,
-            )
-            .await;
-            if let Some(r) = recovered {
+            if let Some(r) = asking.owed(state, &ctx).await {
                 return Err(r);
             }
             return Err(sale.refused(header.answer_in, &network, wallet, &f, false));

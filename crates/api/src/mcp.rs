@@ -602,16 +602,7 @@ fn tool_error(message: &str) -> Value {
 
 /// The contract's recipe, step by step, as a tool result.
 fn verify_document(ours: Vec<PublicKey>, args: &Value) -> Value {
-    let fail = |message: String| {
-        Value::object()
-            .with(
-                "content",
-                Value::Array(vec![
-                    Value::object().with("type", "text").with("text", message),
-                ]),
-            )
-            .with("isError", true)
-    };
+    let fail = |message: String| tool_error(&message);
     let Some(document) = args.get("document").filter(|d| d.as_object().is_some()) else {
         return fail("argument \"document\" (the signed document, an object) is required".into());
     };
