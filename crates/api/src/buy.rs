@@ -233,6 +233,11 @@ impl Paid<'_, '_> {
             .put_verdict(&record)
             .await
             .map_err(|e| Void::Internal(crate::internal(e)))?;
+        // Pass 2 waits for an unresolved purchase until its hold lapses and then one
+        // hold more: a retry the customer sends as the hold lapses ends (settled, or
+        // bought afresh, which tells pass 2 this verdict was never sold) within its own
+        // hold. Giving up at the lapse itself raced that retry.
+        let hold = u64::from(self.state.config.in_progress_secs);
         let job = sworn::pass2_job(
             self.verdict_id,
             &job_key,
@@ -240,7 +245,7 @@ impl Paid<'_, '_> {
             results,
             now,
             self.checkout.payment_key(),
-            now + u64::from(self.state.config.in_progress_secs),
+            now + 2 * hold,
         )
         .map_err(|e| Void::Internal(crate::internal(e)))?;
         if let Err(e) = queue
