@@ -22,8 +22,8 @@ fn post_json(stack: &LocalStack, path: &str, body: &str) -> umpire_blackbox::Rep
     )
 }
 
-/// Every item of every table and every message of every queue, as text (the test's own
-/// access).
+/// Every item of every table, every message of every queue, and every log line of every
+/// function, as text (the test's own access).
 async fn everything_stored(stack: &LocalStack) -> String {
     let config = stack.admin_config().await;
     let db = aws_sdk_dynamodb::Client::new(&config);
@@ -57,6 +57,9 @@ async fn everything_stored(stack: &LocalStack) -> String {
             out.push_str(m.body().unwrap_or_default());
         }
     }
+    let logs = stack.logs();
+    assert!(!logs.is_empty(), "the functions' logs were kept");
+    out.push_str(&logs);
     out
 }
 

@@ -321,6 +321,10 @@ impl LocalStack {
         let spec = json!({"functions": spec_functions, "routes": routes, "sqs": sqs});
         let spec_file = self.dir.write("stack.json", spec.to_string().as_bytes());
         let port_file = self.dir.path().join("stack.port");
+        // The functions' logs (their stderr and stdout, as CloudWatch would keep them)
+        // go to a file the tests can read (`logs`).
+        let log = std::fs::File::create(self.dir.path().join("functions.log"))
+            .expect("the functions' log file");
         let mut child = Command::new(python())
             .arg(repo_root().join("infra/local/stack_emulator.py"))
             .arg("--stack")
@@ -328,6 +332,7 @@ impl LocalStack {
             .arg("--port-file")
             .arg(&port_file)
             .stdin(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start infra/local/stack_emulator.py");
         let port = wait_for_port(&port_file, "the stack emulator", &mut child);
@@ -452,6 +457,11 @@ impl LocalStack {
     }
 
     /// Calls a policy did not allow.
+    /// Everything the functions logged so far (where CloudWatch Logs would keep it).
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("functions.log")).unwrap_or_default()
+    }
+
     pub fn denied(&self) -> Vec<Json> {
         self.calls()
             .into_iter()
