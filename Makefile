@@ -13,8 +13,9 @@ PY_DEPS := $(VENV)/.installed-v5
 # TypeScript SDK and playwright-core, pinned by package-lock.json, in ./node_modules (ignored).
 NODE_DEPS := node_modules/.installed-v1
 UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
-# The hostile-input tests hold the release build to its CPU budget per request.
-UMPIRE_RELEASE := $(CARGO_TARGET_DIR)/release/umpire
+# The hostile-input tests hold the `umpire` binary's release build (the `fast` profile) to
+# its CPU budget per request.
+UMPIRE_RELEASE := $(CARGO_TARGET_DIR)/fast/umpire
 ADDR    ?= 127.0.0.1:8080
 
 .PHONY: run build check test test-lambda watch lint fmt bench fuzz lambda-build deploy devnet clean help
@@ -84,7 +85,7 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
 	cargo build --workspace --bins --quiet
-	cargo build --release -p umpire-cli --quiet
+	cargo build --profile fast -p umpire-cli --quiet
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
 	  infra/local/with-moto.sh $(VENV) \
 	  cargo nextest run --workspace --lib --bins --tests --no-fail-fast --cargo-quiet 2>&1 | tee $(CACHE)/test.log || true
@@ -112,18 +113,18 @@ BENCH_DIR := $(CACHE)/bench
 BENCH_FUNCTIONS := health key validate verdicts checker worker
 bench: build $(PY_DEPS) $(NODE_DEPS)
 	command -v wrk >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y --no-install-recommends wrk
-	cargo build --release -p umpire-cli
+	cargo build --profile fast -p umpire-cli
 	cargo build --release -p umpire-functions $(addprefix --bin ,$(BENCH_FUNCTIONS))
-	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire \
-	  UMPIRE_LAMBDA_WORKER_BIN=$(CARGO_TARGET_DIR)/release/worker \
-	  cargo bench -p umpire-core -p umpire-checker -p umpire-pay
-	set -o pipefail; UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
+	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(UMPIRE_RELEASE) \
+	  UMPIRE_LAMBDA_WORKER_BIN=$(CARGO_TARGET_DIR)/release/checker \
+	  cargo bench --profile fast -p umpire-core -p umpire-checker -p umpire-pay
+	set -o pipefail; UMPIRE_BIN=$(UMPIRE_RELEASE) UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
 	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"
 	set -o pipefail; UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) UMPIRE_HOSTILE_INPUT_P99_MS=50 \
 	  cargo test -p umpire-blackbox --test hostile_input -- --nocapture 2>&1 | grep -E "hostile input load|test result"
-	set -o pipefail; cargo test --release -p umpire-functions --test reputation_exact hundred_thousand \
+	set -o pipefail; cargo test --profile fast -p umpire-functions --test reputation_exact hundred_thousand \
 	  -- --nocapture 2>&1 | grep -E "reputation report|test result"
-	UMPIRE_BIN=$(CARGO_TARGET_DIR)/release/umpire UMPIRE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/release \
+	UMPIRE_BIN=$(UMPIRE_RELEASE) UMPIRE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/release \
 	  $(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
 
 # libFuzzer targets (fuzz/, its own workspace, nightly for the sanitizer flags). A crash
@@ -152,15 +153,19 @@ fuzz: $(PY_DEPS)
 $(VENV)/bin/cargo-lambda: $(PY_DEPS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check cargo-lambda
 
-# Every function for arm64 (Graviton), release profile (fat LTO, one codegen unit,
-# panic=abort, stripped), then each bootstrap's size. rustup fetches the arm64 standard
-# library once.
+# Every function for arm64 (Graviton), release profile (opt-level "z", fat LTO, one
+# codegen unit, panic=abort, stripped; cargo-lambda's own release settings, thin LTO among
+# them, are switched off in functions/Cargo.toml so that `sam build` builds the same), no
+# unwind tables (.cargo/config.toml), then each bootstrap's size against the 8 MB target.
+# rustup fetches the arm64 standard library once.
+BOOTSTRAP_MAX_BYTES := 8000000
 lambda-build: $(VENV)/bin/cargo-lambda
 	rustup target add aarch64-unknown-linux-gnu
 	PATH=$(VENV)/bin:$$PATH cargo lambda build --release --arm64 -p umpire-functions
 	@echo "bootstrap sizes (bytes):"
-	@for f in $(CARGO_TARGET_DIR)/lambda/*/bootstrap; do \
-	  printf "  %-12s %10d\n" "$$(basename $$(dirname $$f))" "$$(stat -c %s $$f)"; done
+	@for f in $(CARGO_TARGET_DIR)/lambda/*/bootstrap; do size=$$(stat -c %s $$f); \
+	  printf "  %-12s %10d%s\n" "$$(basename $$(dirname $$f))" $$size \
+	    "$$( [ $$size -le $(BOOTSTRAP_MAX_BYTES) ] || echo '  over 8 MB')"; done
 
 WATCH_PORT ?= 9000
 watch: $(VENV)/bin/cargo-lambda

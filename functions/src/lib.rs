@@ -19,6 +19,7 @@ use bytes::Bytes;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt, service_fn};
 use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
+use umpire_aws::{Service, for_service};
 use umpire_checker::{CheckerPool, Judge, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
 use umpire_core::signer::{LocalSigner, PublicKey, PublicKeyOnly, Signer};
@@ -144,6 +145,10 @@ pub mod fns {
     }
 }
 
+/// The checker function's binary, which judging functions start as their local checker
+/// when no checker function is configured.
+pub const CHECKER_BIN: &str = "checker";
+
 /// The sealed seed (`umpire keygen --kms-key-id` prints it), base64.
 pub const SEED_CIPHERTEXT_ENV: &str = "UMPIRE_SIGNING_SEED_CIPHERTEXT";
 /// The active public key, base64: what non-signing functions publish and name, and
@@ -183,7 +188,7 @@ impl Vars {
 
 /// Reads every secret this function was given, once; only functions that take payments
 /// or read the chain have any, and link the Secrets Manager client.
-fn secrets_for<'a, N: Needs>(aws: Option<&'a aws_config::SdkConfig>) -> Part<'a, Vars> {
+fn secrets_for<'a, N: Needs>(aws: Option<&'a umpire_aws::SdkConfig>) -> Part<'a, Vars> {
     if const { !(N::ROLE.sells() || N::ROLE.reads_chain()) } {
         return ready_part(Vars::default());
     }
@@ -199,17 +204,18 @@ fn secrets_for<'a, N: Needs>(aws: Option<&'a aws_config::SdkConfig>) -> Part<'a,
             let aws = aws.ok_or_else(|| {
                 format!("{name}_SECRET is set, but this function has no AWS client")
             })?;
-            let answer = aws_sdk_secretsmanager::Client::new(aws)
-                .get_secret_value()
-                .secret_id(&arn)
-                .send()
-                .await
-                .map_err(|e| {
-                    format!(
-                        "{name}_SECRET: could not read {arn}: {}",
-                        aws_sdk_secretsmanager::error::DisplayErrorContext(e)
-                    )
-                })?;
+            let answer =
+                aws_sdk_secretsmanager::Client::new(&for_service(aws, Service::SecretsManager))
+                    .get_secret_value()
+                    .secret_id(&arn)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "{name}_SECRET: could not read {arn}: {}",
+                            aws_sdk_secretsmanager::error::DisplayErrorContext(e)
+                        )
+                    })?;
             let value = answer
                 .secret_string()
                 .ok_or_else(|| format!("{name}_SECRET: {arn} holds no text"))?;
@@ -230,14 +236,14 @@ fn ready_part<'a, T: Send + 'a>(value: T) -> Part<'a, T> {
 /// with KMS once, here, at cold start; the others hold only the public key, so they
 /// need (and get) no kms:Decrypt. `aws` is None in functions without AWS clients.
 pub async fn signer_from_env<N: Needs>(
-    aws: Option<&aws_config::SdkConfig>,
+    aws: Option<&umpire_aws::SdkConfig>,
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
     signer_from_vars::<N>(aws, &|name| std::env::var(name).ok()).await
 }
 
 /// [`signer_from_env`] with the variables looked up by `var`.
 pub async fn signer_from_vars<N: Needs>(
-    aws: Option<&aws_config::SdkConfig>,
+    aws: Option<&umpire_aws::SdkConfig>,
     var: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<(Arc<dyn Signer>, Vec<PublicKey>), lambda_http::Error> {
     let env_nonempty = |name: &str| var(name).filter(|v| !v.trim().is_empty());
@@ -290,13 +296,18 @@ pub async fn signer_from_vars<N: Needs>(
 
 /// The sealed seed opened with KMS; only signing functions link the KMS client.
 fn open_sealed_seed<'a, N: Needs>(
-    aws: Option<&'a aws_config::SdkConfig>,
+    aws: Option<&'a umpire_aws::SdkConfig>,
     key: String,
     sealed: String,
 ) -> Part<'a, LocalSigner> {
     match aws {
         Some(aws) if const { N::ROLE.signs() } => Box::pin(async move {
-            Ok(umpire_keys::open(&aws_sdk_kms::Client::new(aws), &key, &sealed).await?)
+            Ok(umpire_keys::open(
+                &aws_sdk_kms::Client::new(&for_service(aws, Service::Kms)),
+                &key,
+                &sealed,
+            )
+            .await?)
         }),
         _ => Box::pin(std::future::ready(Err(format!(
             "{SEED_CIPHERTEXT_ENV} is set, but this function has no KMS client"
@@ -307,21 +318,19 @@ fn open_sealed_seed<'a, N: Needs>(
 
 /// One AWS configuration (region, credentials, endpoint) for every client; None in
 /// functions that use no AWS service.
-fn aws_config_for<N: Needs>() -> Part<'static, Option<aws_config::SdkConfig>> {
+/// Read from the function's environment (region, the role's credentials), not through
+/// aws-config's provider chain: see `umpire_aws`.
+fn aws_config_for<N: Needs>() -> Result<Option<umpire_aws::SdkConfig>, lambda_http::Error> {
     if const { N::ROLE.stores() } {
-        Box::pin(async {
-            Ok(Some(
-                aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
-            ))
-        })
+        Ok(Some(umpire_aws::sdk_config_from_env()?))
     } else {
-        ready_part(None)
+        Ok(None)
     }
 }
 
 /// The isolated checker, for functions that judge.
 fn checker_for<'a, N: Needs>(
-    aws: Option<&'a aws_config::SdkConfig>,
+    aws: Option<&'a umpire_aws::SdkConfig>,
     config: &'a Config,
 ) -> Part<'a, Option<Arc<dyn Judge>>> {
     if const { !N::ROLE.judges() } {
@@ -331,14 +340,15 @@ fn checker_for<'a, N: Needs>(
         let judge: Arc<dyn Judge> = match (std::env::var(checker::CHECKER_FUNCTION_ENV), aws) {
             // In AWS: the checker function, whose timeout is the check limit.
             (Ok(function), Some(aws)) => Arc::new(checker::LambdaChecker::new(
-                aws_sdk_lambda::Client::new(aws),
+                aws_sdk_lambda::Client::new(&for_service(aws, Service::Lambda)),
                 function,
                 config.check_limit,
             )),
-            // Without one (cargo lambda watch, tests): this same binary re-run as a child
-            // process killed at the check limit.
+            // Without one (cargo lambda watch, tests): the checker function's own
+            // binary, built beside this one, run as a child process killed at the check
+            // limit. So the judging code lives in the checker's bootstrap alone.
             _ => {
-                let pool = CheckerPool::new(PoolConfig::current_exe(config.check_limit)?);
+                let pool = CheckerPool::new(PoolConfig::sibling(CHECKER_BIN, config.check_limit)?);
                 pool.prewarm(1).await?;
                 Arc::new(pool)
             }
@@ -373,7 +383,7 @@ fn payments_for<'a, N: Needs>(
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
     let config = Config::from_env()?;
-    let aws = aws_config_for::<N>().await?;
+    let aws = aws_config_for::<N>()?;
     let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;
     let checker = checker_for::<N>(aws.as_ref(), &config).await?;
     let vars = secrets_for::<N>(aws.as_ref()).await?;
@@ -394,9 +404,15 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     };
     let (store, queue): (Arc<dyn Store>, Option<Arc<dyn JobQueue>>) = match &aws {
         Some(aws) if const { N::ROLE.stores() } => (
-            Arc::new(DynamoStore::from_config(aws, TableNames::from_env())),
+            Arc::new(DynamoStore::from_config(
+                &for_service(aws, Service::DynamoDb),
+                TableNames::from_env(),
+            )),
             match std::env::var("UMPIRE_JOBS_QUEUE_URL") {
-                Ok(url) => Some(Arc::new(SqsQueue::from_config(aws, url))),
+                Ok(url) => Some(Arc::new(SqsQueue::from_config(
+                    &for_service(aws, Service::Sqs),
+                    url,
+                ))),
                 Err(_) => None,
             },
         ),

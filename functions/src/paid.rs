@@ -24,10 +24,13 @@ pub struct LambdaRoutes {
 
 impl LambdaRoutes {
     /// Both functions named in the environment, or None (paid tools not offered).
-    pub fn from_env(aws: &aws_config::SdkConfig) -> Option<LambdaRoutes> {
+    pub fn from_env(aws: &umpire_aws::SdkConfig) -> Option<LambdaRoutes> {
         let named = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         Some(LambdaRoutes {
-            client: aws_sdk_lambda::Client::new(aws),
+            client: aws_sdk_lambda::Client::new(&umpire_aws::for_service(
+                aws,
+                umpire_aws::Service::Lambda,
+            )),
             verdicts: named(VERDICTS_FUNCTION_ENV)?,
             reputation: named(REPUTATION_FUNCTION_ENV)?,
         })

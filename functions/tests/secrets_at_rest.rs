@@ -111,7 +111,7 @@ async fn purchase_state() -> (Devnet, LocalStack, AppState, DynamoStore, [String
         signer: Arc::new(LocalSigner::from_seed([0x51; 32])),
         retired_keys: Vec::new(),
         checker: Some(Arc::new(CheckerPool::new(PoolConfig {
-            program: env!("CARGO_BIN_EXE_worker").into(),
+            program: env!("CARGO_BIN_EXE_checker").into(),
             args: vec![WORKER_ARG.to_owned()],
             check_limit,
             max_workers: 2,

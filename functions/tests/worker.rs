@@ -45,8 +45,8 @@ enum Runner {
 fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
     let check_limit = Duration::from_secs(2);
     let checker = CheckerPool::new(PoolConfig {
-        // The worker Lambda's own binary is its isolated checker.
-        program: env!("CARGO_BIN_EXE_worker").into(),
+        // The checker function's binary, as the worker starts it locally.
+        program: env!("CARGO_BIN_EXE_checker").into(),
         args: vec![WORKER_ARG.to_owned()],
         check_limit,
         max_workers: 4,

@@ -1,7 +1,7 @@
 //! Judging a 10-check basic spec against a 200 KB deliverable through a warm isolated
 //! worker: the in-process cost plus the pipe round trip and process boundary.
 //! Needs the `umpire` binary (UMPIRE_BIN, set by `make bench`); with
-//! UMPIRE_LAMBDA_WORKER_BIN (the worker function, built for size) the same judging is
+//! UMPIRE_LAMBDA_WORKER_BIN (the checker function, built for size) the same judging is
 //! timed in the checker process a deployed function runs.
 
 use std::path::PathBuf;

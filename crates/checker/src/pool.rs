@@ -29,14 +29,27 @@ pub struct PoolConfig {
 impl PoolConfig {
     /// Workers are this very binary re-run with [`crate::WORKER_ARG`].
     pub fn current_exe(check_limit: Duration) -> std::io::Result<PoolConfig> {
-        Ok(PoolConfig {
-            program: std::env::current_exe()?,
+        Ok(PoolConfig::program(std::env::current_exe()?, check_limit))
+    }
+
+    /// Workers are the executable `name` beside this one, run with
+    /// [`crate::WORKER_ARG`]: a binary that only sends work to the checker need not
+    /// carry the checks' code itself.
+    pub fn sibling(name: &str, check_limit: Duration) -> std::io::Result<PoolConfig> {
+        let program = std::env::current_exe()?
+            .with_file_name(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+        Ok(PoolConfig::program(program, check_limit))
+    }
+
+    fn program(program: PathBuf, check_limit: Duration) -> PoolConfig {
+        PoolConfig {
+            program,
             args: vec![crate::WORKER_ARG.to_owned()],
             check_limit,
             max_workers: std::thread::available_parallelism()
                 .map(|n| n.get() * 2)
                 .unwrap_or(4),
-        })
+        }
     }
 }
 

@@ -210,7 +210,7 @@ impl DynamoStore {
     }
 
     /// Client from an already loaded AWS configuration (load it once per cold start).
-    pub fn from_config(config: &aws_config::SdkConfig, names: TableNames) -> DynamoStore {
+    pub fn from_config(config: &aws_types::SdkConfig, names: TableNames) -> DynamoStore {
         DynamoStore::new(Client::new(config), names)
     }
 

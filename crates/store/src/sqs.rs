@@ -26,7 +26,7 @@ impl SqsQueue {
         }
     }
 
-    pub fn from_config(config: &aws_config::SdkConfig, queue_url: impl Into<String>) -> SqsQueue {
+    pub fn from_config(config: &aws_types::SdkConfig, queue_url: impl Into<String>) -> SqsQueue {
         SqsQueue::new(Client::new(config), queue_url)
     }
 

@@ -5,6 +5,12 @@
 use lambda_http::lambda_runtime::{self, LambdaEvent, service_fn};
 
 fn main() -> Result<(), lambda_http::Error> {
+    // Run with the worker argument, this binary is the local checker the verdicts and
+    // worker functions start as a child process when no checker function is configured
+    // (`cargo lambda watch`, tests). No runtime, no logging: a plain loop the parent kills.
+    if std::env::args().nth(1).as_deref() == Some(umpire_checker::WORKER_ARG) {
+        return Ok(umpire_checker::worker_main()?);
+    }
     // One invocation at a time per sandbox, and the work is plain CPU: no thread pool.
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

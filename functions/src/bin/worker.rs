@@ -1,6 +1,6 @@
 //! Lambda for the jobs queue: sworn pass 2 and webhook deliveries, fed by the SQS
-//! event source with partial batch failures. The same binary, run with the worker
-//! argument, is the isolated checker pass 2 judges in.
+//! event source with partial batch failures. Pass 2 judges in the checker function (or,
+//! locally, in the checker's binary run as a child process).
 
 use std::sync::Arc;
 
@@ -9,9 +9,6 @@ use umpire_functions::aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent
 use umpire_functions::{fns, init_logging, state_from_env, worker::handle_batch};
 
 fn main() -> Result<(), lambda_http::Error> {
-    if std::env::args().nth(1).as_deref() == Some(umpire_checker::WORKER_ARG) {
-        return Ok(umpire_checker::worker_main()?);
-    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
