@@ -2,23 +2,15 @@
 //! verifier, and the isolated check worker the server runs.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-mod client;
+mod commands;
+
+use commands::{client, fail, remote_call};
 
 use clap::{Parser, Subcommand};
-use umpire_api::datadir::{default_data_dir, load_signer};
-use umpire_api::purchase::{Envelope, assess};
-use umpire_api::{AppState, Config};
-use umpire_checker::PoolConfig;
-use umpire_core::json::{Value, parse};
-use umpire_core::product::Tier;
-use umpire_core::signer::{PublicKey, Signer, keys_from_document};
-use umpire_core::spec::parse_deliverable;
-use umpire_store::sqlite::SqliteStore;
+use umpire_core::json::Value;
 
 #[derive(Parser)]
 #[command(
@@ -55,7 +47,7 @@ struct PayArg {
     /// The rail to pay on: base (USDC on Base), solana (USDC on Solana) or sol (native
     /// SOL at the 402's quote, the keypair paying the fee).
     #[arg(long, value_enum, default_value = "base")]
-    rail: client::RailArg,
+    rail: commands::pay::RailArg,
     /// For --rail base: file holding the wallet's private key (0x + 64 hex). Default:
     /// $UMPIRE_WALLET_KEY.
     #[arg(long)]
@@ -71,8 +63,8 @@ struct PayArg {
 }
 
 impl PayArg {
-    fn into_args(self) -> client::PayArgs {
-        client::PayArgs {
+    fn into_args(self) -> commands::pay::PayArgs {
+        commands::pay::PayArgs {
             rail: self.rail,
             key_file: self.key_file,
             solana_keypair: self.solana_keypair,
@@ -274,21 +266,23 @@ fn main() -> ExitCode {
                 addr,
                 data_dir,
                 request_budget_ms,
-            } => serve(addr, data_dir, request_budget_ms).await,
+            } => commands::serve::run(addr, data_dir, request_budget_ms).await,
             Command::Judge {
                 tier,
                 spec,
                 deliverable,
                 job_ref,
                 data_dir,
-            } => judge(&tier, &spec, &deliverable, job_ref, data_dir).await,
+            } => commands::judge::run(&tier, &spec, &deliverable, job_ref, data_dir).await,
             Command::Verify {
                 doc,
                 key,
                 deliverable,
                 data_dir,
-            } => verify(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await,
-            Command::Keygen { kms_key_id } => keygen(&kms_key_id).await,
+            } => {
+                commands::verify::run(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await
+            }
+            Command::Keygen { kms_key_id } => commands::keygen::run(&kms_key_id).await,
             Command::Buy {
                 tier,
                 spec,
@@ -300,7 +294,7 @@ fn main() -> ExitCode {
                 remote,
                 pay,
             } => {
-                let args = client::BuyArgs {
+                let args = commands::buy::BuyArgs {
                     tier,
                     spec,
                     deliverable,
@@ -310,7 +304,11 @@ fn main() -> ExitCode {
                     idempotency_key,
                     no_wait,
                 };
-                remote_call(remote, |api| async move { client::buy(&api, args).await }).await
+                remote_call(
+                    remote,
+                    |api| async move { commands::buy::buy(&api, args).await },
+                )
+                .await
             }
             Command::Status { id, secret, remote } => {
                 remote_call(remote, |api| async move {
@@ -357,7 +355,7 @@ fn main() -> ExitCode {
                     if let Some(w) = webhook {
                         body = body.with("webhook_url", w);
                     }
-                    client::validate(&api, &body).await
+                    commands::validate::validate(&api, &body).await
                 })
                 .await
             }
@@ -371,7 +369,7 @@ fn main() -> ExitCode {
                 remote,
                 key,
             } => {
-                let args = client::FeedbackArgs {
+                let args = commands::feedback::FeedbackArgs {
                     tx,
                     merchant,
                     outcome,
@@ -383,10 +381,9 @@ fn main() -> ExitCode {
                     latency_ms,
                     key_file: key.key_file,
                 };
-                remote_call(
-                    remote,
-                    |api| async move { client::feedback(&api, args).await },
-                )
+                remote_call(remote, |api| async move {
+                    commands::feedback::feedback(&api, args).await
+                })
                 .await
             }
             Command::Reputation {
@@ -397,288 +394,11 @@ fn main() -> ExitCode {
             } => {
                 let pay = pay.into_args();
                 remote_call(remote, |api| async move {
-                    client::reputation(&api, &merchant, json, &pay).await
+                    commands::reputation::reputation(&api, &merchant, json, &pay).await
                 })
                 .await
             }
             Command::CheckWorker => ExitCode::SUCCESS,
         }
     })
-}
-
-/// Runs a client command against the service; local problems exit 2.
-async fn remote_call<F, Fut>(remote: Remote, f: F) -> ExitCode
-where
-    F: FnOnce(client::Api) -> Fut,
-    Fut: std::future::Future<Output = Result<ExitCode, client::Local>>,
-{
-    let api = match client::Api::new(remote.base) {
-        Ok(a) => a,
-        Err(e) => return fail(2, &e.0),
-    };
-    match f(api).await {
-        Ok(code) => code,
-        Err(e) => fail(2, &e.0),
-    }
-}
-
-fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("umpire: {message}");
-    ExitCode::from(code)
-}
-
-/// What a command needs: the data directory's key, its embedded store (or a
-/// throwaway one), and the isolated checker (this binary re-run as `check-worker`).
-async fn state_for(
-    data_dir: Option<PathBuf>,
-    with_checker: bool,
-    persistent: bool,
-    request_budget_ms: Option<u64>,
-) -> Result<(AppState, Arc<SqliteStore>), String> {
-    let mut config = Config::from_env().map_err(|e| e.to_string())?;
-    if let Some(ms) = request_budget_ms {
-        if !(1_000..=umpire_api::config::MAX_REQUEST_BUDGET_MS).contains(&ms) {
-            return Err(format!(
-                "--request-budget-ms {ms}: must be from 1000 to {}",
-                umpire_api::config::MAX_REQUEST_BUDGET_MS
-            ));
-        }
-        config.request_budget = std::time::Duration::from_millis(ms);
-        config.check_budget().map_err(|e| e.to_string())?;
-    }
-    let dir = data_dir.unwrap_or_else(default_data_dir);
-    let checker = if with_checker {
-        Some(
-            PoolConfig::current_exe(config.check_limit)
-                .map_err(|e| format!("cannot find the umpire binary: {e}"))?,
-        )
-    } else {
-        None
-    };
-    umpire_api::local::embedded_state(config, &dir, persistent, checker).await
-}
-
-async fn serve(
-    addr: SocketAddr,
-    data_dir: Option<PathBuf>,
-    request_budget_ms: Option<u64>,
-) -> ExitCode {
-    let (state, store) = match state_for(data_dir, true, true, request_budget_ms).await {
-        Ok((s, store)) => (Arc::new(s), store),
-        Err(e) => return fail(2, &e),
-    };
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => return fail(2, &format!("cannot listen on {addr}: {e}")),
-    };
-    let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(addr = %bound, key_id = state.signer.key_id(), "umpire serving");
-    // The one line tests and scripts wait for.
-    println!("umpire listening on http://{bound}");
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    match umpire_api::local::run(listener, state, store, shutdown).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(1, &e.to_string()),
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value, String> {
-    let bytes = if path == Path::new("-") {
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-            .map_err(|e| format!("stdin: {e}"))?;
-        b
-    } else {
-        std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?
-    };
-    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-async fn judge(
-    tier: &str,
-    spec: &Path,
-    deliverable: &Path,
-    job_ref: Option<String>,
-    data_dir: Option<PathBuf>,
-) -> ExitCode {
-    let Some(tier) = Tier::parse(tier) else {
-        return fail(
-            2,
-            &format!("unknown tier {tier:?}; use witness, basic, probe or sworn"),
-        );
-    };
-    let (spec_v, deliverable_v) = match (read_json(spec), read_json(deliverable)) {
-        (Ok(s), Ok(d)) => (s, d),
-        (Err(e), _) | (_, Err(e)) => return fail(2, &e),
-    };
-    let body = Value::object()
-        .with("spec", spec_v)
-        .with("deliverable", deliverable_v)
-        .with("job_ref", job_ref);
-    let Some(obj) = body.as_object() else {
-        return fail(2, "internal: body is not an object");
-    };
-    let purchase = match assess(
-        tier,
-        obj,
-        Envelope::Purchase,
-        &umpire_fetch::Policy::default(),
-    )
-    .into_purchase(tier)
-    {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("umpire: {}: {}", e.code, e.message);
-            for (k, v) in &e.details {
-                if k == "problems" {
-                    for p in v.as_array().into_iter().flatten() {
-                        eprintln!(
-                            "  {}: {} ({})\n    hint: {}",
-                            p.get("where").and_then(Value::as_str).unwrap_or(""),
-                            p.get("message").and_then(Value::as_str).unwrap_or(""),
-                            p.get("code").and_then(Value::as_str).unwrap_or(""),
-                            p.get("hint").and_then(Value::as_str).unwrap_or("")
-                        );
-                    }
-                }
-            }
-            return ExitCode::from(2);
-        }
-    };
-    if purchase.spec.network_check_count() > 0 {
-        return fail(
-            2,
-            "this spec fetches URLs; `umpire judge` runs only checks on the deliverable itself",
-        );
-    }
-    let state = match state_for(data_dir, true, false, None).await {
-        Ok((s, _)) => s,
-        Err(e) => return fail(2, &e),
-    };
-    let results = match umpire_api::verdict::run_checks(&state, &purchase, Vec::new()).await {
-        Ok(r) => r,
-        Err(e) => return fail(1, &e.to_string()),
-    };
-    let id = umpire_core::hash::random_id("vrd");
-    let doc = umpire_api::verdict::signed_verdict(&state, &purchase, &id, &results);
-    println!("{}", doc.to_canonical_string());
-    ExitCode::SUCCESS
-}
-
-async fn load_keys(key: Option<&str>, data_dir: Option<PathBuf>) -> Result<Vec<PublicKey>, String> {
-    let doc = match key {
-        Some(k) if k.starts_with("http://") || k.starts_with("https://") => {
-            let body = fetch_key_document(k).await?;
-            parse(&body).map_err(|e| format!("{k}: {e}"))?
-        }
-        Some(k) => read_json(Path::new(k))?,
-        None => {
-            let dir = data_dir.unwrap_or_else(default_data_dir);
-            let signer = load_signer(&dir).map_err(|e| {
-                format!("no --key given and no local key to default to ({e}); pass --key FILE or --key https://…/.well-known/umpire-key.json")
-            })?;
-            return Ok(vec![PublicKey::of(&signer as &dyn Signer)]);
-        }
-    };
-    let keys = keys_from_document(&doc);
-    if keys.is_empty() {
-        return Err("the key document lists no usable keys".into());
-    }
-    Ok(keys)
-}
-
-async fn fetch_key_document(url: &str) -> Result<Vec<u8>, String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15))
-        .build()
-        .map_err(|e| e.to_string())?;
-    let resp = client
-        .get(url)
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    if !resp.status().is_success() {
-        return Err(format!("{url}: HTTP {}", resp.status()));
-    }
-    resp.bytes()
-        .await
-        .map(|b| b.to_vec())
-        .map_err(|e| format!("{url}: {e}"))
-}
-
-async fn verify(
-    doc: &Path,
-    key: Option<&str>,
-    deliverable: Option<&Path>,
-    data_dir: Option<PathBuf>,
-) -> ExitCode {
-    let doc = match read_json(doc) {
-        Ok(d) => d,
-        Err(e) => return fail(2, &e),
-    };
-    // `umpire buy` and `umpire reputation --json` print the whole answer: verify the
-    // signed document inside it.
-    let doc = if doc.get("signature").is_none() {
-        match doc.get("document").or_else(|| doc.get("report")) {
-            Some(inner) if inner.get("signature").is_some() => inner.clone(),
-            _ => doc,
-        }
-    } else {
-        doc
-    };
-    let keys = match load_keys(key, data_dir).await {
-        Ok(k) => k,
-        Err(e) => return fail(2, &e),
-    };
-    let deliverable = match deliverable.map(read_json).transpose() {
-        Ok(None) => None,
-        Ok(Some(v)) => match parse_deliverable(&v, "deliverable") {
-            Ok(d) => Some(d),
-            Err(p) => return fail(2, &format!("deliverable: {}", p[0].message)),
-        },
-        Err(e) => return fail(2, &e),
-    };
-    let steps = umpire_core::document::verify(&doc, &keys, deliverable.as_ref());
-    for s in &steps {
-        println!(
-            "{} {:<17} {}",
-            if s.ok { "ok  " } else { "FAIL" },
-            s.name,
-            s.detail
-        );
-    }
-    if steps.iter().all(|s| s.ok) && steps.iter().any(|s| s.name == "ed25519") {
-        if let Some(v) = doc.get("verdict").and_then(Value::as_str) {
-            println!("verified: verdict {v}");
-        } else {
-            println!("verified");
-        }
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
-async fn keygen(kms_key_id: &str) -> ExitCode {
-    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kms = aws_sdk_kms::Client::new(&aws);
-    let seed = umpire_core::signer::LocalSigner::generate().seed();
-    match umpire_keys::seal(&kms, kms_key_id, seed).await {
-        Ok(sealed) => {
-            let public = base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                sealed.public_key.bytes,
-            );
-            println!("SigningSeedCiphertext={}", sealed.ciphertext_base64);
-            println!("SigningPublicKey={public}");
-            eprintln!(
-                "umpire: new key {} sealed under {kms_key_id}. Deploy both values together, e.g.\n  sam deploy --parameter-overrides SigningSeedCiphertext=... SigningPublicKey=...\nTo rotate, add the old SigningPublicKey to RetiredPublicKeys so documents it signed still verify.",
-                sealed.public_key.key_id
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(1, &e.to_string()),
-    }
 }

@@ -1,0 +1,40 @@
+//! `umpire reputation`: a merchant's report, paid with x402.
+
+use super::client::*;
+use super::pay::*;
+use reqwest::Method;
+use std::process::ExitCode;
+use umpire_core::json::Value;
+
+pub async fn reputation(
+    api: &Api,
+    merchant: &str,
+    json: bool,
+    pay: &PayArgs,
+) -> Result<ExitCode, Local> {
+    let payer = Payer::from_args(pay)?;
+    let key = umpire_core::hash::random_id("umpire-cli");
+    let a = api
+        .paid(
+            Method::GET,
+            &format!(
+                "/v1/reputation?merchant={}",
+                umpire_core::urlenc::component(merchant)
+            ),
+            None,
+            &payer,
+            &key,
+        )
+        .await?;
+    if a.status != 200 {
+        return Ok(refused(&a));
+    }
+    if json {
+        print_json(&a.body);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = a.body.get("report").cloned().unwrap_or(Value::Null);
+    println!("Reputation of {merchant}");
+    print_readable(&report, 1);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,34 @@
+//! `umpire serve`: the whole service on one port, on the embedded store.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use super::{fail, state_for};
+
+pub async fn run(
+    addr: SocketAddr,
+    data_dir: Option<PathBuf>,
+    request_budget_ms: Option<u64>,
+) -> ExitCode {
+    let (state, store) = match state_for(data_dir, true, true, request_budget_ms).await {
+        Ok((s, store)) => (Arc::new(s), store),
+        Err(e) => return fail(2, &e),
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(2, &format!("cannot listen on {addr}: {e}")),
+    };
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, key_id = state.signer.key_id(), "umpire serving");
+    // The one line tests and scripts wait for.
+    println!("umpire listening on http://{bound}");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match umpire_api::local::run(listener, state, store, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
