@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use umpire_core::json::{Number, Value};
+use umpire_core::problem::ProblemCode;
 use umpire_core::product::Tier;
 use umpire_core::spec::{
     Deliverable, Problem, Spec, deliverable_problems, network_urls_of, parse_deliverable,
@@ -81,7 +82,7 @@ pub fn assess(
         if !known.contains(&k.as_str()) {
             a.problems.push(Problem::new(
                 k.as_str(),
-                "unknown_field",
+                ProblemCode::UnknownField,
                 format!("the request has no field {k:?}"),
                 format!("Remove {k:?}; the body takes: {}.", known.join(", ")),
             ));
@@ -91,7 +92,7 @@ pub fn assess(
     match body.get("spec") {
         None => a.problems.push(Problem::new(
             "spec",
-            "missing_field",
+            ProblemCode::MissingField,
             "spec is required",
             "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
         )),
@@ -128,7 +129,7 @@ pub fn assess(
         }
         None if envelope == Envelope::Purchase => a.problems.push(Problem::new(
             "deliverable",
-            "missing_field",
+            ProblemCode::MissingField,
             "deliverable is required: the spec's checks read it",
             "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}, as the checks read.",
         )),
@@ -153,7 +154,7 @@ pub fn assess(
         }
         Some(Value::String(_)) => a.problems.push(Problem::new(
             "webhook_url",
-            "unknown_field",
+            ProblemCode::UnknownField,
             format!(
                 "webhook_url is only used by the sworn tier, not {}",
                 tier.as_str()
@@ -162,7 +163,7 @@ pub fn assess(
         )),
         Some(other) => a.problems.push(Problem::new(
             "webhook_url",
-            "wrong_type",
+            ProblemCode::WrongType,
             format!("webhook_url must be a string, not {}", other.type_name()),
             "Send the webhook as an https URL string.",
         )),
@@ -180,7 +181,7 @@ pub fn assess(
         }
         Some(_) => a.problems.push(Problem::new(
             "job_ref",
-            "invalid_value",
+            ProblemCode::InvalidValue,
             format!("job_ref must be a non-empty string of at most {MAX_JOB_REF_CHARS} characters or a non-negative integer (uint256)"),
             "Put your ERC-8183 job id (or any reference of yours) in job_ref; it is echoed in the signed document.",
         )),
@@ -211,7 +212,7 @@ fn url_verdict(
             UrlVerdict {
                 at,
                 url,
-                policy: e.problem_code,
+                policy: e.problem_code.as_str(),
                 message: Some(e.message),
             }
         }
@@ -231,7 +232,7 @@ impl Assessment {
                     e.message.as_str(),
                     e.hint,
                 ));
-                v.policy = e.problem_code;
+                v.policy = e.problem_code.as_str();
                 v.message = Some(e.message);
             }
         }
@@ -263,18 +264,7 @@ impl Assessment {
 /// problems (so a client can react to blocked_host directly), invalid_webhook when
 /// the webhook is at fault, invalid_spec otherwise. Every problem rides along.
 pub fn refusal(problems: &[Problem]) -> ApiError {
-    let policy = |p: &Problem| {
-        ErrorCode::parse(p.code).filter(|c| {
-            matches!(
-                c,
-                ErrorCode::BlockedHost
-                    | ErrorCode::BlockedPort
-                    | ErrorCode::InvalidScheme
-                    | ErrorCode::CredentialsInUrl
-                    | ErrorCode::DnsFailure
-            )
-        })
-    };
+    let policy = |p: &Problem| p.code.url_error();
     let code = if problems.iter().all(|p| p.at == "webhook_url") {
         ErrorCode::InvalidWebhook
     } else if let Some(c) = problems

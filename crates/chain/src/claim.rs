@@ -4,6 +4,7 @@
 
 use alloy::primitives::{Address, B256, Bytes};
 use umpire_core::json::Value;
+use umpire_core::problem::ProblemCode;
 use umpire_core::spec::Problem;
 
 /// The first line of the message a payer signs.
@@ -87,7 +88,7 @@ impl FeedbackClaim {
         let Some(obj) = body.as_object() else {
             return Err(vec![Problem::new(
                 "",
-                "wrong_type",
+                ProblemCode::WrongType,
                 format!("the body must be a JSON object, not {}", body.type_name()),
                 "Send {\"merchant\",\"payer\",\"tx_hash\",\"outcome\",\"signature\"} and optionally would_repeat, latency_ms.",
             )]);
@@ -96,7 +97,7 @@ impl FeedbackClaim {
             if !FIELDS.contains(&k.as_str()) {
                 problems.push(Problem::new(
                     k.clone(),
-                    "unknown_field",
+                    ProblemCode::UnknownField,
                     format!("{k} is not a feedback field; feedback carries no free text"),
                     format!("Send only {}.", FIELDS.join(", ")),
                 ));
@@ -107,7 +108,7 @@ impl FeedbackClaim {
                 None => {
                     problems.push(Problem::new(
                         k,
-                        "missing_field",
+                        ProblemCode::MissingField,
                         format!("{k} is required"),
                         "See the feedback signing recipe in the API reference.",
                     ));
@@ -117,7 +118,7 @@ impl FeedbackClaim {
                 Some(other) => {
                     problems.push(Problem::new(
                         k,
-                        "wrong_type",
+                        ProblemCode::WrongType,
                         format!("{k} must be a string, not {}", other.type_name()),
                         "Send 0x-prefixed hex strings for addresses, hashes and signatures.",
                     ));
@@ -131,7 +132,7 @@ impl FeedbackClaim {
                 .map_err(|m| {
                     problems.push(Problem::new(
                         k,
-                        "invalid_value",
+                        ProblemCode::InvalidValue,
                         m,
                         "Use the address lowercase, or exactly as an EIP-55 checksum.",
                     ));
@@ -147,7 +148,7 @@ impl FeedbackClaim {
                 .or_else(|| {
                     problems.push(Problem::new(
                         "tx_hash",
-                        "invalid_value",
+                        ProblemCode::InvalidValue,
                         format!(
                             "{s:?} is not a 32-byte transaction hash (0x followed by 64 hex digits)"
                         ),
@@ -160,7 +161,7 @@ impl FeedbackClaim {
             Outcome::parse(&s).or_else(|| {
                 problems.push(Problem::new(
                     "outcome",
-                    "invalid_value",
+                    ProblemCode::InvalidValue,
                     format!("outcome {s:?} is not one of fulfilled, partial, failed"),
                     "Send fulfilled, partial or failed.",
                 ));
@@ -174,7 +175,7 @@ impl FeedbackClaim {
                 Some(other) => {
                     problems.push(Problem::new(
                     "would_repeat",
-                    "wrong_type",
+                    ProblemCode::WrongType,
                     format!("would_repeat must be true or false, not {}", other.type_name()),
                     "Send a boolean, or leave the field out (and the line empty in the message).",
                 ));
@@ -186,7 +187,7 @@ impl FeedbackClaim {
             Some(v) => v.as_u64().map(Some).unwrap_or_else(|| {
                 problems.push(Problem::new(
                     "latency_ms",
-                    "invalid_value",
+                    ProblemCode::InvalidValue,
                     format!("latency_ms must be a non-negative integer, not {}", v.type_name()),
                     "Send whole milliseconds, or leave the field out (and the line empty in the message).",
                 ));
@@ -201,7 +202,7 @@ impl FeedbackClaim {
             decoded.map(Bytes::from).or_else(|| {
                 problems.push(Problem::new(
                     "signature",
-                    "invalid_value",
+                    ProblemCode::InvalidValue,
                     format!("the signature must be 0x-prefixed hex of at most {MAX_SIGNATURE_BYTES} bytes"),
                     "Send what signMessage (viem, ethers) returns: 0x followed by 130 hex digits for a plain wallet.",
                 ));

@@ -18,6 +18,7 @@
 //! `([a-z]+\.)+[a-z]+`. Whatever gets past the guard still runs in the isolated
 //! worker under a hard time limit.
 
+use crate::problem::ProblemCode;
 use fancy_regex::Expr;
 use regex_syntax::hir::{Class, ClassUnicode, ClassUnicodeRange, HirKind};
 
@@ -27,14 +28,14 @@ const LARGE_REPEAT: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRefusal {
-    pub code: &'static str,
+    pub code: ProblemCode,
     pub message: String,
     pub hint: &'static str,
 }
 
 pub fn check_pattern(pattern: &str) -> Result<(), GuardRefusal> {
     let tree = Expr::parse_tree(pattern).map_err(|e| GuardRefusal {
-        code: "invalid_regex",
+        code: ProblemCode::InvalidRegex,
         message: format!("the pattern does not compile: {e}"),
         hint: "Fix the regular expression syntax (Rust/Oniguruma-style, like Python's re).",
     })?;
@@ -43,7 +44,7 @@ pub fn check_pattern(pattern: &str) -> Result<(), GuardRefusal> {
 
 fn refuse(message: String, hint: &'static str) -> Result<(), GuardRefusal> {
     Err(GuardRefusal {
-        code: "catastrophic_backtracking",
+        code: ProblemCode::CatastrophicBacktracking,
         message,
         hint,
     })
@@ -65,7 +66,7 @@ fn walk(e: &Expr) -> Result<(), GuardRefusal> {
         | Expr::BackrefWithRelativeRecursionLevel { .. }
         | Expr::Conditional { .. }
         | Expr::BackrefExistsCondition { .. } => Err(GuardRefusal {
-            code: "unsupported_regex_feature",
+            code: ProblemCode::UnsupportedRegexFeature,
             message: "the pattern uses an engine-specific construct (subroutine, recursion, conditional, absent operator, backtracking verb, \\K or \\G)".into(),
             hint: "Use portable syntax: literals, classes, groups, alternation, quantifiers, anchors, backreferences and lookaround.",
         }),
@@ -338,7 +339,7 @@ mod tests {
                 matches!(
                     &r,
                     Err(GuardRefusal {
-                        code: "catastrophic_backtracking",
+                        code: crate::problem::ProblemCode::CatastrophicBacktracking,
                         ..
                     })
                 ),
@@ -381,20 +382,20 @@ mod tests {
         let list = |extra: &str| format!("(?:{}{extra})*", branches.join("|"));
         assert_eq!(check_pattern(&list("")), Ok(()));
         assert_eq!(
-            check_pattern(&list(&format!("|{}", branches[17_000]))).map_err(|e| e.code),
+            check_pattern(&list(&format!("|{}", branches[17_000]))).map_err(|e| e.code.as_str()),
             Err("catastrophic_backtracking")
         );
         assert_eq!(
-            check_pattern(&list("|[\\x{4e00}-\\x{4e01}]")).map_err(|e| e.code),
+            check_pattern(&list("|[\\x{4e00}-\\x{4e01}]")).map_err(|e| e.code.as_str()),
             Err("catastrophic_backtracking")
         );
         assert_eq!(check_pattern(&list("|[\\x{4e01}]")), Ok(()));
         assert_eq!(
-            check_pattern("(?:a|b|c|)*x").map_err(|e| e.code),
+            check_pattern("(?:a|b|c|)*x").map_err(|e| e.code.as_str()),
             Err("catastrophic_backtracking")
         );
         assert_eq!(
-            check_pattern("(?:[a-c]|[x-z]|[d-f]|c)*").map_err(|e| e.code),
+            check_pattern("(?:[a-c]|[x-z]|[d-f]|c)*").map_err(|e| e.code.as_str()),
             Err("catastrophic_backtracking"),
             "c overlaps [a-c], listed apart"
         );
@@ -404,9 +405,12 @@ mod tests {
     #[test]
     fn refuses_engine_specific_constructs_and_bad_syntax() {
         assert_eq!(
-            check_pattern("(?<n>a|b\\g<n>)").map_err(|e| e.code),
+            check_pattern("(?<n>a|b\\g<n>)").map_err(|e| e.code.as_str()),
             Err("unsupported_regex_feature")
         );
-        assert_eq!(check_pattern("(").map_err(|e| e.code), Err("invalid_regex"));
+        assert_eq!(
+            check_pattern("(").map_err(|e| e.code.as_str()),
+            Err("invalid_regex")
+        );
     }
 }

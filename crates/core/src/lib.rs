@@ -11,6 +11,7 @@ pub mod json;
 pub mod jsonpath;
 pub mod patterns;
 pub mod platform;
+pub mod problem;
 pub mod product;
 pub mod seal;
 pub mod signer;

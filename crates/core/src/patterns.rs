@@ -23,6 +23,7 @@ use regex_automata::nfa::thompson;
 use crate::eval::{REGEX_BACKTRACK_LIMIT, REGEX_SIZE_LIMIT};
 use crate::guard::{self, GuardRefusal};
 use crate::json::Value;
+use crate::problem::ProblemCode;
 
 /// Regex patterns longer than this are refused (they are never needed to judge a deliverable).
 pub const MAX_PATTERN_CHARS: usize = 1000;
@@ -60,7 +61,7 @@ const REFERENCES: [&str; 3] = ["$ref", "$dynamicRef", "$recursiveRef"];
 /// Why a pattern is refused, as a problem code, a message and a hint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub code: &'static str,
+    pub code: ProblemCode,
     pub message: String,
     pub hint: String,
 }
@@ -102,7 +103,7 @@ impl RegexBudget {
                 Ok(())
             }
             None => Err(Refusal {
-                code: "regex_too_large",
+                code: ProblemCode::RegexTooLarge,
                 message: format!(
                     "case-insensitive classes here fold {folds} code points; {} are left of the {SPEC_FOLD_CODE_POINTS} all of a spec's patterns may fold together",
                     self.folds_left
@@ -123,7 +124,7 @@ impl RegexBudget {
                 Ok(())
             }
             None => Err(Refusal {
-                code: "regex_too_large",
+                code: ProblemCode::RegexTooLarge,
                 message: format!(
                     "compiled, the pattern needs more than the {} bytes left of the {SPEC_REGEX_BYTES} all of a spec's patterns may use together",
                     std::mem::take(&mut self.left)
@@ -305,7 +306,7 @@ fn nfa_bytes(text: &str, limit: usize) -> Result<usize, bool> {
 
 fn length_refusal(hint: &str) -> Refusal {
     Refusal {
-        code: "invalid_value",
+        code: ProblemCode::InvalidValue,
         message: format!("the pattern is longer than {MAX_PATTERN_CHARS} characters"),
         hint: hint.into(),
     }
@@ -354,7 +355,7 @@ pub fn check_schema_pattern(pattern: &str, budget: &mut RegexBudget) -> Result<(
     guard::check_pattern(pattern)?;
     let Ok(translated) = jsonschema_regex::to_rust_regex(pattern) else {
         return Err(Refusal {
-            code: "invalid_regex",
+            code: ProblemCode::InvalidRegex,
             message:
                 "the pattern is not an ECMA-262 regular expression the schema validator can read"
                     .into(),
@@ -377,7 +378,7 @@ pub fn check_schema_pattern(pattern: &str, budget: &mut RegexBudget) -> Result<(
 
 fn compiles(built: fancy_regex::Result<fancy_regex::Regex>, hint: &str) -> Result<(), Refusal> {
     built.map(drop).map_err(|e| Refusal {
-        code: "invalid_regex",
+        code: ProblemCode::InvalidRegex,
         message: format!("the pattern does not compile: {e}"),
         hint: hint.into(),
     })
@@ -604,13 +605,13 @@ mod tests {
         assert_eq!(refused.code, "regex_too_large");
         // Weighing it used the rest up: even a small pattern is refused after it.
         assert_eq!(
-            check_regex("^a$", "", &mut budget).map_err(|r| r.code),
+            check_regex("^a$", "", &mut budget).map_err(|r| r.code.as_str()),
             Err("regex_too_large")
         );
         // Lookaround: weighed by its parts.
         let mut fresh = RegexBudget::default();
         assert_eq!(
-            check_regex("(?=\\w{300})x", "", &mut fresh).map_err(|r| r.code),
+            check_regex("(?=\\w{300})x", "", &mut fresh).map_err(|r| r.code.as_str()),
             Err("regex_too_large")
         );
         // Case folding: three full ranges fit, the fourth is refused before it is built.
@@ -620,7 +621,7 @@ mod tests {
             assert_eq!(check_regex(full, "i", &mut folds), Ok(()), "{i}");
         }
         assert_eq!(
-            check_regex(full, "i", &mut folds).map_err(|r| r.code),
+            check_regex(full, "i", &mut folds).map_err(|r| r.code.as_str()),
             Err("regex_too_large")
         );
         assert_eq!(
@@ -647,7 +648,7 @@ mod tests {
         let mut fresh = RegexBudget::default();
         assert_eq!(check_schema_pattern("^\\w{1,300}$", &mut fresh), Ok(()));
         assert_eq!(
-            check_schema_pattern("(a", &mut fresh).map_err(|r| r.code),
+            check_schema_pattern("(a", &mut fresh).map_err(|r| r.code.as_str()),
             Err("invalid_regex")
         );
     }

@@ -19,42 +19,7 @@ pub const MAX_SCHEMA_VALUES: usize = 10_000;
 /// properties took seconds). Real schemas use a fraction of this.
 pub const MAX_SCHEMA_PATH_BYTES: usize = 4 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// Where the mistake is, e.g. `checks[2].pattern`.
-    pub at: String,
-    pub code: &'static str,
-    pub message: String,
-    pub hint: String,
-}
-
-impl Problem {
-    pub fn new(
-        at: impl Into<String>,
-        code: &'static str,
-        message: impl Into<String>,
-        hint: impl Into<String>,
-    ) -> Problem {
-        Problem {
-            at: at.into(),
-            code,
-            message: message.into(),
-            hint: hint.into(),
-        }
-    }
-
-    pub fn to_value(&self) -> Value {
-        Value::object()
-            .with("where", self.at.as_str())
-            .with("code", self.code)
-            .with("message", self.message.as_str())
-            .with("hint", self.hint.as_str())
-    }
-}
-
-pub fn problems_value(problems: &[Problem]) -> Value {
-    Value::Array(problems.iter().map(Problem::to_value).collect())
-}
+pub use crate::problem::{Problem, ProblemCode, problems_value};
 
 // ---------------------------------------------------------------------------
 // Typed checks
@@ -425,7 +390,7 @@ impl<'a> Fields<'a> {
             if !self.known.contains(&k.as_str()) {
                 problems.push(Problem::new(
                     self.path(k),
-                    "unknown_field",
+                    ProblemCode::UnknownField,
                     format!("{what} has no field {k:?}"),
                     format!("Remove {k:?}; {what} takes: {}.", self.known.join(", ")),
                 ));
@@ -442,7 +407,7 @@ impl<'a> Fields<'a> {
             None if required => {
                 problems.push(Problem::new(
                     self.path(key),
-                    "missing_field",
+                    ProblemCode::MissingField,
                     format!("{key} is required"),
                     format!("Add \"{key}\": \"...\"."),
                 ));
@@ -473,7 +438,7 @@ impl<'a> Fields<'a> {
                 None => {
                     problems.push(Problem::new(
                         self.path(key),
-                        "invalid_value",
+                        ProblemCode::InvalidValue,
                         format!("{key} {s:?} is not one of {}", names.join(", ")),
                         format!("Use one of: {}.", names.join(", ")),
                     ));
@@ -501,7 +466,7 @@ fn wrong_type(at: &str, expected: &str, got: &Value) -> Problem {
     let field = at.rsplit('.').next().unwrap_or(at);
     Problem::new(
         at,
-        "wrong_type",
+        ProblemCode::WrongType,
         format!("{field} must be {expected}, not {}", got.type_name()),
         format!("Make {field} {expected}."),
     )
@@ -518,7 +483,7 @@ fn object_at<'a>(
         other => {
             problems.push(Problem::new(
                 at,
-                "wrong_type",
+                ProblemCode::WrongType,
                 format!("{what} must be an object, not {}", other.type_name()),
                 format!("Send {what} as a JSON object."),
             ));
@@ -556,7 +521,7 @@ impl Spec {
         (bytes > MAX_SPEC_BYTES).then(|| {
             Problem::new(
                 "spec",
-                "spec_too_large",
+                ProblemCode::SpecTooLarge,
                 format!(
                     "the normalized spec is {bytes} bytes of JSON; a verdict embeds it and at most {MAX_SPEC_BYTES} can be stored with one"
                 ),
@@ -598,7 +563,7 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
         None => {
             problems.push(Problem::new(
                 "checks",
-                "missing_field",
+                ProblemCode::MissingField,
                 "a spec needs a checks array",
                 "Send {\"checks\":[{\"type\":\"regex\",\"pattern\":\"...\"}]} with 1 to 10 checks.",
             ));
@@ -608,7 +573,7 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
     if checks_v.len() < MIN_CHECKS {
         problems.push(Problem::new(
             "checks",
-            "too_few_checks",
+            ProblemCode::TooFewChecks,
             "the spec has no checks",
             "Add at least one check; a spec with nothing to judge cannot pass or fail.",
         ));
@@ -617,7 +582,7 @@ pub fn parse_spec_partial(v: &Value, tier: Option<Tier>) -> (Vec<(usize, Check)>
         // Nothing more is read: ten thousand checks are refused for the price of one.
         problems.push(Problem::new(
             "checks",
-            "too_many_checks",
+            ProblemCode::TooManyChecks,
             format!("the spec has {} checks; at most {MAX_CHECKS} are allowed", checks_v.len()),
             "Split the spec into several verdicts or merge checks (one json_schema can assert many fields).",
         ));
@@ -661,7 +626,7 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
     if values > MAX_SCHEMA_VALUES {
         problems.push(Problem::new(
             "checks",
-            "spec_too_large",
+            ProblemCode::SpecTooLarge,
             format!(
                 "the spec's schemas hold {values} JSON values; at most {MAX_SCHEMA_VALUES} are allowed across a spec"
             ),
@@ -672,7 +637,7 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
     if path_bytes > MAX_SCHEMA_PATH_BYTES {
         problems.push(Problem::new(
             "checks",
-            "spec_too_large",
+            ProblemCode::SpecTooLarge,
             format!(
                 "the paths to the values of the spec's schemas hold {path_bytes} bytes together; at most {MAX_SCHEMA_PATH_BYTES} are allowed across a spec"
             ),
@@ -696,7 +661,7 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
     if patterns.len() > MAX_SPEC_PATTERNS {
         problems.push(Problem::new(
             "checks",
-            "spec_too_large",
+            ProblemCode::SpecTooLarge,
             format!(
                 "the spec has {} patterns; at most {MAX_SPEC_PATTERNS} are allowed across a spec",
                 patterns.len()
@@ -706,7 +671,7 @@ fn size_problems(checks_v: &[Value], problems: &mut Vec<Problem>) {
     } else if chars > MAX_SPEC_PATTERN_CHARS {
         problems.push(Problem::new(
             "checks",
-            "spec_too_large",
+            ProblemCode::SpecTooLarge,
             format!(
                 "the spec's patterns hold {chars} characters; at most {MAX_SPEC_PATTERN_CHARS} are allowed across a spec"
             ),
@@ -756,7 +721,7 @@ fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: 
             if !ok {
                 problems.push(Problem::new(
                     "checks",
-                    "check_not_allowed",
+                    ProblemCode::CheckNotAllowed,
                     "a witness verdict is exactly one url_probe check",
                     "Send one {\"type\":\"url_probe\",...} check, or buy the probe tier for more checks.",
                 ));
@@ -766,7 +731,7 @@ fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: 
             for i in network {
                 problems.push(Problem::new(
                     format!("checks[{i}]"),
-                    "check_not_allowed",
+                    ProblemCode::CheckNotAllowed,
                     "the basic tier fetches nothing: url_probe and content_hash with target url are not included",
                     "Use the probe tier ($2.00) or sworn tier for checks that fetch URLs, or hash deliverable.text instead.",
                 ));
@@ -776,7 +741,7 @@ fn tier_problems(tier: Tier, total: usize, checks: &[(usize, Check)], problems: 
             if network.len() > MAX_NETWORK_CHECKS {
                 problems.push(Problem::new(
                     "checks",
-                    "too_many_network_checks",
+                    ProblemCode::TooManyNetworkChecks,
                     format!(
                         "the spec fetches {} URLs; at most {MAX_NETWORK_CHECKS} network checks are allowed per verdict",
                         network.len()
@@ -804,7 +769,7 @@ fn parse_check(
         None => {
             problems.push(Problem::new(
                 format!("{at}.type"),
-                "missing_field",
+                ProblemCode::MissingField,
                 "every check needs a type",
                 format!("Add \"type\": one of {}.", CHECK_TYPES.join(", ")),
             ));
@@ -831,7 +796,7 @@ fn parse_check(
         other => {
             problems.push(Problem::new(
                 format!("{at}.type"),
-                "unknown_check_type",
+                ProblemCode::UnknownCheckType,
                 format!("there is no check type {other:?}"),
                 format!("Use one of: {}.", CHECK_TYPES.join(", ")),
             ));
@@ -850,7 +815,7 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
         Err(e) => {
             problems.push(Problem::new(
                 f.path("path"),
-                "invalid_json_path",
+                ProblemCode::InvalidJsonPath,
                 format!("path {p:?}: {e}"),
                 PATH_HINT,
             ));
@@ -863,13 +828,13 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
         match (&value, op.takes_value()) {
             (None, true) => problems.push(Problem::new(
                 f.path("value"),
-                "missing_field",
+                ProblemCode::MissingField,
                 format!("op {} needs a value to compare with", op.as_str()),
                 "Add \"value\": the JSON value to compare against.",
             )),
             (Some(_), false) => problems.push(Problem::new(
                 f.path("value"),
-                "unknown_field",
+                ProblemCode::UnknownField,
                 format!("op {} takes no value", op.as_str()),
                 "Remove \"value\", or use op eq/ne/gt/lt/gte/lte/contains.",
             )),
@@ -881,7 +846,7 @@ fn parse_path_assertion(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<P
         {
             problems.push(Problem::new(
                 f.path("value"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 format!(
                     "op {} compares numbers or strings, not {}",
                     op.as_str(),
@@ -918,7 +883,7 @@ fn parse_json_schema(
     let Some(schema) = f.get("schema") else {
         problems.push(Problem::new(
             f.path("schema"),
-            "missing_field",
+            ProblemCode::MissingField,
             "json_schema needs a schema",
             "Add \"schema\": a JSON Schema (draft 2020-12) object.",
         ));
@@ -938,7 +903,7 @@ fn parse_json_schema(
     {
         problems.push(Problem::new(
             format!("{at}.schema.$schema"),
-            "invalid_schema",
+            ProblemCode::InvalidSchema,
             format!("schemas are judged as draft 2020-12, not {uri}"),
             "Remove \"$schema\" or set it to https://json-schema.org/draft/2020-12/schema.",
         ));
@@ -947,7 +912,7 @@ fn parse_json_schema(
     for (where_, reference) in &scan.refs_into_data {
         problems.push(Problem::new(
             where_.as_str(),
-            "invalid_schema",
+            ProblemCode::InvalidSchema,
             format!("{reference:?} points into data (const, enum, default or examples), which is never a schema"),
             "Point $ref at a schema: move the definition under $defs and refer to it there.",
         ));
@@ -965,7 +930,7 @@ fn parse_json_schema(
     {
         problems.push(Problem::new(
             f.path("schema"),
-            "invalid_schema",
+            ProblemCode::InvalidSchema,
             format!("the schema does not compile: {e}"),
             "Fix the schema; external $ref targets are never fetched, so inline every definition under $defs.",
         ));
@@ -998,7 +963,7 @@ fn parse_content_hash(
         } else {
             problems.push(Problem::new(
                 f.path("sha256"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 "sha256 must be 64 hex characters",
                 "Send the SHA-256 digest as 64 hex characters (sha256sum prints it).",
             ));
@@ -1022,7 +987,7 @@ fn parse_content_hash(
         (Some(false), Some(_)) => {
             problems.push(Problem::new(
                 f.path("url"),
-                "unknown_field",
+                ProblemCode::UnknownField,
                 "url is only used with target \"url\"",
                 "Set \"target\": \"url\" to hash a fetched URL, or remove \"url\" to hash deliverable.text.",
             ));
@@ -1061,7 +1026,7 @@ fn parse_regex(
         if !matches!(c, 'i' | 'm' | 's') || !set.insert(c) {
             problems.push(Problem::new(
                 f.path("flags"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 format!("flags {flags:?}: only i, m and s are allowed, each once"),
                 "Use any of i (case-insensitive), m (^/$ at lines), s (. matches newline), e.g. \"im\".",
             ));
@@ -1084,7 +1049,7 @@ fn parse_regex(
         if p.is_empty() {
             problems.push(Problem::new(
                 f.path("pattern"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 "the pattern is empty and would match anything",
                 "Write the text or pattern the deliverable must (or must not) contain.",
             ));
@@ -1132,7 +1097,7 @@ fn parse_length(
         if min.is_none() && max.is_none() {
             problems.push(Problem::new(
                 at,
-                "missing_field",
+                ProblemCode::MissingField,
                 "a length check needs min, max or both",
                 "Add \"min\" and/or \"max\" (non-negative integers).",
             ));
@@ -1142,7 +1107,7 @@ fn parse_length(
         {
             problems.push(Problem::new(
                 f.path("min"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 format!("min {lo} is greater than max {hi}; nothing could pass"),
                 "Make min less than or equal to max.",
             ));
@@ -1193,7 +1158,7 @@ fn parse_url_probe(
                 None => {
                     problems.push(Problem::new(
                         ef.path("status"),
-                        "invalid_value",
+                        ProblemCode::InvalidValue,
                         "status must be an HTTP status code (an integer from 100 to 599)",
                         "Use the status the URL should answer with, e.g. 200.",
                     ));
@@ -1205,7 +1170,7 @@ fn parse_url_probe(
         if keyword.as_deref() == Some("") {
             problems.push(Problem::new(
                 ef.path("keyword"),
-                "invalid_value",
+                ProblemCode::InvalidValue,
                 "an empty keyword matches every response",
                 "Give the text the response body must contain.",
             ));
@@ -1261,7 +1226,7 @@ fn parse_selector(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Se
     {
         problems.push(Problem::new(
             f.path("selector"),
-            "invalid_value",
+            ProblemCode::InvalidValue,
             format!("{s:?} is not a valid CSS selector"),
             "Use a CSS selector such as h1, #price, div.result > span.",
         ));
@@ -1279,7 +1244,7 @@ fn parse_selector(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         if takes && value.is_none() && f.get("value").is_none() {
             problems.push(Problem::new(
                 f.path("value"),
-                "missing_field",
+                ProblemCode::MissingField,
                 format!("op {} needs a value", op.as_str()),
                 "Add \"value\": the text to compare the element's text with.",
             ));
@@ -1287,7 +1252,7 @@ fn parse_selector(v: &Value, at: &str, problems: &mut Vec<Problem>) -> Option<Se
         if !takes && f.get("value").is_some() {
             problems.push(Problem::new(
                 f.path("value"),
-                "unknown_field",
+                ProblemCode::UnknownField,
                 format!("op {} takes no value", op.as_str()),
                 "Remove \"value\", or use op eq/ne/contains.",
             ));
@@ -1338,7 +1303,7 @@ pub fn parse_deliverable(v: &Value, at: &str) -> Result<Deliverable, Vec<Problem
             if s.len() > MAX_TEXT_BYTES {
                 problems.push(Problem::new(
                     f.path("text"),
-                    "text_too_large",
+                    ProblemCode::TextTooLarge,
                     format!("text is {} bytes of UTF-8; at most {MAX_TEXT_BYTES} (200 KB) are accepted", s.len()),
                     "Send at most 200 KB of text; judge a hash of larger artifacts with content_hash.",
                 ));
@@ -1379,7 +1344,7 @@ pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
         if c.needs_text() && d.text.is_none() {
             problems.push(Problem::new(
                 "deliverable.text",
-                "deliverable_missing_text",
+                ProblemCode::DeliverableMissingText,
                 format!(
                     "checks[{i}] ({}) reads deliverable.text, which is missing",
                     c.type_name()
@@ -1390,7 +1355,7 @@ pub fn deliverable_problems(spec: &Spec, d: &Deliverable) -> Vec<Problem> {
         if c.needs_json() && d.json.is_none() {
             problems.push(Problem::new(
                 "deliverable.json",
-                "deliverable_missing_json",
+                ProblemCode::DeliverableMissingJson,
                 format!(
                     "checks[{i}] ({}) reads deliverable.json, which is missing",
                     c.type_name()
@@ -1415,7 +1380,7 @@ mod tests {
         r.err()
             .unwrap_or_default()
             .into_iter()
-            .map(|p| (p.at, p.code))
+            .map(|p| (p.at, p.code.as_str()))
             .collect()
     }
 
@@ -1719,7 +1684,10 @@ mod tests {
         );
         assert!(d(r#"{"text":"x","note":"y"}"#).is_err());
         let big = format!(r#"{{"text":"{}"}}"#, "a".repeat(MAX_TEXT_BYTES + 1));
-        assert_eq!(d(&big).err().map(|p| p[0].code), Some("text_too_large"));
+        assert_eq!(
+            d(&big).err().map(|p| p[0].code.as_str()),
+            Some("text_too_large")
+        );
         let ok = Deliverable {
             text: Some("hi".into()),
             json: None,

@@ -21,6 +21,7 @@ use umpire_core::ErrorCode;
 use umpire_core::eval::FetchedBody;
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;
+use umpire_core::problem::ProblemCode;
 use umpire_core::product::{
     FETCH_MAX_REDIRECTS, FETCH_READ_CAP_BYTES, FETCH_TIMEOUT_SECS, FETCH_USER_AGENT,
     OBSERVED_HEADER_CAP_CHARS, OBSERVED_HEADERS,
@@ -269,14 +270,14 @@ impl Fetcher {
         };
         let found = self.resolver.lookup(host).await.map_err(|e| PolicyError {
             code: ErrorCode::DnsFailure,
-            problem_code: ErrorCode::DnsFailure.as_str(),
+            problem_code: ProblemCode::DnsFailure,
             message: format!("{host} does not resolve: {e}"),
             hint: "Check the host name; it must resolve in public DNS.",
         })?;
         if let Some(ip) = found.iter().find(|ip| !self.config.policy.allows_ip(**ip)) {
             return Err(PolicyError {
                 code: ErrorCode::BlockedHost,
-                problem_code: ErrorCode::BlockedHost.as_str(),
+                problem_code: ProblemCode::BlockedHost,
                 message: format!("{host} resolves to {ip}, which is not a public address"),
                 hint: "Use a URL on a public host; private, loopback, link-local and internal names are never fetched.",
             });

@@ -9,6 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use umpire_core::ErrorCode;
+use umpire_core::problem::ProblemCode;
 use umpire_core::product::ALLOWED_PORTS;
 use url::{Host, Url};
 
@@ -33,7 +34,7 @@ const PRIVATE_SUFFIXES: &[&str] = &[
 pub struct PolicyError {
     pub code: ErrorCode,
     /// Problem code for validation lists: the error code, or `invalid_url`.
-    pub problem_code: &'static str,
+    pub problem_code: ProblemCode,
     pub message: String,
     pub hint: &'static str,
 }
@@ -42,7 +43,7 @@ impl PolicyError {
     fn new(code: ErrorCode, message: String, hint: &'static str) -> PolicyError {
         PolicyError {
             code,
-            problem_code: code.as_str(),
+            problem_code: ProblemCode::of_url_error(code),
             message,
             hint,
         }
@@ -106,14 +107,14 @@ impl Policy {
         if raw.chars().count() > MAX_URL_CHARS {
             return Err(PolicyError {
                 code: ErrorCode::InvalidRequest,
-                problem_code: "invalid_url",
+                problem_code: ProblemCode::InvalidUrl,
                 message: format!("the URL is longer than {MAX_URL_CHARS} characters"),
                 hint: "Use a shorter URL.",
             });
         }
         let url = Url::parse(raw).map_err(|e| PolicyError {
             code: ErrorCode::InvalidRequest,
-            problem_code: "invalid_url",
+            problem_code: ProblemCode::InvalidUrl,
             message: format!("not a valid absolute URL: {e}"),
             hint: "Write a full URL such as https://example.com/path.",
         })?;
@@ -284,7 +285,7 @@ mod tests {
     fn code(url: &str) -> &'static str {
         match check_url(url) {
             Ok(_) => "ok",
-            Err(e) => e.problem_code,
+            Err(e) => e.problem_code.as_str(),
         }
     }
 
@@ -372,26 +373,26 @@ mod tests {
         assert_eq!(
             p.check_url("http://127.0.0.2/")
                 .map(|_| ())
-                .map_err(|e| e.problem_code),
+                .map_err(|e| e.problem_code.as_str()),
             Err("blocked_host")
         );
         assert_eq!(
             p.check_url("http://10.0.0.1:22/")
                 .map(|_| ())
-                .map_err(|e| e.problem_code),
+                .map_err(|e| e.problem_code.as_str()),
             Err("blocked_host")
         );
         assert_eq!(
             p.check_url("https://example.com:22/")
                 .map(|_| ())
-                .map_err(|e| e.problem_code),
+                .map_err(|e| e.problem_code.as_str()),
             Err("blocked_port")
         );
         assert_eq!(
             Policy::default()
                 .check_url("http://127.0.0.1:8080/")
                 .map(|_| ())
-                .map_err(|e| e.problem_code),
+                .map_err(|e| e.problem_code.as_str()),
             Err("blocked_host")
         );
     }
