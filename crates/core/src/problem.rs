@@ -6,8 +6,9 @@ use crate::json::Value;
 
 macro_rules! problem_codes {
     ($($(#[$doc:meta])* $variant:ident => $code:literal),+ $(,)?) => {
-        /// Every code a problem is reported with.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// Every code a problem is reported with. Its Debug form is the code's string,
+        /// as it was when codes were strings (messages quote problems that way).
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ProblemCode { $($(#[$doc])* $variant),+ }
 
         impl ProblemCode {
@@ -92,6 +93,12 @@ impl ProblemCode {
     }
 }
 
+impl std::fmt::Debug for ProblemCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
 impl std::fmt::Display for ProblemCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -163,6 +170,10 @@ mod tests {
             assert_eq!(ProblemCode::parse(code.as_str()), Some(*code));
         }
         assert_eq!(ProblemCode::parse("nonsense"), None);
+        assert_eq!(
+            format!("{:?}", ProblemCode::UnknownCheckType),
+            "\"unknown_check_type\""
+        );
         for code in ProblemCode::ALL {
             if let Some(error) = code.url_error() {
                 assert_eq!(error.as_str(), code.as_str());
