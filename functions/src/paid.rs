@@ -137,7 +137,7 @@ fn unreachable_route(why: String) -> Response {
             "the purchase could not be reached right now",
             "Retry the identical call (same arguments and payment) in a few seconds: if it went through you get its answer, and you are never charged twice.",
         )
-        .with_detail("retry_after_seconds", 2u64),
+        .with_retry_after(2),
     )
 }
 

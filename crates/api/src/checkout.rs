@@ -387,7 +387,7 @@ pub fn out_of_time(budget: Duration) -> ApiError {
         "Retry with the same payment if it is still valid (or a new one): slow fetch targets or a slow chain make this happen; fewer URLs or faster ones help.",
     )
     .with_detail("reason", "time_budget")
-    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+    .with_retry_after(RETRY_AFTER_SECS)
 }
 
 /// Tries to persist a settled verdict before giving up on the status link (the
@@ -629,7 +629,7 @@ impl Checkout<'_> {
                     "the payment could not be settled right now (chain or facilitator unreachable)",
                     "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice.",
                 )
-                .with_detail("retry_after_seconds", RETRY_AFTER_SECS))
+                .with_retry_after(RETRY_AFTER_SECS))
             }
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
@@ -817,7 +817,7 @@ fn chain_unavailable() -> ApiError {
         "the payment could not be checked right now (chain or facilitator unreachable)",
         "Retry the identical request in a few seconds; nothing was charged.",
     )
-    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+    .with_retry_after(RETRY_AFTER_SECS)
 }
 
 /// What a 502 `chain_unavailable` or a busy payment asks the client to wait.
@@ -829,7 +829,7 @@ fn payment_in_use() -> ApiError {
         "this payment is being used by another request right now",
         "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: once that request ends you get its answer, and you are never charged twice.",
     )
-    .with_detail("retry_after_seconds", RETRY_AFTER_SECS)
+    .with_retry_after(RETRY_AFTER_SECS)
 }
 
 /// Everything up to a verified, claimed payment; `Err` is the answer to give instead

@@ -132,7 +132,7 @@ fn conflict(
                 "the original request with this Idempotency-Key is still being processed",
                 format!("Wait {wait} s and retry the identical request; you will get the original response."),
             )
-            .with_detail("retry_after_seconds", wait))
+            .with_retry_after(wait))
         }
     }
 }

@@ -86,7 +86,7 @@ pub fn internal(e: impl std::fmt::Display) -> ApiError {
         "Umpire could not complete the request",
         "Retry in a few seconds; nothing was charged or changed that a retry would repeat.",
     )
-    .with_detail("retry_after_seconds", 1u64)
+    .with_retry_after(1)
 }
 
 impl AppState {

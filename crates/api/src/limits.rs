@@ -133,7 +133,7 @@ pub async fn enforce(
                 format!("more than {limit} {bucket} requests from your address {span}"),
                 format!("Wait {retry_after} s (Retry-After) and try again."),
             )
-            .with_detail("retry_after_seconds", retry_after))
+            .with_retry_after(retry_after))
         }
         Ok(_) => Ok(()),
         Err(e) => {

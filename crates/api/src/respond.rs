@@ -35,14 +35,9 @@ pub fn outcome(result: Result<Value, ApiError>, policy: Option<&'static str>) ->
 pub fn error(e: &ApiError) -> Response {
     // Errors describe one request; no cache may hand them to another.
     let mut r = cache(json(e.code.status(), &e.to_body()), "no-store");
-    if let Some(Value::Number(umpire_core::json::Number::Int(secs))) = e
-        .details
-        .iter()
-        .find(|(k, _)| k == "retry_after_seconds")
-        .map(|(_, v)| v)
-        && let Ok(v) = HeaderValue::from_str(secs)
-    {
-        r.headers_mut().insert(header::RETRY_AFTER, v);
+    if let Some(seconds) = e.retry_after {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     if e.code == umpire_core::ErrorCode::MethodNotAllowed
         && let Some(Value::String(allow)) =

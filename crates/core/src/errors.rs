@@ -83,6 +83,9 @@ pub struct ApiError {
     pub hint: String,
     /// Extra members of the `error` object (for example `problems` for invalid_spec).
     pub details: Vec<(String, crate::json::Value)>,
+    /// When to try again, in seconds: the `Retry-After` header and the body's
+    /// `retry_after_seconds`.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -92,7 +95,14 @@ impl ApiError {
             message: message.into(),
             hint: hint.into(),
             details: Vec::new(),
+            retry_after: None,
         }
+    }
+
+    /// The client may retry after `seconds` (Retry-After).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn with_detail(mut self, key: &str, value: impl Into<crate::json::Value>) -> Self {
@@ -110,6 +120,9 @@ impl ApiError {
             .with("docs", self.code.docs_url());
         for (k, v) in &self.details {
             inner.insert(k.as_str(), v.clone());
+        }
+        if let Some(seconds) = self.retry_after {
+            inner.insert("retry_after_seconds", seconds);
         }
         Value::object().with("error", inner)
     }
