@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
 use umpire_blackbox::{
-    PRICE_BASIC, PRICE_SWORN, Reply, Scripted, Server, post_paid, python, urlencode,
+    HOUR_WINDOW_MS, PRICE_BASIC, PRICE_SWORN, Reply, Scripted, Server, post_paid, python, urlencode,
 };
 use umpire_core::json::Value;
 
@@ -345,6 +345,7 @@ fn a_failing_rate_limit_counter_lets_free_requests_through_and_says_so() {
     let server = Server::start_logged(&[
         ("UMPIRE_RATE_LIMITS", "on"),
         ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
+        ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
     ]);
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
     assert_eq!(

@@ -6,7 +6,7 @@ use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
 use serde_json::json;
 use umpire_blackbox::chain::{Devnet, Settlement, buy_get_v2, node_json};
-use umpire_blackbox::{Reply, Server, TempDir, python_recipe_signature_only};
+use umpire_blackbox::{HOUR_WINDOW_MS, Reply, Server, TempDir, python_recipe_signature_only};
 use umpire_core::json::Value;
 
 const ONE_USDC: u128 = 1_000_000;
@@ -563,6 +563,7 @@ fn the_report_is_bought_with_x402_and_verifies_offline() {
 fn feedback_is_rate_limited_per_ip() {
     let s = Server::start_with(&[
         ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
         ("UMPIRE_RATE_LIMIT_FEEDBACK", "1"),
     ]);
     let body = r#"{"merchant":"0x1111111111111111111111111111111111111111"}"#;

@@ -4,7 +4,7 @@
 //! 120/min; feedback calls also count in the feedback bucket HTTP uses).
 
 use umpire_blackbox::chain::node_json;
-use umpire_blackbox::{Server, TempDir, request, run_umpire};
+use umpire_blackbox::{HOUR_WINDOW_MS, Server, TempDir, request, run_umpire};
 use umpire_core::json::{Value, parse_str};
 
 fn post_mcp(server: &Server, body: &str, headers: &[(&str, &str)]) -> umpire_blackbox::Reply {
@@ -184,6 +184,7 @@ fn the_transport_answers_notifications_batches_and_mistakes_by_the_rules() {
 fn mcp_calls_count_in_the_mcp_bucket_and_in_their_routes_own() {
     let server = Server::start_with(&[
         ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
         ("UMPIRE_RATE_LIMIT_MCP", "4"),
         ("UMPIRE_RATE_LIMIT_FEEDBACK", "1"),
         ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
@@ -237,8 +238,11 @@ fn mcp_calls_count_in_the_mcp_bucket_and_in_their_routes_own() {
 
 #[test]
 fn every_call_of_a_batch_counts_in_the_mcp_bucket() {
-    let server =
-        Server::start_with(&[("UMPIRE_RATE_LIMITS", "on"), ("UMPIRE_RATE_LIMIT_MCP", "3")]);
+    let server = Server::start_with(&[
+        ("UMPIRE_RATE_LIMITS", "on"),
+        ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
+        ("UMPIRE_RATE_LIMIT_MCP", "3"),
+    ]);
     let ping = |id: u32| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
     let three = format!("[{},{},{}]", ping(1), ping(2), ping(3));
     assert_eq!(

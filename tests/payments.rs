@@ -8,8 +8,8 @@ use std::sync::Arc;
 use base64::Engine;
 use umpire_blackbox::chain::{Devnet, Facilitator, Settlement, buy_v1, buy_v2, sign_payment};
 use umpire_blackbox::{
-    Held, PRICE_BASIC, PRICE_PROBE, Reply, Server, assert_recipe_verifies, decode_b64_json,
-    request, serve_fixed,
+    HOUR_WINDOW_MS, Held, PRICE_BASIC, PRICE_PROBE, Reply, Server, assert_recipe_verifies,
+    decode_b64_json, request, serve_fixed,
 };
 use umpire_core::json::Value;
 
@@ -754,6 +754,7 @@ fn replays_are_rate_limited_per_ip() {
         Settlement::SelfSettle,
         &[
             ("UMPIRE_RATE_LIMITS", "on"),
+            ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
             ("UMPIRE_RATE_LIMIT_REPLAY", "1"),
         ],
     );

@@ -62,6 +62,11 @@ pub fn umpire_bin() -> PathBuf {
 
 /// The contract's prices in USDC base units, written here from the contract rather than
 /// taken from the code under test, so a wrong price in the code fails the tests.
+/// A rate-limit window for tests that count to a limit: windows are fixed and aligned,
+/// so with the contract's minute one turning mid-test would reset the count (a flake
+/// seen in faults.rs); an hour makes that rare.
+pub const HOUR_WINDOW_MS: &str = "3600000";
+
 pub const PRICE_BASIC: u128 = 1_000_000;
 pub const PRICE_PROBE: u128 = 2_000_000;
 pub const PRICE_SWORN: u128 = 5_000_000;
