@@ -7,10 +7,9 @@ use std::process::ExitCode;
 
 mod commands;
 
-use commands::{client, fail, remote_call};
+use commands::{fail, remote_call};
 
 use clap::{Parser, Subcommand};
-use umpire_core::json::Value;
 
 #[derive(Parser)]
 #[command(
@@ -312,14 +311,7 @@ fn main() -> ExitCode {
             }
             Command::Status { id, secret, remote } => {
                 remote_call(remote, |api| async move {
-                    client::free(
-                        &api,
-                        reqwest::Method::GET,
-                        &format!("/v1/verdicts/{}", umpire_core::urlenc::component(&id)),
-                        &[("authorization", format!("Bearer {secret}"))],
-                        None,
-                    )
-                    .await
+                    commands::lookup::status(&api, &id, &secret).await
                 })
                 .await
             }
@@ -329,12 +321,7 @@ fn main() -> ExitCode {
                 remote,
             } => {
                 remote_call(remote, |api| async move {
-                    let path = format!(
-                        "/v1/find?spec_hash={}&webhook={}",
-                        umpire_core::urlenc::component(&spec_hash),
-                        umpire_core::urlenc::component(&webhook)
-                    );
-                    client::free(&api, reqwest::Method::GET, &path, &[], None).await
+                    commands::lookup::find(&api, &spec_hash, &webhook).await
                 })
                 .await
             }
@@ -345,17 +332,14 @@ fn main() -> ExitCode {
                 webhook,
                 remote,
             } => {
+                let args = commands::validate::ValidateArgs {
+                    tier,
+                    spec,
+                    deliverable,
+                    webhook,
+                };
                 remote_call(remote, |api| async move {
-                    let mut body = Value::object()
-                        .with("tier", tier)
-                        .with("spec", client::read_json(&spec)?);
-                    if let Some(d) = deliverable {
-                        body = body.with("deliverable", client::read_json(&d)?);
-                    }
-                    if let Some(w) = webhook {
-                        body = body.with("webhook_url", w);
-                    }
-                    commands::validate::validate(&api, &body).await
+                    commands::validate::validate(&api, args).await
                 })
                 .await
             }

@@ -1,7 +1,8 @@
 //! `umpire buy`: a verdict paid with x402, waited for (sworn) unless --no-wait.
 
-use super::client::*;
-use super::pay::*;
+use super::client::{Api, Local, print_json, refused};
+use super::pay::{PayArgs, Payer};
+use super::read_json;
 use reqwest::Method;
 use std::path::PathBuf;
 use std::process::ExitCode;

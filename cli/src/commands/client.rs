@@ -8,7 +8,6 @@
 //! means and what to do are printed), 2 for local problems (files, keys, network).
 
 use reqwest::Method;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 use umpire_core::json::{Value, parse};
@@ -244,11 +243,6 @@ pub fn refused(a: &Answer) -> ExitCode {
 /// signed document's bytes), and `umpire verify` reads it back as is.
 pub fn print_json(v: &Value) {
     println!("{}", v.to_canonical_string());
-}
-
-pub fn read_json(path: &Path) -> Result<Value, Local> {
-    let bytes = std::fs::read(path).map_err(|e| Local(format!("{}: {e}", path.display())))?;
-    parse(&bytes).map_err(|e| Local(format!("{}: not JSON: {e}", path.display())))
 }
 
 /// A free GET/POST: the answer on stdout, or the refusal explained.

@@ -1,7 +1,7 @@
 //! `umpire feedback`: payment-verified feedback, signed by the paying wallet.
 
-use super::client::*;
-use super::pay::*;
+use super::client::{Api, Local, print_json, refused};
+use super::pay::wallet;
 use alloy::primitives::{Address, B256};
 use alloy::signers::SignerSync as _;
 use reqwest::Method;

@@ -7,6 +7,7 @@ pub mod client;
 pub mod feedback;
 pub mod judge;
 pub mod keygen;
+pub mod lookup;
 pub mod pay;
 pub mod reputation;
 pub mod serve;
@@ -86,5 +87,5 @@ pub fn read_json(path: &Path) -> Result<Value, String> {
     } else {
         std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?
     };
-    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&bytes).map_err(|e| format!("{}: not JSON: {e}", path.display()))
 }

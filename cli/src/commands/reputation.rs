@@ -1,7 +1,7 @@
 //! `umpire reputation`: a merchant's report, paid with x402.
 
-use super::client::*;
-use super::pay::*;
+use super::client::{Api, Local, print_json, print_readable, refused};
+use super::pay::{PayArgs, Payer};
 use reqwest::Method;
 use std::process::ExitCode;
 use umpire_core::json::Value;

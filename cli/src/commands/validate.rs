@@ -1,14 +1,34 @@
 //! `umpire validate`: the free check of a would-be purchase.
 
-use super::client::*;
-use reqwest::Method;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use reqwest::Method;
 use umpire_core::json::Value;
 
+use super::client::{Api, Local, print_json, refused};
+use super::read_json;
+
+pub struct ValidateArgs {
+    pub tier: String,
+    pub spec: PathBuf,
+    pub deliverable: Option<PathBuf>,
+    pub webhook: Option<String>,
+}
+
 /// Validation: the answer on stdout; exit 1 when the purchase would be refused.
-pub async fn validate(api: &Api, body: &Value) -> Result<ExitCode, Local> {
+pub async fn validate(api: &Api, args: ValidateArgs) -> Result<ExitCode, Local> {
+    let mut body = Value::object()
+        .with("tier", args.tier)
+        .with("spec", read_json(&args.spec)?);
+    if let Some(d) = args.deliverable {
+        body = body.with("deliverable", read_json(&d)?);
+    }
+    if let Some(w) = args.webhook {
+        body = body.with("webhook_url", w);
+    }
     let a = api
-        .send(Method::POST, "/v1/validate", &[], Some(body))
+        .send(Method::POST, "/v1/validate", &[], Some(&body))
         .await?;
     if a.status >= 400 {
         return Ok(refused(&a));
