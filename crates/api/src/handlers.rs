@@ -50,11 +50,7 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
         .iter()
         .map(|t| {
             let p = t.price();
-            let max_network = match t {
-                Tier::Witness => 1,
-                Tier::Basic => 0,
-                _ => MAX_NETWORK_CHECKS,
-            };
+            let limits = t.limits();
             Value::object()
                 .with("tier", t.as_str())
                 .with("endpoint", format!("POST /v1/verdicts/{}", t.as_str()))
@@ -65,8 +61,8 @@ pub async fn quote(state: &AppState, req: &Request) -> Response {
                     "checks",
                     Value::object()
                         .with("min", 1u64)
-                        .with("max", if *t == Tier::Witness { 1 } else { MAX_CHECKS })
-                        .with("network_max", max_network),
+                        .with("max", limits.max_checks)
+                        .with("network_max", limits.max_network_checks),
                 )
                 .with(
                     "answer",

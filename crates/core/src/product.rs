@@ -1,5 +1,7 @@
 //! What Umpire sells and the limits it sells it under: the contract's numbers, once.
 
+use crate::spec::CheckType;
+
 /// The public identity documents name as their issuer (overridable per deployment).
 pub const DEFAULT_ISSUER: &str = "https://umpire.vimabrosta.com";
 pub const OPERATOR: &str = "Vima Brosta LLC";
@@ -102,9 +104,26 @@ impl Tier {
         }
     }
 
-    /// Whether checks that fetch URLs may be bought in this tier.
-    pub fn allows_network(self) -> bool {
-        !matches!(self, Tier::Basic)
+    /// What a spec bought in this tier may hold: the one table the spec rules and the
+    /// quote read.
+    pub fn limits(self) -> TierLimits {
+        match self {
+            Tier::Witness => TierLimits {
+                max_checks: 1,
+                max_network_checks: 1,
+                only_check: Some(CheckType::UrlProbe),
+            },
+            Tier::Basic => TierLimits {
+                max_checks: MAX_CHECKS,
+                max_network_checks: 0,
+                only_check: None,
+            },
+            Tier::Probe | Tier::Sworn => TierLimits {
+                max_checks: MAX_CHECKS,
+                max_network_checks: MAX_NETWORK_CHECKS,
+                only_check: None,
+            },
+        }
     }
 
     pub fn description(self) -> &'static str {
@@ -121,6 +140,16 @@ impl Tier {
             }
         }
     }
+}
+
+/// A tier's rules on the checks of its spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierLimits {
+    pub max_checks: usize,
+    /// Checks that fetch a URL: url_probe, and content_hash with target url.
+    pub max_network_checks: usize,
+    /// A tier that sells exactly one check of one type names the type.
+    pub only_check: Option<CheckType>,
 }
 
 pub const REPUTATION_PRICE: Price = Price::usdc_units(10_000);
