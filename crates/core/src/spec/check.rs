@@ -73,6 +73,18 @@ impl CheckType {
         }
     }
 
+    /// The fields a check of this type may have, `type` included.
+    pub(super) fn fields(self) -> &'static [&'static str] {
+        match self {
+            CheckType::JsonSchema => &["type", "schema"],
+            CheckType::JsonPath => &["type", "path", "op", "value"],
+            CheckType::ContentHash => &["type", "sha256", "target", "url"],
+            CheckType::Regex => &["type", "pattern", "flags", "expect"],
+            CheckType::Length => &["type", "unit", "min", "max"],
+            CheckType::UrlProbe => &["type", "url", "expect"],
+        }
+    }
+
     pub fn parse(s: &str) -> Option<CheckType> {
         CheckType::ALL.into_iter().find(|t| t.as_str() == s)
     }

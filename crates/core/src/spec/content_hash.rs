@@ -1,9 +1,6 @@
 //! The content_hash check: the SHA-256 of the deliverable's text or of a fetched URL.
 
-use std::collections::BTreeMap;
-
 use super::{Check, Fields, Problem, ProblemCode};
-use crate::json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum HashTarget {
@@ -11,18 +8,7 @@ pub enum HashTarget {
     Url(String),
 }
 
-pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
-    problems: &mut Vec<Problem>,
-) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "sha256", "target", "url"],
-        "a content_hash check",
-        problems,
-    );
+pub(super) fn parse(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<Check> {
     let before = problems.len();
     let sha = f.string("sha256", true, problems);
     let sha = sha.and_then(|s| {

@@ -12,6 +12,11 @@ pub(super) struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// Where the object is: `checks[2]`, or empty for the top level.
+    pub(super) fn at(&self) -> &str {
+        &self.at
+    }
+
     pub(super) fn path(&self, key: &str) -> String {
         if self.at.is_empty() {
             key.to_owned()

@@ -1,7 +1,5 @@
 //! The json_path check, `{"path","op","value"}`, also read as url_probe's `expect.json_path`.
 
-use std::collections::BTreeMap;
-
 use super::{Check, Fields, Problem, ProblemCode};
 use crate::json::Value;
 use crate::jsonpath::{JsonPath, PATH_HINT};
@@ -142,19 +140,8 @@ pub(super) fn parse_assertion(
     })
 }
 
-pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
-    problems: &mut Vec<Problem>,
-) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "path", "op", "value"],
-        "a json_path check",
-        problems,
-    );
-    parse_assertion(&f, problems).map(Check::JsonPath)
+pub(super) fn parse(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<Check> {
+    parse_assertion(f, problems).map(Check::JsonPath)
 }
 
 /// The assertion's normalized fields, added to `base`.

@@ -1,24 +1,14 @@
 //! The json_schema check: the deliverable's JSON against a draft 2020-12 schema.
 
-use std::collections::BTreeMap;
-
 use super::{Check, Fields, Problem, ProblemCode, wrong_type};
 use crate::json::Value;
 use crate::patterns::{self, RegexBudget};
 
 pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
+    f: &Fields<'_>,
     budget: &mut RegexBudget,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "schema"],
-        "a json_schema check",
-        problems,
-    );
     let Some(schema) = f.get("schema") else {
         problems.push(Problem::new(
             f.path("schema"),
@@ -41,13 +31,13 @@ pub(super) fn parse(
         && !uri.starts_with("https://json-schema.org/draft/2020-12/schema")
     {
         problems.push(Problem::new(
-            format!("{at}.schema.$schema"),
+            f.path("schema.$schema"),
             ProblemCode::InvalidSchema,
             format!("schemas are judged as draft 2020-12, not {uri}"),
             "Remove \"$schema\" or set it to https://json-schema.org/draft/2020-12/schema.",
         ));
     }
-    let scan = patterns::scan_schema(schema, &format!("{at}.schema"));
+    let scan = patterns::scan_schema(schema, &f.path("schema"));
     for (where_, reference) in &scan.refs_into_data {
         problems.push(Problem::new(
             where_.as_str(),

@@ -1,9 +1,6 @@
 //! The length check: the deliverable's text counted in characters or words.
 
-use std::collections::BTreeMap;
-
 use super::{Check, Fields, Problem, ProblemCode};
-use crate::json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LengthUnit {
@@ -13,18 +10,7 @@ pub enum LengthUnit {
     Words,
 }
 
-pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
-    problems: &mut Vec<Problem>,
-) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "unit", "min", "max"],
-        "a length check",
-        problems,
-    );
+pub(super) fn parse(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<Check> {
     let before = problems.len();
     let unit = f.choice(
         "unit",
@@ -42,7 +28,7 @@ pub(super) fn parse(
     if let (Some(min), Some(max)) = (min, max) {
         if min.is_none() && max.is_none() {
             problems.push(Problem::new(
-                at,
+                f.at(),
                 ProblemCode::MissingField,
                 "a length check needs min, max or both",
                 "Add \"min\" and/or \"max\" (non-negative integers).",

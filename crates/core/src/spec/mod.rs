@@ -216,13 +216,15 @@ fn parse_check(
         return None;
     };
     let before = problems.len();
+    let what = format!("a {} check", ty.as_str());
+    let f = Fields::new(obj, at, ty.fields(), &what, problems);
     let check = match ty {
-        CheckType::JsonSchema => json_schema::parse(obj, at, budget, problems),
-        CheckType::JsonPath => json_path::parse(obj, at, problems),
-        CheckType::ContentHash => content_hash::parse(obj, at, problems),
-        CheckType::Regex => regex::parse(obj, at, budget, problems),
-        CheckType::Length => length::parse(obj, at, problems),
-        CheckType::UrlProbe => url_probe::parse(obj, at, problems),
+        CheckType::JsonSchema => json_schema::parse(&f, budget, problems),
+        CheckType::JsonPath => json_path::parse(&f, problems),
+        CheckType::ContentHash => content_hash::parse(&f, problems),
+        CheckType::Regex => regex::parse(&f, budget, problems),
+        CheckType::Length => length::parse(&f, problems),
+        CheckType::UrlProbe => url_probe::parse(&f, problems),
     };
     // A check with any problem is not returned even if parsing produced something.
     if problems.len() > before { None } else { check }

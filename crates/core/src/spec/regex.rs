@@ -1,24 +1,15 @@
 //! The regex check: a pattern the deliverable's text must (or must not) match.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::{Check, Fields, Problem, ProblemCode};
-use crate::json::Value;
 use crate::patterns::{self, RegexBudget};
 
 pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
+    f: &Fields<'_>,
     budget: &mut RegexBudget,
     problems: &mut Vec<Problem>,
 ) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "pattern", "flags", "expect"],
-        "a regex check",
-        problems,
-    );
     let before = problems.len();
     let pattern = f.string("pattern", true, problems);
     let flags = f.string("flags", false, problems).unwrap_or("");

@@ -54,18 +54,7 @@ pub struct ProbeExpect {
     pub json_path: Option<PathAssertion>,
 }
 
-pub(super) fn parse(
-    obj: &BTreeMap<String, Value>,
-    at: &str,
-    problems: &mut Vec<Problem>,
-) -> Option<Check> {
-    let f = Fields::new(
-        obj,
-        at,
-        &["type", "url", "expect"],
-        "a url_probe check",
-        problems,
-    );
+pub(super) fn parse(f: &Fields<'_>, problems: &mut Vec<Problem>) -> Option<Check> {
     let before = problems.len();
     let url = f.string("url", true, problems);
     let empty = BTreeMap::new();
