@@ -205,8 +205,8 @@ fn an_authorization_shorter_than_the_budget_is_refused_before_any_work() {
         &signer,
         &required,
         &accepted,
-        umpire_core::time::now_unix(),
-        umpire_core::hash::random_bytes::<32>(),
+        umpire_host::Clock::system().now(),
+        umpire_host::random_bytes::<32>(),
     )
     .expect("signed");
 

@@ -132,7 +132,7 @@ fn the_payment_identifier_is_honored_like_the_idempotency_key() {
     let payer = devnet.get("payer");
     let pay_to = devnet.get("pay_to");
     let (payer0, ours0) = (devnet.balance(&payer), devnet.balance(&pay_to));
-    let id = format!("pay_{}", umpire_core::hash::random_id("t").replace('_', ""));
+    let id = format!("pay_{}", umpire_host::random_id("t").replace('_', ""));
     let dn = devnet.devnet_json();
     let buy = |body: &str| {
         let v = node_json(

@@ -97,9 +97,7 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     let payer0 = devnet.balance(&payer);
     let url = format!("http://{}/v1/verdicts/basic", server.addr);
     let payments = sign_payments(&devnet, &url, BODY, N);
-    let keys: Vec<String> = (0..N)
-        .map(|_| umpire_core::hash::random_id("crash"))
-        .collect();
+    let keys: Vec<String> = (0..N).map(|_| umpire_host::random_id("crash")).collect();
 
     // Settlements go out and are mined, their receipts are held: the server is between
     // moving the money and recording the purchase when it dies.
@@ -209,7 +207,7 @@ impl Shop {
             payer,
             payer0,
             payment,
-            key: umpire_core::hash::random_id("shop"),
+            key: umpire_host::random_id("shop"),
             server,
             proxy,
             devnet,
@@ -308,11 +306,7 @@ fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once(
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 
     // Under another key the spent payment buys nothing more: it is that purchase again.
-    let other = buy(
-        &shop.server,
-        &shop.payment,
-        &umpire_core::hash::random_id("lost"),
-    );
+    let other = buy(&shop.server, &shop.payment, &umpire_host::random_id("lost"));
     assert_eq!(other.status, 201, "{}", text(&other));
     assert_eq!(other.json().get("verdict_id"), purchase.get("verdict_id"));
     assert_eq!(
@@ -478,7 +472,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
     );
     let url = format!("http://{}/v1/verdicts/sworn", server.addr);
     let payment = sign_payments(&devnet, &url, &body, 1).remove(0);
-    let key = umpire_core::hash::random_id("sworn");
+    let key = umpire_host::random_id("sworn");
     let send =
         |server: &Server| post_paid(server.addr, "/v1/verdicts/sworn", &body, &payment, &key);
 
@@ -590,16 +584,16 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
             .expect("requirements");
     let accepted = pick_evm(&required).expect("an EVM rail");
     let signer: PrivateKeySigner = devnet.get("payer_private_key").parse().expect("payer key");
-    let now = umpire_core::time::now_unix();
+    let now = umpire_host::Clock::system().now();
     let payment = sign_exact_evm(
         &signer,
         &required,
         accepted,
         now,
-        umpire_core::hash::random_bytes::<32>(),
+        umpire_host::random_bytes::<32>(),
     )
     .expect("signed");
-    let key = umpire_core::hash::random_id("late");
+    let key = umpire_host::random_id("late");
 
     proxy.lose_answers_of(Some("eth_sendRawTransaction"));
     let r = buy(&server, &payment, &key);
@@ -609,7 +603,7 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
 
     // Past validBefore (now + 14 s): the payment would not verify any more.
     let expired = now + 15;
-    while umpire_core::time::now_unix() <= expired {
+    while umpire_host::Clock::system().now() <= expired {
         std::thread::sleep(Duration::from_millis(250));
     }
     let r = buy(&server, &payment, &key);

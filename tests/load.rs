@@ -41,9 +41,7 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
     let (payer0, pay_to0) = (devnet.balance(&payer), devnet.balance(&pay_to));
     let url = format!("http://{}/v1/verdicts/basic", server.addr);
     let payments = sign_payments(&devnet, &url, BODY, KEYS);
-    let keys: Vec<String> = (0..KEYS)
-        .map(|_| umpire_core::hash::random_id("load"))
-        .collect();
+    let keys: Vec<String> = (0..KEYS).map(|_| umpire_host::random_id("load")).collect();
 
     let start = Arc::new(std::sync::Barrier::new(KEYS * PER_KEY));
     let threads: Vec<_> = (0..KEYS * PER_KEY)
@@ -200,7 +198,7 @@ fn one_authorization_reencoded_sixteen_times_at_once_buys_one_verdict() {
         .map(|(copy, with_key)| {
             let (server, start) = (server.clone(), start.clone());
             std::thread::spawn(move || {
-                let key = umpire_core::hash::random_id("twin");
+                let key = umpire_host::random_id("twin");
                 let mut headers = vec![
                     ("Content-Type", "application/json"),
                     ("PAYMENT-SIGNATURE", copy.as_str()),
@@ -298,7 +296,7 @@ fn a_hundred_hostile_purchases_end_at_their_limit_while_health_answers() {
         .map(|payment| {
             let (server, body) = (server.clone(), body.clone());
             std::thread::spawn(move || {
-                let key = umpire_core::hash::random_id("hostile");
+                let key = umpire_host::random_id("hostile");
                 post_paid(server.addr, "/v1/verdicts/basic", &body, &payment, &key)
             })
         })

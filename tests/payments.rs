@@ -32,7 +32,7 @@ fn post(server: &Server, body: &str, headers: &[(&str, &str)]) -> Reply {
 }
 
 fn key() -> String {
-    umpire_core::hash::random_id("idem")
+    umpire_host::random_id("idem")
 }
 
 #[test]

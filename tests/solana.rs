@@ -46,7 +46,7 @@ fn post(server: &Server, headers: &[(&str, &str)]) -> Reply {
 }
 
 fn key() -> String {
-    umpire_core::hash::random_id("idem")
+    umpire_host::random_id("idem")
 }
 
 /// A stand-in for the public price feed (Coinbase's spot-price API shape).
@@ -544,10 +544,7 @@ fn the_payment_identifier_holds_on_solana() {
         net.get("pay_to_usdc_account"),
     );
     let payer0 = net.token_units(&payer_usdc);
-    let id = format!(
-        "pay_{}",
-        umpire_core::hash::random_id("sol").replace('_', "")
-    );
+    let id = format!("pay_{}", umpire_host::random_id("sol").replace('_', ""));
     let (svm, url) = (net.svm_json(), url(&server));
     let buy = |body: &str| {
         let v = umpire_blackbox::chain::node_json(

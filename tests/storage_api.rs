@@ -45,7 +45,7 @@ async fn seeded(records: Vec<VerdictRecord>) -> TempDir {
 }
 
 fn now() -> u64 {
-    umpire_core::time::now_unix()
+    umpire_host::Clock::system().now()
 }
 
 #[tokio::test]
@@ -201,7 +201,7 @@ const WINDOW_MS: u64 = 2000;
 
 /// Waits for the start of a fresh window (at most one window), so a burst stays inside it.
 fn start_of_fresh_window() {
-    let into = umpire_core::time::now_unix_ms() % WINDOW_MS;
+    let into = umpire_host::Clock::system().now_ms() % WINDOW_MS;
     std::thread::sleep(std::time::Duration::from_millis(WINDOW_MS - into));
 }
 

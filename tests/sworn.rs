@@ -15,7 +15,7 @@ const FAST: &[(&str, &str)] = &[
 ];
 
 fn key() -> String {
-    umpire_core::hash::random_id("idem")
+    umpire_host::random_id("idem")
 }
 
 fn sworn_body(page: &Scripted, hook: &Scripted) -> String {
@@ -382,7 +382,7 @@ fn nothing_of_a_deliverable_outlives_its_verdict() {
     let server = Server::start_logged(&env);
     let text = format!(
         "ready {}",
-        umpire_core::hash::random_id("confidential").replace('_', "-")
+        umpire_host::random_id("confidential").replace('_', "-")
     );
     let body = |extra: &str| {
         format!(

@@ -50,10 +50,7 @@ pub fn http_event(req: &Request) -> Vec<u8> {
     let query = req.uri().query().unwrap_or_default();
     // The caller as API Gateway saw it (absent: the route's "unknown" bucket).
     let source_ip = ClientIp::of(req).map(|ClientIp(ip)| ip.to_string());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
+    let now = umpire_host::Clock::system().now_ms();
     let route_key = format!("{} {path}", req.method());
     let event = json!({
         "version": "2.0",
@@ -73,7 +70,7 @@ pub fn http_event(req: &Request) -> Vec<u8> {
                 "sourceIp": source_ip,
                 "userAgent": "umpire-mcp"
             },
-            "requestId": umpire_core::hash::random_id("mcp"),
+            "requestId": umpire_host::random_id("mcp"),
             "routeKey": route_key,
             "stage": "$default",
             "time": "",

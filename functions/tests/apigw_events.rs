@@ -176,7 +176,7 @@ async fn the_client_ip_comes_from_the_request_context_not_headers() {
 async fn status_and_find_read_path_query_and_bearer_from_the_event() {
     use umpire_store::{VerdictRecord, VerdictStatus};
     let state = state();
-    let now = umpire_core::time::now_unix();
+    let now = umpire_host::Clock::system().now();
     state
         .store
         .put_verdict(&VerdictRecord {

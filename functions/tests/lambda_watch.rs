@@ -87,7 +87,7 @@ fn validate_a_paid_basic_verdict_and_its_status_through_cargo_lambda_watch() {
     assert_eq!(validated.json().get("valid"), Some(&Value::Bool(true)));
 
     let url = format!("http://{addr}/v1/verdicts/basic");
-    let key = umpire_core::hash::random_id("idem");
+    let key = umpire_host::random_id("idem");
     let payer = devnet.get("payer");
     let before = devnet.balance(&payer);
     let bought = buy_v2(&devnet, &url, BODY, Some(&key));

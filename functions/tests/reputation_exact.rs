@@ -182,7 +182,7 @@ mod tempdir {
     pub struct Dir(pub std::path::PathBuf);
     impl Dir {
         pub fn new() -> Dir {
-            let p = std::env::temp_dir().join(umpire_core::hash::random_id("rep-exact"));
+            let p = std::env::temp_dir().join(umpire_host::random_id("rep-exact"));
             std::fs::create_dir_all(&p).expect("temp dir");
             Dir(p)
         }
@@ -260,7 +260,7 @@ async fn a_farmed_ledger_is_counted_whole_on_dynamodb() {
         ))
         .load()
         .await;
-    let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("rep")));
+    let names = TableNames::with_prefix(&format!("{}-", umpire_host::random_id("rep")));
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), names);
     store.create_tables().await.expect("tables");
     // Smaller than the embedded store's (moto answers one call at a time), the same shape.

@@ -142,11 +142,11 @@ async fn paid_headers(state: &AppState, devnet: &Devnet, body: &str) -> (String,
         &signer,
         &required,
         accepted,
-        umpire_core::time::now_unix(),
-        umpire_core::hash::random_bytes::<32>(),
+        umpire_host::Clock::system().now(),
+        umpire_host::random_bytes::<32>(),
     )
     .expect("signed");
-    (payment, umpire_core::hash::random_id("atrest"))
+    (payment, umpire_host::random_id("atrest"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -82,7 +82,7 @@ fn sworn_body(page: std::net::SocketAddr, hook: std::net::SocketAddr) -> String 
 }
 
 fn key() -> String {
-    umpire_core::hash::random_id("idem")
+    umpire_host::random_id("idem")
 }
 
 fn str_at(v: &umpire_core::Value, k: &str) -> String {
@@ -190,8 +190,8 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         webhook_url: None,
         job_ref: None,
     };
-    let verdict_id = umpire_core::hash::random_id("vrd");
-    let now = umpire_core::time::now_unix();
+    let verdict_id = umpire_host::random_id("vrd");
+    let now = umpire_host::Clock::system().now();
     store
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
@@ -210,7 +210,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         .await
         .expect("a pending verdict");
     let unpaid = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
-    let key = umpire_core::seal::DataKey::generate();
+    let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
     let job =
         umpire_api::sworn::pass2_job(&verdict_id, &key, &purchase, &[], now, &unpaid, now + 60)
             .expect("job");

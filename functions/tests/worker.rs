@@ -110,10 +110,10 @@ async fn bought(
     let pass1 = umpire_api::verdict::judge(state, &purchase)
         .await
         .expect("pass 1");
-    let verdict_id = umpire_core::hash::random_id("vrd");
-    let now = umpire_core::time::now_unix();
+    let verdict_id = umpire_host::random_id("vrd");
+    let now = umpire_host::Clock::system().now();
     let preview = sworn::preview(&pass1, now);
-    let key = umpire_core::seal::DataKey::generate();
+    let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
     setup
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
@@ -294,7 +294,7 @@ async fn exactly_once(
     );
     let record = state
         .store
-        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
         .await
         .expect("get")
         .expect("verdict");
@@ -315,7 +315,7 @@ async fn exactly_once(
     drain(&state, runner).await;
     let again = state
         .store
-        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
         .await
         .expect("get")
         .expect("verdict");
@@ -333,7 +333,7 @@ async fn exactly_once(
         d.header("x-umpire-signature"),
         Some(webhook_signature(&sha256_hex(SECRET.as_bytes()), &d.body).as_str())
     );
-    let now = umpire_core::time::now_unix();
+    let now = umpire_host::Clock::system().now();
     let record = state
         .store
         .get_verdict(&verdict_id, now)
@@ -469,9 +469,9 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
     let mut state = state(store.clone(), store.clone());
     state.config.sworn_delay_secs = 0;
-    let now = umpire_core::time::now_unix();
-    let verdict_id = umpire_core::hash::random_id("vrd");
-    let key = umpire_core::seal::DataKey::generate();
+    let now = umpire_host::Clock::system().now();
+    let verdict_id = umpire_host::random_id("vrd");
+    let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
     store
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
@@ -568,7 +568,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(store.receive(10, 60).await.expect("receive").is_empty());
     let record = store
-        .get_verdict(&verdict_id, umpire_core::time::now_unix())
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
         .await
         .expect("get")
         .expect("still there");

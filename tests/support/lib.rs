@@ -143,7 +143,7 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let name = format!(
             "umpire-{tag}-{}",
-            umpire_core::hash::random_id("t").trim_start_matches("t_")
+            umpire_host::random_id("t").trim_start_matches("t_")
         );
         let p = std::env::temp_dir().join(name);
         std::fs::create_dir_all(&p).expect("create temp dir");

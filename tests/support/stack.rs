@@ -140,7 +140,7 @@ impl LocalStack {
         let template = repo_root().join("template.yaml");
         let template = template.to_str().expect("utf-8 path");
         // Table and queue names allow 80 characters, letters, digits, - and _.
-        let id = umpire_core::hash::random_id("s");
+        let id = umpire_host::random_id("s");
         let prefix = format!("{}-", &id[..id.len().min(14)]);
         let moto = moto_endpoint();
         // Every template parameter the test sets, and an Issuer (it has no default).

@@ -189,7 +189,7 @@ impl SolanaNet {
             &option,
             hash,
             None,
-            umpire_core::hash::random_bytes::<16>(),
+            umpire_host::random_bytes::<16>(),
         )
         .expect("signed")
     }

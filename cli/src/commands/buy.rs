@@ -33,7 +33,7 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
     }
     let key = args
         .idempotency_key
-        .unwrap_or_else(|| umpire_core::hash::random_id("umpire-cli"));
+        .unwrap_or_else(|| umpire_host::random_id("umpire-cli"));
     eprintln!(
         "Idempotency-Key: {key}  (run again with --idempotency-key {key} to resume this purchase without paying twice)"
     );

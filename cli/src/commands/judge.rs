@@ -74,7 +74,7 @@ pub async fn run(
         Ok(r) => r,
         Err(e) => return fail(1, &e.to_string()),
     };
-    let id = umpire_core::hash::random_id("vrd");
+    let id = umpire_host::random_id("vrd");
     let doc = umpire_api::verdict::signed_verdict(&state, &purchase, &id, &results);
     println!("{}", doc.to_canonical_string());
     ExitCode::SUCCESS

@@ -8,7 +8,7 @@ use super::fail;
 pub async fn run(kms_key_id: &str) -> ExitCode {
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let kms = aws_sdk_kms::Client::new(&aws);
-    let seed = umpire_core::signer::LocalSigner::generate().seed();
+    let seed = umpire_core::signer::LocalSigner::from_seed(umpire_host::random_bytes()).seed();
     match umpire_keys::seal(&kms, kms_key_id, seed).await {
         Ok(sealed) => {
             let public = base64::Engine::encode(

@@ -111,8 +111,8 @@ impl Payer {
                 wallet,
                 required,
                 accepted,
-                umpire_core::time::now_unix(),
-                umpire_core::hash::random_bytes::<32>(),
+                umpire_host::Clock::system().now(),
+                umpire_host::random_bytes::<32>(),
             )
             .map_err(Local),
             Payer::Solana { keypair, rpc, .. } => {
@@ -138,7 +138,7 @@ impl Payer {
                     accepted,
                     blockhash,
                     mint,
-                    umpire_core::hash::random_bytes::<16>(),
+                    umpire_host::random_bytes::<16>(),
                 )
                 .map_err(Local)
             }

@@ -13,7 +13,7 @@ pub async fn reputation(
     pay: &PayArgs,
 ) -> Result<ExitCode, Local> {
     let payer = Payer::from_args(pay)?;
-    let key = umpire_core::hash::random_id("umpire-cli");
+    let key = umpire_host::random_id("umpire-cli");
     let a = api
         .paid(
             Method::GET,

@@ -5,10 +5,10 @@
 //! no record, the key reusable) and answers 402 with `PAYMENT-RESPONSE success:false`.
 
 use umpire_core::document::CheckResult;
-use umpire_core::hash::random_id;
 use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
+use umpire_host::random_id;
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
@@ -176,7 +176,7 @@ impl Paid<'_, '_> {
         results: &[CheckResult],
     ) -> Result<(Prepared, SettlementResponse), Void> {
         let document = verdict::signed_verdict(self.state, purchase, self.verdict_id, results);
-        let now = self.state.config.clock.now_unix();
+        let now = self.state.config.clock.now();
         let record = VerdictRecord {
             document: Some(String::from_utf8_lossy(&document.to_canonical_vec()).into_owned()),
             ..self.record(purchase, now)
@@ -215,13 +215,13 @@ impl Paid<'_, '_> {
             .queue
             .as_ref()
             .ok_or_else(|| Void::Internal(crate::internal("sworn needs a job queue")))?;
-        let now = self.state.config.clock.now_unix();
+        let now = self.state.config.clock.now();
         let delay = self.state.config.sworn_delay_secs;
         let due = now + u64::from(delay);
         let preview = sworn::preview(results, due);
         // The pass-2 job carries the deliverable sealed under a key that lives only with
         // the pending verdict (see `umpire_core::seal`).
-        let job_key = umpire_core::seal::DataKey::generate();
+        let job_key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
         let record = VerdictRecord {
             status: VerdictStatus::Pending,
             preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use umpire_core::product::{Price, REPUTATION_PRICE, Tier};
-use umpire_core::time::Deadline;
 use umpire_core::{ApiError, ErrorCode, Value};
+use umpire_host::Deadline;
 use umpire_pay::evm::REASON_NONCE_USED;
 use umpire_pay::rails::{Family, MatchError, Offer, SolRate};
 use umpire_pay::settle::payer_named_in;
@@ -224,7 +224,7 @@ impl Sale<'_> {
             price: self.product.price,
             resource: &self.product.path,
             sol: self.sol,
-            now: self.state.config.clock.now_unix(),
+            now: self.state.config.clock.now(),
             quote_key: Some(self.state.signer.as_ref()),
         }
     }
@@ -939,7 +939,7 @@ pub async fn begin<'a>(
     let network = rail.network.clone();
     let ctx = context(rail, requirements);
     let payment_key = ledger::payment_key(&ctx);
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     // The authorization must last until this request's last moment to settle; the
     // verification itself must leave the work and the settlement their time.
     let work_deadline = deadline.less(settle_reserve(state.config.request_budget));

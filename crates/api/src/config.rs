@@ -29,7 +29,7 @@ pub struct Config {
     pub request_budget: Duration,
     /// The wall clock every hold, lapse and validity check reads (the system's; tests
     /// move one ahead).
-    pub clock: umpire_core::time::Clock,
+    pub clock: umpire_host::Clock,
 }
 
 /// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
@@ -56,7 +56,7 @@ impl Default for Config {
             webhook_retry_base: Duration::from_secs(30),
             in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
             request_budget: DEFAULT_REQUEST_BUDGET,
-            clock: umpire_core::time::Clock::system(),
+            clock: umpire_host::Clock::system(),
         }
     }
 }

@@ -46,7 +46,7 @@ pub fn load_or_create_signer(dir: &Path) -> Result<LocalSigner, KeyFileError> {
         Ok(bytes) => read_key_file(&path, &bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(io)?;
-            let signer = LocalSigner::generate();
+            let signer = LocalSigner::from_seed(umpire_host::random_bytes());
             let doc = Value::object()
                 .with("alg", "ed25519")
                 .with("key_id", umpire_core::signer::Signer::key_id(&signer))

@@ -112,7 +112,7 @@ async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiEr
         .verify_signature(&claim)
         .await
         .map_err(proof_refusal)?;
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let proof = chain
         .prove_payment(&claim, now)
         .await

@@ -25,7 +25,7 @@ pub fn health(state: &AppState) -> Response {
             .with("service", "umpire")
             .with("version", env!("CARGO_PKG_VERSION"))
             .with("key_id", state.signer.key_id())
-            .with("time", umpire_core::time::now_rfc3339()),
+            .with("time", umpire_core::time::rfc3339(state.config.clock.now())),
     )
 }
 

@@ -143,7 +143,7 @@ pub async fn check(
     scoped_key: &str,
     request_hash: &str,
 ) -> Result<Decision, ApiError> {
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     match state
         .store
         .get_idempotency(scoped_key, now)
@@ -161,7 +161,7 @@ pub async fn claim(
     scoped_key: &str,
     request_hash: &str,
 ) -> Result<Decision, ApiError> {
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     match state
         .store
         .claim_idempotency(
@@ -187,7 +187,7 @@ pub async fn complete(
     response: &Response,
 ) -> Result<(), ApiError> {
     let stored = stored_answer(state, response);
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     state
         .store
         .complete_idempotency(scoped_key, request_hash, &stored, now + COMPLETED_SECS)
@@ -371,7 +371,7 @@ mod tests {
 
         // A claim whose holder died is free once it expires.
         let stale = "anon|0123456789stale";
-        let now = umpire_core::time::now_unix();
+        let now = s.config.clock.now();
         s.store
             .claim_idempotency(stale, &h1, now - 10, now - 1, now + COMPLETED_SECS)
             .await

@@ -21,8 +21,8 @@
 use std::time::Duration;
 
 use umpire_core::hash::sha256_hex;
-use umpire_core::time::Deadline;
 use umpire_core::{ApiError, Value};
+use umpire_host::Deadline;
 use umpire_pay::PaymentContext;
 use umpire_store::{PaymentClaim, PaymentMove, PaymentPhase, PaymentState};
 
@@ -96,7 +96,7 @@ impl Hold {
         key: &str,
         request_hash: &str,
     ) -> Result<Hold, ClaimError> {
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let claim = state
             .store
             .claim_payment(
@@ -129,7 +129,7 @@ impl Hold {
         key: &str,
         request_hash: &str,
     ) -> Result<Retake, ApiError> {
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let Some(entry) = state
             .store
             .get_payment(key, now)
@@ -213,7 +213,7 @@ impl Hold {
     /// from here on leaves what the customer's retry needs.
     pub async fn prepare(&mut self, state: &AppState, prepared: &Prepared) -> Result<(), ApiError> {
         let answer = serde_json::to_string(prepared).map_err(crate::internal)?;
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let to = PaymentState::Prepared {
             answer: answer.clone(),
         };
@@ -235,7 +235,7 @@ impl Hold {
     /// Prepared → Settled with the answer as given (without the one-time secret), for
     /// replays by payment.
     pub async fn settled(mut self, state: &AppState, transaction: &str, response: &Response) {
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let to = PaymentState::Settled {
             transaction: transaction.to_owned(),
             response: idempotency::stored_answer(state, response),
@@ -252,7 +252,7 @@ impl Hold {
 
     /// Claimed or Prepared → Voided: nothing was taken, the payment may buy again.
     pub async fn void(mut self, state: &AppState, reason: &str) {
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let to = PaymentState::Voided {
             reason: reason.to_owned(),
         };
@@ -269,7 +269,7 @@ impl Hold {
         let Some(answer) = self.answer.clone() else {
             return self.void(state, "settlement_not_started").await;
         };
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         let to = PaymentState::Prepared { answer };
         if let Err(e) = self.step(state, to, now, now + COMPLETED_SECS).await {
             tracing::warn!(error = %e.message, "could not lapse a payment's hold; it lapses later");
@@ -305,7 +305,7 @@ pub async fn await_purchase(
     let wait = AWAIT_RUNNING_PURCHASE.min(deadline.remaining().saturating_sub(AWAIT_POLL * 5));
     let started = tokio::time::Instant::now();
     loop {
-        let now = state.config.clock.now_unix();
+        let now = state.config.clock.now();
         match state.store.get_payment(key, now).await {
             Ok(Some(entry)) if entry.request_hash == request_hash => match &entry.state {
                 PaymentState::Settled { response, .. } => {
@@ -351,7 +351,7 @@ pub async fn purchase_outcome(
     key: &str,
     verdict_id: &str,
 ) -> Result<PurchaseOutcome, ApiError> {
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let entry = state
         .store
         .get_payment(key, now)

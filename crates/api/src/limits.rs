@@ -109,7 +109,7 @@ pub async fn enforce(
     let Some(limit) = limits.limit(bucket) else {
         return Ok(());
     };
-    let now_ms = umpire_core::time::now_unix_ms();
+    let now_ms = state.config.clock.now_ms();
     let window_ms = u64::try_from(limits.window.as_millis())
         .unwrap_or(u64::MAX)
         .max(1);

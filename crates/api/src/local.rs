@@ -109,11 +109,12 @@ pub async fn run(
         Duration::from_millis(500),
     ));
     // Retention: reads already hide expired records; this deletes them, hourly.
+    let clock = state.config.clock.clone();
     background.spawn(async move {
         let mut every = tokio::time::interval(Duration::from_secs(3600));
         loop {
             every.tick().await;
-            match store.purge_expired(umpire_core::time::now_unix()).await {
+            match store.purge_expired(clock.now()).await {
                 Ok(n) if n > 0 => tracing::info!(deleted = n, "expired records purged"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "purging expired records failed"),

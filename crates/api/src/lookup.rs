@@ -60,7 +60,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
     if !is_verdict_id(id) {
         return Err(not_found());
     }
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let rec = state
         .store
         .get_verdict(id, now)
@@ -114,7 +114,7 @@ async fn find_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> 
     let webhook = query_param(req, "webhook")
         .filter(|w| !w.is_empty() && w.chars().count() <= umpire_fetch::policy::MAX_URL_CHARS)
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidRequest, "webhook is required", hint))?;
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let ids = state
         .store
         .find_verdicts(&spec_hash, &webhook, now)

@@ -93,9 +93,7 @@ fn lambda_service() -> Option<&'static str> {
 pub fn record(metric: Metric) {
     match lambda_service() {
         Some(service) => {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let now_ms = umpire_host::Clock::system().now_ms();
             // stdout, not the tracing subscriber: EMF must be a line of its own.
             println!("{}", emf_line(metric, service, now_ms));
         }

@@ -11,12 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use umpire_chain::Outcome;
 use umpire_chain::claim::{lower_hex, parse_address};
 use umpire_core::document::sign;
-use umpire_core::hash::random_id;
 use umpire_core::json::Value;
 use umpire_core::product::{
     BASE_CHAIN_ID, FEEDBACK_WINDOW_DAYS, MIN_FEEDBACK_USDC_UNITS, REPUTATION_PRICE,
 };
 use umpire_core::{ApiError, ErrorCode};
+use umpire_host::random_id;
 use umpire_store::{FeedbackRow, PayerSpread, Store, StoreError};
 
 use crate::checkout::{self, Prepared, Product};
@@ -279,7 +279,7 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
         Ok(c) => c,
         Err(r) => return r,
     };
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let since = now.saturating_sub(FEEDBACK_WINDOW_DAYS * 86_400);
     let read = tokio::time::timeout_at(
         checkout.work_deadline().instant().into(),

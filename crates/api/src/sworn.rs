@@ -84,6 +84,7 @@ pub fn pass2_job(
         key,
         verdict_id.as_bytes(),
         &purchase.deliverable.hash_input().to_canonical_vec(),
+        umpire_host::random_bytes(),
     )
     .ok_or("the deliverable could not be sealed")?;
     let payload = Value::object()
@@ -111,7 +112,7 @@ pub fn pass2_job(
 pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
     let size = pass2_job(
         "vrd_00000000000000000000000000000000",
-        &DataKey::generate(),
+        &DataKey::from_bytes(umpire_host::random_bytes()),
         purchase,
         &[],
         u64::MAX,
@@ -228,7 +229,7 @@ fn merge(pass1: &[Value], pass2: Vec<CheckResult>) -> Vec<CheckResult> {
 
 async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
     let verdict_id = text(p, "verdict_id")?;
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let Some(record) = state
         .store
         .get_verdict(verdict_id, now)
@@ -358,7 +359,7 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         deliverable_hash: &purchase.deliverable.hash(),
         results: &results,
         job_ref: purchase.job_ref.as_ref(),
-        issued_at: &umpire_core::time::now_rfc3339(),
+        issued_at: &umpire_core::time::rfc3339(state.config.clock.now()),
         issuer: &state.config.issuer,
     };
     let document = sign(
@@ -457,7 +458,7 @@ async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
         .and_then(|a| u32::try_from(a).ok())
         .filter(|a| (1..=WEBHOOK_MAX_ATTEMPTS).contains(a))
         .ok_or_else(|| retry("webhook job has no valid attempt number"))?;
-    let now = state.config.clock.now_unix();
+    let now = state.config.clock.now();
     let Some(record_v) = state
         .store
         .get_verdict(verdict_id, now)

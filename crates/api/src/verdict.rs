@@ -117,7 +117,7 @@ pub fn signed_verdict(
         deliverable_hash: &purchase.deliverable.hash(),
         results,
         job_ref: purchase.job_ref.as_ref(),
-        issued_at: &umpire_core::time::now_rfc3339(),
+        issued_at: &umpire_core::time::rfc3339(state.config.clock.now()),
         issuer: &state.config.issuer,
     };
     sign(

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use umpire_api::{AppState, Config, Response};
 use umpire_core::signer::LocalSigner;
-use umpire_core::time::{Clock, Deadline};
+use umpire_host::{Clock, Deadline};
 use umpire_pay::evm::REASON_NONCE_USED;
 use umpire_pay::settle::Verified;
 use umpire_pay::{
@@ -293,7 +293,7 @@ impl Shop {
             &self.wallet,
             &required,
             &accepted,
-            self.clock.now_unix(),
+            self.clock.now(),
             nonce,
         )
         .expect("signed")
@@ -316,7 +316,7 @@ impl Shop {
     async fn phase(&self, payment: &str) -> Option<PaymentPhase> {
         let key = ledger_key(&self.state, payment);
         self.store
-            .get_payment(&key, self.clock.now_unix())
+            .get_payment(&key, self.clock.now())
             .await
             .expect("ledger")
             .map(|e| e.state.phase())

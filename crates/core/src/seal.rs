@@ -19,8 +19,9 @@ impl std::fmt::Debug for DataKey {
 }
 
 impl DataKey {
-    pub fn generate() -> DataKey {
-        DataKey(crate::hash::random_bytes())
+    /// A key from 32 random bytes (the caller draws them: core reads no randomness).
+    pub fn from_bytes(bytes: [u8; 32]) -> DataKey {
+        DataKey(bytes)
     }
 
     /// The key as stored with its verdict (64 lowercase hex characters).
@@ -40,9 +41,18 @@ impl DataKey {
     }
 }
 
+/// Bytes of the nonce [`seal`] takes: 96 random bits, never used twice under one key.
+pub const SEAL_NONCE_BYTES: usize = NONCE_LEN;
+
 /// `plaintext` sealed under `key`, bound to `context`: base64 of nonce ‖ ciphertext ‖ tag.
-pub fn seal(key: &DataKey, context: &[u8], plaintext: &[u8]) -> Option<String> {
-    let nonce_bytes: [u8; NONCE_LEN] = crate::hash::random_bytes();
+/// `nonce_bytes` must be random (a data key seals few messages, so random nonces are
+/// safe under it).
+pub fn seal(
+    key: &DataKey,
+    context: &[u8],
+    plaintext: &[u8],
+    nonce_bytes: [u8; SEAL_NONCE_BYTES],
+) -> Option<String> {
     let mut in_out = plaintext.to_vec();
     key.aead()?
         .seal_in_place_append_tag(
@@ -80,15 +90,17 @@ mod tests {
 
     #[test]
     fn sealed_opens_only_with_its_key_and_context() {
-        let key = DataKey::generate();
-        let sealed = seal(&key, b"vrd_1", b"the deliverable").expect("sealed");
+        let nonce = umpire_host::random_bytes;
+        let key = DataKey::from_bytes(umpire_host::random_bytes());
+        let sealed = seal(&key, b"vrd_1", b"the deliverable", nonce()).expect("sealed");
         assert!(!sealed.contains("deliverable"));
         assert_eq!(
             open(&key, b"vrd_1", &sealed).as_deref(),
             Some(&b"the deliverable"[..])
         );
         assert_eq!(open(&key, b"vrd_2", &sealed), None, "bound to its verdict");
-        assert_eq!(open(&DataKey::generate(), b"vrd_1", &sealed), None);
+        let other = DataKey::from_bytes(umpire_host::random_bytes());
+        assert_eq!(open(&other, b"vrd_1", &sealed), None);
         let mut tampered = base64::engine::general_purpose::STANDARD
             .decode(&sealed)
             .expect("b64");
@@ -98,7 +110,10 @@ mod tests {
         assert_eq!(open(&key, b"vrd_1", "AAAA"), None);
         assert_eq!(open(&key, b"vrd_1", "not base64!"), None);
         // Two seals of one plaintext differ (fresh nonces).
-        assert_ne!(seal(&key, b"vrd_1", b"x"), seal(&key, b"vrd_1", b"x"));
+        assert_ne!(
+            seal(&key, b"vrd_1", b"x", nonce()),
+            seal(&key, b"vrd_1", b"x", nonce())
+        );
         assert_eq!(
             DataKey::from_hex(&key.to_hex()).map(|k| k == key),
             Some(true)

@@ -66,10 +66,6 @@ impl LocalSigner {
         Some(LocalSigner::from_seed(seed))
     }
 
-    pub fn generate() -> LocalSigner {
-        LocalSigner::from_seed(crate::hash::random_bytes::<32>())
-    }
-
     pub fn seed(&self) -> [u8; 32] {
         *self.seed
     }

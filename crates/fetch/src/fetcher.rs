@@ -26,6 +26,7 @@ use umpire_core::product::{
     FETCH_MAX_REDIRECTS, FETCH_READ_CAP_BYTES, FETCH_TIMEOUT_SECS, FETCH_USER_AGENT,
     OBSERVED_HEADER_CAP_CHARS, OBSERVED_HEADERS,
 };
+use umpire_host::Clock;
 
 use crate::policy::{Policy, PolicyError};
 use crate::resolve::NameResolver;
@@ -307,7 +308,7 @@ impl Fetcher {
             requested_url: raw.to_owned(),
             url: raw.to_owned(),
             redirect_hops: 0,
-            fetched_at: umpire_core::time::now_rfc3339(),
+            fetched_at: umpire_core::time::rfc3339(Clock::system().now()),
             http_status: None,
             resolved_address: None,
             tls: None,
@@ -381,7 +382,7 @@ impl Fetcher {
                 .map_err(|e| format!("{}: {}", e.problem_code, e.message))?;
             obs.url = current.clone();
             self.take_turn(url.host_str().unwrap_or_default()).await;
-            obs.fetched_at = umpire_core::time::now_rfc3339();
+            obs.fetched_at = umpire_core::time::rfc3339(Clock::system().now());
             let mut resp = self
                 .client
                 .get(url.clone())

@@ -269,8 +269,7 @@ impl Drop for HttpsServer {
 }
 
 fn https_server(cert_pem: &str, key_pem: &str) -> HttpsServer {
-    let dir =
-        std::env::temp_dir().join(format!("umpire-tls-{}", umpire_core::hash::random_id("t")));
+    let dir = std::env::temp_dir().join(format!("umpire-tls-{}", umpire_host::random_id("t")));
     std::fs::create_dir_all(&dir).expect("dir");
     std::fs::write(dir.join("cert.pem"), cert_pem).expect("cert");
     std::fs::write(dir.join("key.pem"), key_pem).expect("key");

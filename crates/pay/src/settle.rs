@@ -11,7 +11,7 @@ use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use umpire_core::time::Deadline;
+use umpire_host::Deadline;
 
 use crate::evm::{Eip3009Payment, EvmChain, Submitted};
 use crate::rails::{Family, Rail};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use umpire_core::time::Deadline;
+use umpire_host::Deadline;
 
 use crate::settle::{PaymentContext, PaymentFailure, Settler, Verified};
 use crate::svm::{self, Transaction};

@@ -136,7 +136,7 @@ impl SqliteStore {
         add_missing_columns(&conn).map_err(unavailable)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
-            clock: Arc::new(umpire_core::time::now_unix_ms),
+            clock: Arc::new(|| umpire_host::Clock::system().now_ms()),
         })
     }
 
@@ -815,7 +815,7 @@ impl JobQueue for SqliteStore {
             let mut out = Vec::with_capacity(due.len());
             for (id, kind, payload, count) in due {
                 // Like an SQS receipt handle: only the latest receiver may delete it.
-                let lease = format!("{id}:{}", hex::encode(umpire_core::hash::random_bytes::<8>()));
+                let lease = format!("{id}:{}", hex::encode(umpire_host::random_bytes::<8>()));
                 tx.execute(
                     "UPDATE jobs SET not_before = ?2, receive_count = receive_count + 1, lease = ?3 WHERE id = ?1",
                     params![id, now + u64::from(visibility_secs) * 1000, lease],

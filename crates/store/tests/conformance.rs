@@ -883,7 +883,7 @@ mod sqlite {
 
     #[tokio::test]
     async fn a_file_store_keeps_its_data_across_reopen() {
-        let dir = std::env::temp_dir().join(umpire_core::hash::random_id("store"));
+        let dir = std::env::temp_dir().join(umpire_host::random_id("store"));
         {
             let s = SqliteStore::open_in(&dir).expect("open");
             s.put_verdict(&verdict("vrd_keep", "s", None, NOW + 100))
@@ -900,7 +900,7 @@ mod sqlite {
     /// new columns on open, its verdicts intact.
     #[tokio::test]
     async fn an_older_data_directory_is_upgraded_on_open() {
-        let dir = std::env::temp_dir().join(umpire_core::hash::random_id("store"));
+        let dir = std::env::temp_dir().join(umpire_host::random_id("store"));
         std::fs::create_dir_all(&dir).expect("dir");
         {
             let c = rusqlite::Connection::open(dir.join(umpire_store::sqlite::FILE_NAME))
@@ -998,7 +998,7 @@ mod dynamodb {
     async fn store() -> Arc<dyn Store> {
         let config = sdk_config().await;
         // Fresh tables per test: the tests run in parallel against one server.
-        let names = TableNames::with_prefix(&format!("{}-", umpire_core::hash::random_id("t")));
+        let names = TableNames::with_prefix(&format!("{}-", umpire_host::random_id("t")));
         let s = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), names);
         s.create_tables()
             .await
@@ -1014,7 +1014,7 @@ mod dynamodb {
         let client = aws_sdk_sqs::Client::new(&config);
         let url = client
             .create_queue()
-            .queue_name(umpire_core::hash::random_id("q"))
+            .queue_name(umpire_host::random_id("q"))
             .send()
             .await
             .expect("create queue")
