@@ -4,8 +4,9 @@
 use umpire_blackbox::{Server, TempDir, request, urlencode};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;
+use umpire_store::VerdictStore;
 use umpire_store::sqlite::SqliteStore;
-use umpire_store::{Store, VerdictRecord, VerdictStatus};
+use umpire_store::{VerdictRecord, VerdictStatus};
 
 const SECRET: &str = "vs_4f0c2a9d8e7b6a5f4e3d2c1b0a998877";
 const ID: &str = "vrd_0123456789abcdef0123456789abcdef";

@@ -164,7 +164,7 @@ async fn admin() -> aws_config::SdkConfig {
 /// A pass-2 job for a pending verdict no purchase paid for (the verdicts function died
 /// between storing it and settling): the worker deletes the verdict.
 async fn unsold_pass2(stack: &LocalStack) -> String {
-    use umpire_store::{JobQueue, Store, VerdictRecord, VerdictStatus};
+    use umpire_store::{JobQueue, VerdictRecord, VerdictStatus, VerdictStore};
     let config = admin().await;
     let tables = umpire_store::dynamo::TableNames {
         verdicts: stack.name("VerdictsTable"),

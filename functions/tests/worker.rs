@@ -30,6 +30,7 @@ use umpire_store::{
     Job, JobQueue, PaymentClaim, PaymentMove, PaymentPhase, PaymentState, Store, StoredResponse,
     VerdictRecord, VerdictStatus,
 };
+use umpire_store::{LedgerStore, VerdictStore};
 
 const SECRET: &str = "sec_exactly_once_test";
 

@@ -21,8 +21,9 @@ use umpire_pay::{
     FailureKind, HEADER_PAYMENT_REQUIRED, HEADER_PAYMENT_SIGNATURE, PaymentContext, PaymentFailure,
     PaymentRequired, SettlementResponse, Settler,
 };
+use umpire_store::LedgerStore;
+use umpire_store::PaymentPhase;
 use umpire_store::sqlite::SqliteStore;
-use umpire_store::{PaymentPhase, Store};
 
 /// One scripted answer of the fake chain; an empty script behaves as a chain does.
 #[derive(Clone)]

@@ -302,8 +302,12 @@ pub struct Delivery {
     pub receive_count: u32,
 }
 
+// Storage by concern: each trait is what one part of the service keeps. `Store` is all of
+// them, for the places (the local server, the verdicts function) that need several.
+
+/// Verdicts and their documents, sworn verdicts' pass-2 keys and webhook attempts.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait VerdictStore: Send + Sync {
     /// Creates a verdict; `AlreadyExists` if the id is taken.
     async fn put_verdict(&self, rec: &VerdictRecord) -> Result<()>;
     /// The verdict, unless missing or expired at `now`.
@@ -337,7 +341,11 @@ pub trait Store: Send + Sync {
         webhook_url: &str,
         now: Unix,
     ) -> Result<Vec<String>>;
+}
 
+/// Idempotency keys: claims, completed responses, releases.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
     /// One conditional write: wins if the key is free, or its record expired, or its
     /// in-progress claim lapsed.
     async fn claim_idempotency(
@@ -359,7 +367,11 @@ pub trait Store: Send + Sync {
     /// Gives a claim back (a voided purchase): the key may be used again.
     async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
+}
 
+/// The purchase ledger: one entry per payment, moved step by step.
+#[async_trait]
+pub trait LedgerStore: Send + Sync {
     /// Takes a payment for a request: one conditional write, won when the payment has
     /// no entry or its entry [`PaymentEntry::is_free`].
     async fn claim_payment(
@@ -379,10 +391,18 @@ pub trait Store: Send + Sync {
         step: &PaymentMove,
     ) -> Result<bool>;
     async fn get_payment(&self, payment_key: &str, now: Unix) -> Result<Option<PaymentEntry>>;
+}
 
+/// Rate-limit counters.
+#[async_trait]
+pub trait RateStore: Send + Sync {
     /// Counts one request in a fixed window; returns the count including this one.
     async fn count_request(&self, bucket: &str, expires_at: Unix) -> Result<u64>;
+}
 
+/// Feedback rows and what reports read of them.
+#[async_trait]
+pub trait FeedbackStore: Send + Sync {
     /// Adds a feedback row; `AlreadyExists` if the transaction already has one.
     async fn put_feedback(&self, row: &FeedbackRow) -> Result<()>;
     /// A merchant's rows with `block_time >= since`, newest first, at most `limit`
@@ -404,6 +424,11 @@ pub trait Store: Send + Sync {
         cap: usize,
     ) -> Result<Vec<PayerSpread>>;
 }
+
+/// Everything stored, for a caller that needs several concerns at once.
+pub trait Store: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore {}
+
+impl<T: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore> Store for T {}
 
 /// How one payer's feedback in a window spreads: rows and distinct merchants, each up
 /// to the cap asked for.
@@ -444,34 +469,46 @@ impl NoStore {
 }
 
 #[async_trait]
-impl Store for NoStore {
+impl VerdictStore for NoStore {
     async fn put_verdict(&self, _: &VerdictRecord) -> Result<()> {
         Self::refuse()
     }
+
     async fn get_verdict(&self, _: &str, _: Unix) -> Result<Option<VerdictRecord>> {
         Self::refuse()
     }
+
     async fn finalize_verdict(&self, _: &str, _: &str) -> Result<Finalize> {
         Self::refuse()
     }
+
     async fn forget_job_key(&self, _: &str) -> Result<()> {
         Self::refuse()
     }
+
     async fn delete_verdict(&self, _: &str) -> Result<()> {
         Self::refuse()
     }
+
     async fn find_verdicts(&self, _: &str, _: &str, _: Unix) -> Result<Vec<String>> {
         Self::refuse()
     }
+
     async fn claim_webhook_attempt(&self, _: &str, _: u32, _: Unix, _: Unix) -> Result<bool> {
         Self::refuse()
     }
+
     async fn finish_webhook_attempt(&self, _: &str, _: u32) -> Result<()> {
         Self::refuse()
     }
+
     async fn record_webhook_outcome(&self, _: &str, _: WebhookOutcome) -> Result<()> {
         Self::refuse()
     }
+}
+
+#[async_trait]
+impl IdempotencyStore for NoStore {
     async fn claim_idempotency(
         &self,
         _: &str,
@@ -482,6 +519,7 @@ impl Store for NoStore {
     ) -> Result<Claim> {
         Self::refuse()
     }
+
     async fn complete_idempotency(
         &self,
         _: &str,
@@ -491,12 +529,18 @@ impl Store for NoStore {
     ) -> Result<()> {
         Self::refuse()
     }
+
     async fn release_idempotency(&self, _: &str, _: &str) -> Result<()> {
         Self::refuse()
     }
+
     async fn get_idempotency(&self, _: &str, _: Unix) -> Result<Option<IdempotencyRecord>> {
         Self::refuse()
     }
+}
+
+#[async_trait]
+impl LedgerStore for NoStore {
     async fn claim_payment(
         &self,
         _: &str,
@@ -507,21 +551,33 @@ impl Store for NoStore {
     ) -> Result<PaymentClaim> {
         Self::refuse()
     }
+
     async fn move_payment(&self, _: &str, _: &str, _: &PaymentMove) -> Result<bool> {
         Self::refuse()
     }
+
     async fn get_payment(&self, _: &str, _: Unix) -> Result<Option<PaymentEntry>> {
         Self::refuse()
     }
+}
+
+#[async_trait]
+impl RateStore for NoStore {
     async fn count_request(&self, _: &str, _: Unix) -> Result<u64> {
         Self::refuse()
     }
+}
+
+#[async_trait]
+impl FeedbackStore for NoStore {
     async fn put_feedback(&self, _: &FeedbackRow) -> Result<()> {
         Self::refuse()
     }
+
     async fn feedback_for_merchant(&self, _: &str, _: Unix, _: usize) -> Result<Vec<FeedbackRow>> {
         Self::refuse()
     }
+
     async fn payer_spreads(&self, _: &[String], _: Unix, _: usize) -> Result<Vec<PayerSpread>> {
         Self::refuse()
     }

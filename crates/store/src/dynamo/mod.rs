@@ -1,0 +1,553 @@
+//! The production store: DynamoDB through the AWS SDK. The table layout is data
+//! ([`TABLES`]): `create_tables` builds it for tests and local stacks, and a test holds
+//! `template.yaml` to exactly the same keys, indexes and TTL attributes.
+
+mod feedback;
+mod idempotency;
+mod ledger;
+mod rates;
+mod verdicts;
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType, TimeToLiveSpecification,
+};
+
+use crate::{
+    Claim, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
+    IdempotencyStore, LedgerStore, PayerSpread, PaymentClaim, PaymentEntry, PaymentMove,
+    PaymentPhase, PaymentState, RateStore, Result, StoreError, StoredResponse, Unix, VerdictRecord,
+    VerdictStatus, VerdictStore, WebhookOutcome,
+};
+
+/// Payer index queries in flight at once for one report.
+const PAYER_QUERIES_AT_ONCE: usize = 32;
+
+/// One secondary index.
+#[derive(Debug, Clone, Copy)]
+pub struct Index {
+    pub name: &'static str,
+    pub partition_key: (&'static str, &'static str),
+    pub sort_key: Option<(&'static str, &'static str)>,
+    /// Non-key attributes projected; `None` projects ALL.
+    pub include: Option<&'static [&'static str]>,
+}
+
+/// One table: its CloudFormation logical id, the environment variable naming it, its
+/// key (name, type "S"/"N"), indexes and TTL attribute.
+#[derive(Debug, Clone, Copy)]
+pub struct Table {
+    pub logical_id: &'static str,
+    pub env: &'static str,
+    pub key: (&'static str, &'static str),
+    pub indexes: &'static [Index],
+    pub ttl: Option<&'static str>,
+}
+
+pub const VERDICTS: Table = Table {
+    logical_id: "VerdictsTable",
+    env: "UMPIRE_VERDICTS_TABLE",
+    key: ("verdict_id", "S"),
+    // Sparse: only verdicts with a webhook carry find_key = spec_hash "#" webhook_url.
+    indexes: &[Index {
+        name: "by_find_key",
+        partition_key: ("find_key", "S"),
+        sort_key: Some(("created_at", "N")),
+        include: Some(&["expires_at"]),
+    }],
+    ttl: Some("expires_at"),
+};
+
+pub const IDEMPOTENCY: Table = Table {
+    logical_id: "IdempotencyTable",
+    env: "UMPIRE_IDEMPOTENCY_TABLE",
+    key: ("idem_key", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
+/// The purchase ledger: one entry per payment, keyed by what the chain dedupes on.
+pub const PAYMENTS: Table = Table {
+    logical_id: "PaymentsTable",
+    env: "UMPIRE_PAYMENTS_TABLE",
+    key: ("payment_key", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
+pub const RATE_LIMITS: Table = Table {
+    logical_id: "RateLimitsTable",
+    env: "UMPIRE_RATE_LIMITS_TABLE",
+    key: ("bucket", "S"),
+    indexes: &[],
+    ttl: Some("expires_at"),
+};
+
+/// Feedback is permanent: no TTL. One row per transaction is the primary key itself.
+pub const FEEDBACK: Table = Table {
+    logical_id: "FeedbackTable",
+    env: "UMPIRE_FEEDBACK_TABLE",
+    key: ("tx_hash", "S"),
+    indexes: &[
+        Index {
+            name: "by_merchant",
+            partition_key: ("merchant", "S"),
+            sort_key: Some(("block_time", "N")),
+            include: None,
+        },
+        Index {
+            name: "by_payer",
+            partition_key: ("payer", "S"),
+            sort_key: Some(("block_time", "N")),
+            include: None,
+        },
+    ],
+    ttl: None,
+};
+
+pub const TABLES: [Table; 5] = [VERDICTS, IDEMPOTENCY, PAYMENTS, RATE_LIMITS, FEEDBACK];
+
+/// The physical table names, from the environment (`UMPIRE_*_TABLE`) or a prefix.
+#[derive(Debug, Clone)]
+pub struct TableNames {
+    pub verdicts: String,
+    pub idempotency: String,
+    pub payments: String,
+    pub rate_limits: String,
+    pub feedback: String,
+}
+
+impl TableNames {
+    pub fn with_prefix(prefix: &str) -> TableNames {
+        TableNames {
+            verdicts: format!("{prefix}verdicts"),
+            idempotency: format!("{prefix}idempotency"),
+            payments: format!("{prefix}payments"),
+            rate_limits: format!("{prefix}rate-limits"),
+            feedback: format!("{prefix}feedback"),
+        }
+    }
+
+    pub fn from_env() -> TableNames {
+        let d = TableNames::with_prefix("umpire-");
+        let get = |t: Table, default: String| std::env::var(t.env).unwrap_or(default);
+        TableNames {
+            verdicts: get(VERDICTS, d.verdicts),
+            idempotency: get(IDEMPOTENCY, d.idempotency),
+            payments: get(PAYMENTS, d.payments),
+            rate_limits: get(RATE_LIMITS, d.rate_limits),
+            feedback: get(FEEDBACK, d.feedback),
+        }
+    }
+
+    fn name_of(&self, t: &Table) -> &str {
+        match t.logical_id {
+            "VerdictsTable" => &self.verdicts,
+            "IdempotencyTable" => &self.idempotency,
+            "PaymentsTable" => &self.payments,
+            "RateLimitsTable" => &self.rate_limits,
+            _ => &self.feedback,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    names: TableNames,
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn get_s(item: &Item, k: &str) -> Result<String> {
+    item.get(k)
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .ok_or_else(|| StoreError::Corrupt(format!("attribute {k} missing or not a string")))
+}
+
+fn opt_s(item: &Item, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn get_n(item: &Item, k: &str) -> Result<u64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("attribute {k} missing or not a number")))
+}
+
+fn opt_n(item: &Item, k: &str) -> Option<u64> {
+    item.get(k)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|t| t.parse().ok())
+}
+
+fn sdk<E: std::fmt::Debug>(e: SdkError<E>) -> StoreError {
+    StoreError::Unavailable(format!("{e:?}").chars().take(500).collect())
+}
+
+/// A conditional write lost (the item exists or is in another state).
+fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
+    e.as_service_error().and_then(ProvideErrorMetadata::code)
+        == Some("ConditionalCheckFailedException")
+}
+
+fn find_key(spec_hash: &str, webhook_url: &str) -> String {
+    format!("{spec_hash}#{webhook_url}")
+}
+
+impl DynamoStore {
+    pub fn new(client: Client, names: TableNames) -> DynamoStore {
+        DynamoStore { client, names }
+    }
+
+    /// Client from an already loaded AWS configuration (load it once per cold start).
+    pub fn from_config(config: &aws_types::SdkConfig, names: TableNames) -> DynamoStore {
+        DynamoStore::new(Client::new(config), names)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates every table as [`TABLES`] describes (on-demand billing, TTL).
+    pub async fn create_tables(&self) -> Result<()> {
+        for t in TABLES {
+            let name = self.names.name_of(&t).to_owned();
+            let mut attrs: Vec<(&str, &str)> = vec![t.key];
+            for i in t.indexes {
+                attrs.push(i.partition_key);
+                attrs.extend(i.sort_key);
+            }
+            attrs.sort();
+            attrs.dedup();
+            let scalar = |ty: &str| {
+                if ty == "N" {
+                    ScalarAttributeType::N
+                } else {
+                    ScalarAttributeType::S
+                }
+            };
+            let key_el = |name: &str, kt: KeyType| {
+                KeySchemaElement::builder()
+                    .attribute_name(name)
+                    .key_type(kt)
+                    .build()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))
+            };
+            let mut req = self
+                .client
+                .create_table()
+                .table_name(&name)
+                .billing_mode(BillingMode::PayPerRequest)
+                .key_schema(key_el(t.key.0, KeyType::Hash)?);
+            for (a, ty) in attrs {
+                req = req.attribute_definitions(
+                    AttributeDefinition::builder()
+                        .attribute_name(a)
+                        .attribute_type(scalar(ty))
+                        .build()
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                );
+            }
+            for i in t.indexes {
+                let projection = match i.include {
+                    None => Projection::builder()
+                        .projection_type(ProjectionType::All)
+                        .build(),
+                    Some(attrs) => attrs
+                        .iter()
+                        .fold(
+                            Projection::builder().projection_type(ProjectionType::Include),
+                            |p, a| p.non_key_attributes(*a),
+                        )
+                        .build(),
+                };
+                let mut g = GlobalSecondaryIndex::builder()
+                    .index_name(i.name)
+                    .key_schema(key_el(i.partition_key.0, KeyType::Hash)?)
+                    .projection(projection);
+                if let Some((sk, _)) = i.sort_key {
+                    g = g.key_schema(key_el(sk, KeyType::Range)?);
+                }
+                req = req.global_secondary_indexes(
+                    g.build()
+                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                );
+            }
+            req.send().await.map_err(sdk)?;
+            if let Some(ttl) = t.ttl {
+                self.client
+                    .update_time_to_live()
+                    .table_name(&name)
+                    .time_to_live_specification(
+                        TimeToLiveSpecification::builder()
+                            .attribute_name(ttl)
+                            .enabled(true)
+                            .build()
+                            .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                    )
+                    .send()
+                    .await
+                    .map_err(sdk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One item by key, read consistently.
+    async fn get_item(&self, table: &str, key: &str, value: &str) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .key(key, s(value))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.item)
+    }
+
+    /// Feedback rows on one index (merchant or payer) since a block time, newest
+    /// first, at most `limit`: the query walks the index backwards and stops there.
+    async fn feedback_on(
+        &self,
+        index: &str,
+        attr: &str,
+        who: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        while out.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name(index)
+                .key_condition_expression("#who = :who AND block_time >= :since")
+                .expression_attribute_names("#who", attr)
+                .expression_attribute_values(":who", s(who))
+                .expression_attribute_values(":since", n(since))
+                .scan_index_forward(false)
+                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items.unwrap_or_default() {
+                out.push(feedback_from_item(&item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        // Same block time: the index order among them is unspecified; make it stable.
+        out.sort_by(|a, b| (b.block_time, &b.tx_hash).cmp(&(a.block_time, &a.tx_hash)));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// One payer's spread: its rows in the window (by_payer, only `merchant` read),
+    /// page by page until both counts reach `cap`.
+    async fn payer_spread(&self, payer: &str, since: Unix, cap: usize) -> Result<PayerSpread> {
+        let mut rows = 0usize;
+        let mut merchants: Vec<String> = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name("by_payer")
+                .key_condition_expression("payer = :p AND block_time >= :since")
+                .expression_attribute_values(":p", s(payer))
+                .expression_attribute_values(":since", n(since))
+                .projection_expression("merchant")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items() {
+                rows += 1;
+                let m = opt_s(item, "merchant").unwrap_or_default();
+                if merchants.len() < cap && !merchants.contains(&m) {
+                    merchants.push(m);
+                }
+            }
+            let done = rows >= cap && merchants.len() >= cap;
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() && !done => start = Some(k),
+                _ => break,
+            }
+        }
+        Ok(PayerSpread {
+            rows: rows.min(cap),
+            merchants: merchants.len(),
+        })
+    }
+
+    async fn query_all(
+        &self,
+        table: &str,
+        index: &str,
+        key_condition: &str,
+        values: Vec<(&str, AttributeValue)>,
+        names: Vec<(&str, &str)>,
+    ) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(table)
+                .index_name(index)
+                .key_condition_expression(key_condition)
+                .set_exclusive_start_key(start.take());
+            for (k, v) in &values {
+                q = q.expression_attribute_values(*k, v.clone());
+            }
+            for (k, v) in &names {
+                q = q.expression_attribute_names(*k, *v);
+            }
+            let page = q.send().await.map_err(sdk)?;
+            out.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
+    let status = get_s(item, "status")?;
+    Ok(VerdictRecord {
+        verdict_id: get_s(item, "verdict_id")?,
+        tier: get_s(item, "tier")?,
+        status: VerdictStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?,
+        document: opt_s(item, "document"),
+        preview: opt_s(item, "preview"),
+        secret_hash: get_s(item, "secret_hash")?,
+        spec_hash: get_s(item, "spec_hash")?,
+        webhook_url: opt_s(item, "webhook_url"),
+        created_at: get_n(item, "created_at")?,
+        expires_at: get_n(item, "expires_at")?,
+        webhook_outcome: opt_s(item, "webhook_outcome")
+            .as_deref()
+            .and_then(WebhookOutcome::parse),
+        job_key: opt_s(item, "job_key"),
+    })
+}
+
+fn idempotency_from_item(item: &Item) -> Result<IdempotencyRecord> {
+    let key = get_s(item, "idem_key")?;
+    let state = if get_s(item, "status")? == "COMPLETED" {
+        let text = get_s(item, "response")?;
+        IdempotencyState::Completed(
+            serde_json::from_str::<StoredResponse>(&text)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        )
+    } else {
+        IdempotencyState::InProgress {
+            until: get_n(item, "in_progress_until")?,
+        }
+    };
+    Ok(IdempotencyRecord {
+        key,
+        request_hash: get_s(item, "request_hash")?,
+        state,
+        expires_at: get_n(item, "expires_at")?,
+    })
+}
+
+fn payment_from_item(item: &Item) -> Result<PaymentEntry> {
+    let key = get_s(item, "payment_key")?;
+    let phase = get_s(item, "phase")?;
+    let state = match PaymentPhase::parse(&phase) {
+        Some(PaymentPhase::Claimed) => PaymentState::Claimed,
+        Some(PaymentPhase::Prepared) => PaymentState::Prepared {
+            answer: get_s(item, "answer")?,
+        },
+        Some(PaymentPhase::Settled) => PaymentState::Settled {
+            transaction: get_s(item, "tx_hash")?,
+            response: serde_json::from_str(&get_s(item, "response")?)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        },
+        Some(PaymentPhase::Voided) => PaymentState::Voided {
+            reason: opt_s(item, "reason").unwrap_or_default(),
+        },
+        None => {
+            return Err(StoreError::Corrupt(format!(
+                "payment {key}: phase {phase:?}"
+            )));
+        }
+    };
+    Ok(PaymentEntry {
+        payment_key: key,
+        request_hash: get_s(item, "request_hash")?,
+        state,
+        held_until: get_n(item, "held_until")?,
+        expires_at: get_n(item, "expires_at")?,
+    })
+}
+
+/// The state-specific attributes of a payment state; the others are removed.
+fn payment_attributes(state: &PaymentState) -> Result<Vec<(&'static str, AttributeValue)>> {
+    Ok(match state {
+        PaymentState::Claimed => Vec::new(),
+        PaymentState::Prepared { answer } => vec![("answer", s(answer))],
+        PaymentState::Settled {
+            transaction,
+            response,
+        } => vec![
+            ("tx_hash", s(transaction)),
+            (
+                "response",
+                s(serde_json::to_string(response)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            ),
+        ],
+        PaymentState::Voided { reason } => vec![("reason", s(reason))],
+    })
+}
+
+/// Every state-specific attribute a payment item may carry.
+const PAYMENT_STATE_ATTRIBUTES: [&str; 4] = ["answer", "tx_hash", "response", "reason"];
+
+fn feedback_from_item(item: &Item) -> Result<FeedbackRow> {
+    Ok(FeedbackRow {
+        tx_hash: get_s(item, "tx_hash")?,
+        merchant: get_s(item, "merchant")?,
+        payer: get_s(item, "payer")?,
+        outcome: get_s(item, "outcome")?,
+        would_repeat: item
+            .get("would_repeat")
+            .and_then(|v| v.as_bool().ok())
+            .copied(),
+        latency_ms: opt_n(item, "latency_ms"),
+        amount_units: get_s(item, "amount_units")?,
+        block_time: get_n(item, "block_time")?,
+        created_at: get_n(item, "created_at")?,
+    })
+}

@@ -1,0 +1,375 @@
+//! The embedded store for `umpire serve`: one SQLite file in the data directory.
+//! Every operation is one transaction on one connection, so a conditional write is
+//! atomic exactly as a DynamoDB condition expression is.
+
+mod feedback;
+mod idempotency;
+mod jobs;
+mod ledger;
+mod rates;
+mod verdicts;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::{
+    Claim, Delivery, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
+    IdempotencyStore, Job, JobQueue, LedgerStore, PayerSpread, PaymentClaim, PaymentEntry,
+    PaymentMove, PaymentPhase, PaymentState, RateStore, Result, StoreError, StoredResponse, Unix,
+    VerdictRecord, VerdictStatus, VerdictStore, WebhookOutcome,
+};
+
+pub const FILE_NAME: &str = "umpire.sqlite3";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS verdicts (
+    verdict_id  TEXT PRIMARY KEY,
+    tier        TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    document    TEXT,
+    preview     TEXT,
+    secret_hash TEXT NOT NULL,
+    spec_hash   TEXT NOT NULL,
+    webhook_url TEXT,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_find ON verdicts (spec_hash, webhook_url);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key               TEXT PRIMARY KEY,
+    request_hash      TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    in_progress_until INTEGER NOT NULL,
+    response          TEXT,
+    expires_at        INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS payments (
+    payment_key  TEXT PRIMARY KEY,
+    request_hash TEXT NOT NULL,
+    phase        TEXT NOT NULL,
+    held_until   INTEGER NOT NULL,
+    answer       TEXT,
+    tx_hash      TEXT,
+    response     TEXT,
+    reason       TEXT,
+    expires_at   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rate_limits (
+    bucket     TEXT PRIMARY KEY,
+    count      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feedback (
+    tx_hash      TEXT PRIMARY KEY,
+    merchant     TEXT NOT NULL,
+    payer        TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    would_repeat INTEGER,
+    latency_ms   INTEGER,
+    amount_units TEXT NOT NULL,
+    block_time   INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS feedback_merchant ON feedback (merchant, block_time);
+CREATE INDEX IF NOT EXISTS feedback_payer ON feedback (payer, block_time);
+CREATE TABLE IF NOT EXISTS jobs (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind          TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    not_before    INTEGER NOT NULL,
+    receive_count INTEGER NOT NULL DEFAULT 0,
+    lease         TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (not_before);
+";
+
+/// Columns added to `verdicts` after its first release: a data directory made by an
+/// earlier version gains them on open (the webhook's state, kept on the verdict).
+const VERDICT_ADDED_COLUMNS: [(&str, &str); 5] = [
+    ("webhook_attempt", "INTEGER"),
+    ("webhook_held_until", "INTEGER"),
+    ("webhook_done", "INTEGER"),
+    ("webhook_outcome", "TEXT"),
+    ("job_key", "TEXT"),
+];
+
+fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut st = conn.prepare("SELECT name FROM pragma_table_info('verdicts')")?;
+    let have: Vec<String> = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, ty) in VERDICT_ADDED_COLUMNS {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE verdicts ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    /// Clock for job delays, in Unix milliseconds; tests move it. (`jobs.not_before`
+    /// held seconds before it held milliseconds: such rows are simply due at once.)
+    clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating) `dir/umpire.sqlite3`.
+    pub fn open_in(dir: &Path) -> Result<SqliteStore> {
+        std::fs::create_dir_all(dir).map_err(unavailable)?;
+        SqliteStore::from_connection(Connection::open(dir.join(FILE_NAME)).map_err(unavailable)?)
+    }
+
+    pub fn in_memory() -> Result<SqliteStore> {
+        SqliteStore::from_connection(Connection::open_in_memory().map_err(unavailable)?)
+    }
+
+    fn from_connection(conn: Connection) -> Result<SqliteStore> {
+        // WAL + FULL: a committed write survives a crash of the process or the machine.
+        // secure_delete: what a row held (a job key cleared, a sealed job acknowledged)
+        // is overwritten, not left readable in the file's free pages.
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA secure_delete = ON;",
+        )
+        .map_err(unavailable)?;
+        conn.execute_batch(SCHEMA).map_err(unavailable)?;
+        add_missing_columns(&conn).map_err(unavailable)?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+            clock: Arc::new(|| umpire_host::Clock::system().now_ms()),
+        })
+    }
+
+    /// Replaces the clock used for job delays, in Unix milliseconds (tests).
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> SqliteStore {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard).map_err(unavailable)
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    /// Feedback rows by `column` (merchant or payer, a fixed name) since a block time.
+    async fn feedback_on(
+        &self,
+        column: &'static str,
+        who: &str,
+        since: Unix,
+        limit: usize,
+    ) -> Result<Vec<FeedbackRow>> {
+        let who = who.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run(move |c| {
+            let mut st = c.prepare(&format!(
+                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time DESC, tx_hash DESC LIMIT ?3"
+            ))?;
+            st.query_map(params![who, since, limit], feedback_from_row)?.collect()
+        })
+        .await
+    }
+
+    /// Deletes what retention says is gone (expired verdicts, idempotency records,
+    /// payment entries, rate-limit windows). Reads already hide them; this reclaims the space.
+    pub async fn purge_expired(&self, now: Unix) -> Result<usize> {
+        self.run(move |c| {
+            let mut n = c.execute("DELETE FROM verdicts WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM idempotency WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM payments WHERE expires_at <= ?1", [now])?;
+            n += c.execute("DELETE FROM rate_limits WHERE expires_at <= ?1", [now])?;
+            Ok(n)
+        })
+        .await
+    }
+}
+
+fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, String)> {
+    let status: String = r.get(2)?;
+    Ok((
+        VerdictRecord {
+            verdict_id: r.get(0)?,
+            tier: r.get(1)?,
+            status: VerdictStatus::Pending,
+            document: r.get(3)?,
+            preview: r.get(4)?,
+            secret_hash: r.get(5)?,
+            spec_hash: r.get(6)?,
+            webhook_url: r.get(7)?,
+            created_at: r.get(8)?,
+            expires_at: r.get(9)?,
+            webhook_outcome: r
+                .get::<_, Option<String>>(10)?
+                .as_deref()
+                .and_then(WebhookOutcome::parse),
+            job_key: r.get(11)?,
+        },
+        status,
+    ))
+}
+
+fn idempotency_from_row(
+    r: &rusqlite::Row<'_>,
+) -> rusqlite::Result<(String, String, String, Unix, Option<String>, Unix)> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+fn idempotency_record(
+    (key, request_hash, status, until, response, expires_at): (
+        String,
+        String,
+        String,
+        Unix,
+        Option<String>,
+        Unix,
+    ),
+) -> Result<IdempotencyRecord> {
+    let state = if status == "COMPLETED" {
+        let text = response
+            .ok_or_else(|| StoreError::Corrupt(format!("{key}: completed without a response")))?;
+        IdempotencyState::Completed(
+            serde_json::from_str::<StoredResponse>(&text)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        )
+    } else {
+        IdempotencyState::InProgress { until }
+    };
+    Ok(IdempotencyRecord {
+        key,
+        request_hash,
+        state,
+        expires_at,
+    })
+}
+
+/// A `payments` row as stored: the phase names which optional columns are set.
+struct PaymentRow {
+    payment_key: String,
+    request_hash: String,
+    phase: String,
+    held_until: Unix,
+    answer: Option<String>,
+    tx_hash: Option<String>,
+    response: Option<String>,
+    reason: Option<String>,
+    expires_at: Unix,
+}
+
+const PAYMENT_COLUMNS: &str =
+    "payment_key, request_hash, phase, held_until, answer, tx_hash, response, reason, expires_at";
+
+fn payment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PaymentRow> {
+    Ok(PaymentRow {
+        payment_key: r.get(0)?,
+        request_hash: r.get(1)?,
+        phase: r.get(2)?,
+        held_until: r.get(3)?,
+        answer: r.get(4)?,
+        tx_hash: r.get(5)?,
+        response: r.get(6)?,
+        reason: r.get(7)?,
+        expires_at: r.get(8)?,
+    })
+}
+
+impl PaymentRow {
+    fn entry(self) -> Result<PaymentEntry> {
+        let key = self.payment_key.clone();
+        let missing = |what: &str| StoreError::Corrupt(format!("payment {key}: no {what}"));
+        let state = match PaymentPhase::parse(&self.phase) {
+            Some(PaymentPhase::Claimed) => PaymentState::Claimed,
+            Some(PaymentPhase::Prepared) => PaymentState::Prepared {
+                answer: self.answer.ok_or_else(|| missing("answer"))?,
+            },
+            Some(PaymentPhase::Settled) => PaymentState::Settled {
+                transaction: self.tx_hash.ok_or_else(|| missing("transaction"))?,
+                response: serde_json::from_str(&self.response.ok_or_else(|| missing("response"))?)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            },
+            Some(PaymentPhase::Voided) => PaymentState::Voided {
+                reason: self.reason.unwrap_or_default(),
+            },
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "payment phase {:?}",
+                    self.phase
+                )));
+            }
+        };
+        Ok(PaymentEntry {
+            payment_key: self.payment_key,
+            request_hash: self.request_hash,
+            state,
+            held_until: self.held_until,
+            expires_at: self.expires_at,
+        })
+    }
+}
+
+/// The state-specific columns of a payment state: (answer, tx_hash, response, reason).
+type PaymentColumns = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+fn payment_columns(state: &PaymentState) -> Result<PaymentColumns> {
+    Ok(match state {
+        PaymentState::Claimed => (None, None, None, None),
+        PaymentState::Prepared { answer } => (Some(answer.clone()), None, None, None),
+        PaymentState::Settled {
+            transaction,
+            response,
+        } => (
+            None,
+            Some(transaction.clone()),
+            Some(serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            None,
+        ),
+        PaymentState::Voided { reason } => (None, None, None, Some(reason.clone())),
+    })
+}
+
+fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
+    Ok(FeedbackRow {
+        tx_hash: r.get(0)?,
+        merchant: r.get(1)?,
+        payer: r.get(2)?,
+        outcome: r.get(3)?,
+        would_repeat: r.get::<_, Option<i64>>(4)?.map(|b| b != 0),
+        latency_ms: r.get(5)?,
+        amount_units: r.get(6)?,
+        block_time: r.get(7)?,
+        created_at: r.get(8)?,
+    })
+}
+
+const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, job_key";
+/// What a verdict is read back with: its columns (the job key last) and the webhook's
+/// outcome.
+const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome, job_key";
+const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";
