@@ -32,8 +32,10 @@ use crate::ledger::{PurchaseOutcome, purchase_outcome};
 use crate::purchase::Purchase;
 use crate::verdict;
 
-pub const JOB_PASS2: &str = "sworn.pass2";
-pub const JOB_WEBHOOK: &str = "sworn.webhook";
+mod job;
+
+pub use job::{JOB_PASS2, JOB_WEBHOOK, JobDeliverable, Pass2Job, SwornJob, WebhookJob};
+
 /// The first delivery and its retries.
 pub const WEBHOOK_MAX_ATTEMPTS: u32 = 1 + WEBHOOK_MAX_RETRIES;
 /// A pass-2 job carries the deliverable; an SQS message holds at most 256 KB, and the
@@ -87,25 +89,20 @@ pub fn pass2_job(
         umpire_host::random_bytes(),
     )
     .ok_or("the deliverable could not be sealed")?;
-    let payload = Value::object()
-        .with("verdict_id", verdict_id)
-        .with("spec", purchase.spec.normalized.clone())
-        .with("deliverable_sealed", sealed)
-        .with("deliverable_hash", purchase.deliverable.hash())
-        .with("job_ref", purchase.job_ref.clone())
-        .with("webhook_url", purchase.webhook_url.clone())
-        .with(
-            "pass1",
-            Value::Array(pass1.iter().map(CheckResult::to_value).collect()),
-        )
-        .with("created_at", created_at)
-        .with("payment_key", payment_key)
-        .with("wait_until", wait_until)
-        .with("hops", 0u64);
-    Ok(Job {
-        kind: JOB_PASS2.into(),
-        payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
-    })
+    Ok(SwornJob::Pass2(Box::new(Pass2Job {
+        verdict_id: verdict_id.to_owned(),
+        spec: Some(purchase.spec.normalized.clone()),
+        deliverable: Some(JobDeliverable::Sealed(sealed)),
+        deliverable_hash: Some(purchase.deliverable.hash()),
+        job_ref: purchase.job_ref.clone(),
+        webhook_url: purchase.webhook_url.clone(),
+        pass1: pass1.iter().map(CheckResult::to_value).collect(),
+        created_at: Some(created_at),
+        payment_key: Some(payment_key.to_owned()),
+        wait_until: Some(wait_until),
+        hops: 0,
+    }))
+    .to_job())
 }
 
 /// Refuses (before payment) a sworn purchase whose pass-2 job could not be queued.
@@ -155,42 +152,33 @@ pub fn preview(pass1: &[CheckResult], final_due_at: u64) -> Value {
 
 /// Runs one delayed job. `Ok` means done (acknowledge it); `Err` means try again later.
 pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
-    let payload = parse(job.payload.as_bytes()).map_err(retry)?;
-    match job.kind.as_str() {
-        JOB_PASS2 => run_pass2(state, &payload).await,
-        JOB_WEBHOOK => run_webhook(state, &payload).await,
-        other => {
-            tracing::error!(kind = other, "unknown job kind; dropped");
+    match SwornJob::parse(job).map_err(retry)? {
+        Some(SwornJob::Pass2(p)) => run_pass2(state, &p).await,
+        Some(SwornJob::Webhook(w)) => run_webhook(state, &w).await,
+        None => {
+            tracing::error!(kind = job.kind, "unknown job kind; dropped");
             Ok(())
         }
     }
 }
 
-fn text<'a>(v: &'a Value, k: &str) -> Result<&'a str, JobError> {
-    v.get(k)
-        .and_then(Value::as_str)
-        .ok_or_else(|| retry(format!("job payload lacks {k}")))
-}
-
 /// The deliverable a pass-2 job carries, opened with its verdict's key; `None` when the
 /// key is gone. Jobs queued before sealing existed carry it in the clear.
 fn unseal_deliverable(
-    p: &Value,
-    verdict_id: &str,
+    p: &Pass2Job,
     key: Option<&str>,
 ) -> Result<Option<umpire_core::spec::Deliverable>, JobError> {
-    let value = match (p.get("deliverable_sealed").and_then(Value::as_str), key) {
-        (Some(sealed), Some(key)) => {
+    let verdict_id = &p.verdict_id;
+    let value = match (&p.deliverable, key) {
+        (Some(JobDeliverable::Sealed(sealed)), Some(key)) => {
             let key = DataKey::from_hex(key).ok_or_else(|| retry("a malformed job key"))?;
             let plain = seal::open(&key, verdict_id.as_bytes(), sealed)
                 .ok_or_else(|| retry("the pass-2 job does not open with its verdict's key"))?;
             parse(&plain).map_err(retry)?
         }
-        (Some(_), None) => return Ok(None),
-        (None, _) => p
-            .get("deliverable")
-            .cloned()
-            .ok_or_else(|| retry("job payload lacks deliverable"))?,
+        (Some(JobDeliverable::Sealed(_)), None) => return Ok(None),
+        (Some(JobDeliverable::Clear(clear)), _) => clear.clone(),
+        (None, _) => return Err(retry("job payload lacks deliverable")),
     };
     parse_deliverable(&value, "deliverable")
         .map(Some)
@@ -227,8 +215,8 @@ fn merge(pass1: &[Value], pass2: Vec<CheckResult>) -> Vec<CheckResult> {
         .collect()
 }
 
-async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
-    let verdict_id = text(p, "verdict_id")?;
+async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
+    let verdict_id = p.verdict_id.as_str();
     let now = state.config.clock.now();
     let Some(record) = state
         .store
@@ -256,22 +244,18 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
     }
     // Only a verdict that was paid for is finished (its purchase may have died before
     // settling, or lost the settlement's answer).
-    if let Some(payment_key) = p.get("payment_key").and_then(Value::as_str) {
+    if let Some(payment_key) = &p.payment_key {
         match purchase_outcome(state, payment_key, verdict_id)
             .await
             .map_err(|e| retry(e.message))?
         {
             PurchaseOutcome::Paid => {}
             PurchaseOutcome::Unresolved => {
-                let hops = p.get("hops").and_then(Value::as_u64).unwrap_or(0);
+                let hops = p.hops;
                 // Jobs queued before the deadline existed wait as long as a hold can.
-                let wait_until = p
-                    .get("wait_until")
-                    .and_then(Value::as_u64)
-                    .unwrap_or_else(|| {
-                        p.get("created_at").and_then(Value::as_u64).unwrap_or(now)
-                            + crate::idempotency::IN_PROGRESS_SECS
-                    });
+                let wait_until = p.wait_until.unwrap_or_else(|| {
+                    p.created_at.unwrap_or(now) + crate::idempotency::IN_PROGRESS_SECS
+                });
                 if now >= wait_until {
                     // The purchase's hold lapsed and its settlement is still unknown
                     // (its customer never came back to learn the outcome): stop
@@ -299,12 +283,11 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
                     .queue
                     .as_ref()
                     .ok_or_else(|| retry("no job queue configured"))?;
-                let mut next = p.clone();
-                next.insert("hops", hops + 1);
-                let again = Job {
-                    kind: JOB_PASS2.into(),
-                    payload: String::from_utf8_lossy(&next.to_canonical_vec()).into_owned(),
-                };
+                let again = SwornJob::Pass2(Box::new(Pass2Job {
+                    hops: hops + 1,
+                    ..p.clone()
+                }))
+                .to_job();
                 return queue
                     .enqueue(
                         &again,
@@ -325,11 +308,12 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         }
     }
     let spec_v = p
-        .get("spec")
+        .spec
+        .as_ref()
         .ok_or_else(|| retry("job payload lacks spec"))?;
     let spec = parse_spec(spec_v, Some(Tier::Sworn))
         .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
-    let Some(deliverable) = unseal_deliverable(p, verdict_id, record.job_key.as_deref())? else {
+    let Some(deliverable) = unseal_deliverable(p, record.job_key.as_deref())? else {
         // The key is gone (the verdict was finalized or its job given up on in the
         // meantime): this copy can no longer be read, and is not needed.
         tracing::warn!(verdict_id, "pass 2 job whose key is gone; dropped");
@@ -339,19 +323,11 @@ async fn run_pass2(state: &AppState, p: &Value) -> Result<(), JobError> {
         tier: Tier::Sworn,
         spec,
         deliverable,
-        webhook_url: p
-            .get("webhook_url")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        job_ref: p.get("job_ref").filter(|v| **v != Value::Null).cloned(),
+        webhook_url: p.webhook_url.clone(),
+        job_ref: p.job_ref.clone(),
     };
-    let pass1 = p
-        .get("pass1")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     let pass2 = verdict::judge(state, &purchase).await.map_err(retry)?;
-    let results = merge(&pass1, pass2);
+    let results = merge(&p.pass1, pass2);
     let facts = VerdictFacts {
         verdict_id,
         tier: Tier::Sworn,
@@ -409,17 +385,12 @@ async fn schedule_webhook(
         .queue
         .as_ref()
         .ok_or_else(|| retry("no job queue configured"))?;
-    let payload = Value::object()
-        .with("verdict_id", verdict_id)
-        .with("attempt", u64::from(attempt));
+    let job = SwornJob::Webhook(WebhookJob {
+        verdict_id: verdict_id.to_owned(),
+        attempt,
+    });
     queue
-        .enqueue(
-            &Job {
-                kind: JOB_WEBHOOK.into(),
-                payload: String::from_utf8_lossy(&payload.to_canonical_vec()).into_owned(),
-            },
-            delay.min(MAX_DELAY),
-        )
+        .enqueue(&job.to_job(), delay.min(MAX_DELAY))
         .await
         .map_err(retry)
 }
@@ -450,14 +421,8 @@ pub fn webhook_status(record: &VerdictRecord) -> &'static str {
     }
 }
 
-async fn run_webhook(state: &AppState, p: &Value) -> Result<(), JobError> {
-    let verdict_id = text(p, "verdict_id")?;
-    let attempt = p
-        .get("attempt")
-        .and_then(Value::as_u64)
-        .and_then(|a| u32::try_from(a).ok())
-        .filter(|a| (1..=WEBHOOK_MAX_ATTEMPTS).contains(a))
-        .ok_or_else(|| retry("webhook job has no valid attempt number"))?;
+async fn run_webhook(state: &AppState, w: &WebhookJob) -> Result<(), JobError> {
+    let (verdict_id, attempt) = (w.verdict_id.as_str(), w.attempt);
     let now = state.config.clock.now();
     let Some(record_v) = state
         .store
