@@ -1,0 +1,137 @@
+//! A purchase's answer: prepared before settlement, delivered (stored, with its settlement)
+//! after, or voided.
+
+use super::*;
+
+/// Tries to persist a settled verdict before giving up on the status link (the
+/// customer paid: the answer is given even if the record cannot be stored).
+pub(super) const PERSIST_ATTEMPTS: u32 = 3;
+
+/// A purchase's answer as it will be given, written down before the payment settles:
+/// the response without its settlement, and the verdict to store once paid.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Prepared {
+    pub status: u16,
+    /// The `Location` header, if any.
+    pub location: Option<String>,
+    /// The body without the settlement (stable JSON text).
+    pub body: String,
+    /// Where the settlement goes in the body, e.g. `["settlement"]`.
+    pub settlement_at: Vec<String>,
+    /// A verdict to store once the payment settled. The body's `secret` is null here
+    /// and given on delivery once the verdict is stored (see `secret`).
+    pub record: Option<VerdictRecord>,
+}
+
+impl Prepared {
+    pub fn new(status: u16, body: &Value, settlement_at: &[&str]) -> Prepared {
+        Prepared {
+            status,
+            location: None,
+            body: String::from_utf8_lossy(&body.to_canonical_vec()).into_owned(),
+            settlement_at: settlement_at.iter().map(|s| (*s).to_owned()).collect(),
+            record: None,
+        }
+    }
+}
+
+/// Stores a settled verdict, a few times if the store falters and the deadline allows;
+/// `true` once it is there (also when an earlier attempt stored it and lost the
+/// answer). Past the deadline the paid answer goes out without its status link
+/// rather than being cut off by the platform; the retry stores it.
+pub(super) async fn persist(state: &AppState, record: &VerdictRecord, deadline: Deadline) -> bool {
+    let until = deadline.less(ANSWER_MARGIN);
+    for attempt in 1..=PERSIST_ATTEMPTS {
+        if !until.allows(Duration::from_millis(50)) {
+            break;
+        }
+        let put =
+            tokio::time::timeout_at(until.instant().into(), state.store.put_verdict(record)).await;
+        match put {
+            Ok(Ok(()) | Err(StoreError::AlreadyExists)) => return true,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, attempt, verdict_id = record.verdict_id, "could not store a settled verdict");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                    .await;
+            }
+            Err(_) => {
+                tracing::error!(
+                    verdict_id = record.verdict_id,
+                    "storing a settled verdict overran the deadline"
+                );
+                break;
+            }
+        }
+    }
+    false
+}
+
+/// Kept between the last store write and the deadline, to answer in.
+pub(super) const ANSWER_MARGIN: Duration = Duration::from_millis(300);
+
+/// The answer of a settled purchase: its verdict stored, the settlement in the body
+/// and in the x402 header.
+pub(super) async fn deliver(
+    state: &AppState,
+    answer_in: AnswerHeader,
+    prepared: Prepared,
+    settlement: &SettlementResponse,
+    deadline: Deadline,
+) -> Response {
+    let stored = match &prepared.record {
+        Some(record) => persist(state, record, deadline).await,
+        None => true,
+    };
+    let mut body = umpire_core::json::parse(prepared.body.as_bytes()).unwrap_or(Value::Null);
+    // The secret is derived, never written down: given only with a stored verdict
+    // (without one there is no status to use it on).
+    if stored {
+        body = crate::secret::reveal(state.signer.as_ref(), body);
+    }
+    body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
+    let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");
+    if let Some(v) = prepared
+        .location
+        .as_deref()
+        .and_then(|l| HeaderValue::from_str(l).ok())
+    {
+        r.headers_mut().insert(http::header::LOCATION, v);
+    }
+    if let (name, Some(v)) = settlement_header(answer_in, settlement) {
+        r.headers_mut().insert(name, v);
+    }
+    r
+}
+
+/// `value` placed at `path` inside `body` (objects along the way).
+pub(super) fn set_at(body: Value, path: &[String], value: Value) -> Value {
+    match path {
+        [] => value,
+        [last] => body.with(last.as_str(), value),
+        [first, rest @ ..] => {
+            let inner = body.get(first).cloned().unwrap_or_else(Value::object);
+            body.with(first.as_str(), set_at(inner, rest, value))
+        }
+    }
+}
+
+/// Why a judged purchase was voided (nothing kept, claims released).
+pub enum Void {
+    Settlement(PaymentFailure),
+    Internal(ApiError),
+}
+
+impl Void {
+    /// The settlement could not be completed nor refused (the chain or facilitator
+    /// was unreachable): the money may have moved, so nothing paid for may be undone.
+    pub fn outcome_unknown(&self) -> bool {
+        matches!(self, Void::Settlement(f) if f.kind == FailureKind::Unavailable)
+    }
+}
+
+/// A settlement as the body of an answer shows it.
+pub(super) fn settlement_value(s: &SettlementResponse) -> Value {
+    serde_json::to_value(s)
+        .map(Value::from)
+        .unwrap_or(Value::Null)
+}

@@ -1,0 +1,145 @@
+//! The payment's header, the idempotency key a request carries, and the header its
+//! settlement is answered in.
+
+use super::*;
+
+/// Which header a settlement response goes back in: the one matching the header the
+/// payment came in (`PAYMENT-SIGNATURE` → `PAYMENT-RESPONSE`, `X-PAYMENT` →
+/// `X-PAYMENT-RESPONSE`), whatever x402 version the payload speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerHeader {
+    PaymentResponse,
+    XPaymentResponse,
+}
+
+impl AnswerHeader {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            AnswerHeader::PaymentResponse => HEADER_PAYMENT_RESPONSE,
+            AnswerHeader::XPaymentResponse => HEADER_X_PAYMENT_RESPONSE,
+        }
+    }
+
+    /// The header a request's payment (if any) is answered in.
+    pub(super) fn of(req: &Request) -> AnswerHeader {
+        if req.headers().get(HEADER_PAYMENT_SIGNATURE).is_none()
+            && req.headers().get(HEADER_X_PAYMENT).is_some()
+        {
+            AnswerHeader::XPaymentResponse
+        } else {
+            AnswerHeader::PaymentResponse
+        }
+    }
+}
+
+/// A payment header as the client sent it.
+pub(super) struct PaymentHeader {
+    pub(super) answer_in: AnswerHeader,
+    pub(super) raw: serde_json::Value,
+    pub(super) payment: PaymentPayload,
+}
+
+/// The payment of a request: `PAYMENT-SIGNATURE` (x402 v2's name) or `X-PAYMENT` (v1's,
+/// which many clients send whatever they speak), each carrying a v1 or a v2 payload,
+/// told apart by its `x402Version`.
+pub(super) fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>, PaymentFailure> {
+    let (name, value) = match (
+        req.headers().get(HEADER_PAYMENT_SIGNATURE),
+        req.headers().get(HEADER_X_PAYMENT),
+    ) {
+        (Some(v), _) => (HEADER_PAYMENT_SIGNATURE, v),
+        (None, Some(v)) => (HEADER_X_PAYMENT, v),
+        (None, None) => return Ok(None),
+    };
+    let malformed = |why: String| {
+        PaymentFailure::invalid(
+            "invalid_payload",
+            format!("the {name} header is not base64 x402 JSON: {why}"),
+        )
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| malformed("it is not ASCII".into()))?;
+    let raw: serde_json::Value = decode_header(text).map_err(|e| malformed(e.to_string()))?;
+    let payment = PaymentPayload::from_json(raw.clone()).map_err(malformed)?;
+    Ok(Some(PaymentHeader {
+        answer_in: AnswerHeader::of(req),
+        raw,
+        payment,
+    }))
+}
+
+/// The request's idempotency key: the `Idempotency-Key` header, or the id a v2 payment
+/// carries in its `payment-identifier` extension (reference clients using the
+/// extension send no header), honored alike. Both present must agree.
+pub(super) fn request_key(
+    req: &Request,
+    header: Option<&PaymentHeader>,
+) -> Result<Option<RequestKey>, ApiError> {
+    let from_header = IdempotencyKey::from_headers(req.headers())?;
+    let from_payment = match header {
+        Some(h) => discovery::payment_id(&h.raw).map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidIdempotencyKey,
+                e.0,
+                "Use a random id such as pay_7d5d747be160e280504c099d984bcfe0 (the extension's generatePaymentId makes one), and reuse it only to retry the identical request.",
+            )
+            .with_detail("reason", "payment_identifier")
+        })?,
+        None => None,
+    };
+    match (from_header, from_payment) {
+        (Some(key), Some(id)) if key.as_str() != id => Err(ApiError::new(
+            ErrorCode::InvalidIdempotencyKey,
+            "the Idempotency-Key header and the payment's payment-identifier id differ; each names the purchase for replays, so they must agree",
+            "Send one of them, or the same value in both. Nothing was charged.",
+        )
+        .with_detail("reason", "payment_identifier_mismatch")),
+        (Some(key), _) => Ok(Some(RequestKey {
+            key,
+            from_payment: false,
+        })),
+        (None, Some(id)) => IdempotencyKey::parse(&id).map(|key| {
+            Some(RequestKey {
+                key,
+                from_payment: true,
+            })
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A request's idempotency key and where it came from.
+pub(super) struct RequestKey {
+    pub(super) key: IdempotencyKey,
+    /// From the payment's payment-identifier: it travels inside the payment (to a
+    /// facilitator, through MCP clients and proxies), so unlike the header it is no
+    /// secret between the client and us. Its replays are given only to a verified
+    /// payer, or with the one-time secret withheld.
+    pub(super) from_payment: bool,
+}
+
+/// `r` with its one-time `secret` withheld (null), for replays to a requester who has
+/// not proven to be the payer.
+pub(super) fn withhold_secret(r: Response) -> Response {
+    let (parts, body) = r.into_parts();
+    let body = match umpire_core::json::parse(&body) {
+        Ok(v) if v.get("secret").is_some() => {
+            bytes::Bytes::from(v.with("secret", Value::Null).to_canonical_vec())
+        }
+        _ => body,
+    };
+    let mut r = http::Response::from_parts(parts, body);
+    r.headers_mut().remove(http::header::CONTENT_LENGTH);
+    r
+}
+
+pub fn settlement_header(
+    answer_in: AnswerHeader,
+    s: &SettlementResponse,
+) -> (&'static str, Option<HeaderValue>) {
+    (
+        answer_in.name(),
+        HeaderValue::from_str(&encode_header(s)).ok(),
+    )
+}
