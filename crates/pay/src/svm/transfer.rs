@@ -1,0 +1,214 @@
+//! Reading the payment out of a transaction as the exact scheme allows it, with the reasons
+//! a payload is refused.
+
+use super::*;
+
+/// Why a transaction is not the payment it must be: an x402 reason code and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub(super) fn refuse(reason: &'static str, message: impl Into<String>) -> Refusal {
+    Refusal {
+        reason,
+        message: message.into(),
+    }
+}
+
+pub const REASON_TRANSACTION: &str = "invalid_exact_svm_payload_transaction";
+
+pub const REASON_SIGNATURE: &str = "invalid_exact_svm_payload_signature_invalid";
+
+pub const REASON_INSTRUCTIONS: &str = "invalid_exact_svm_payload_transaction_instructions";
+
+pub const REASON_NO_TRANSFER: &str = "invalid_exact_svm_payload_no_transfer_instruction";
+
+pub const REASON_RECIPIENT: &str = "invalid_exact_svm_payload_recipient_mismatch";
+
+pub const REASON_AMOUNT: &str = "invalid_exact_svm_payload_amount_mismatch";
+
+pub const REASON_MINT: &str = "invalid_exact_svm_payload_mint_mismatch";
+
+pub const REASON_SIMULATION: &str = "invalid_exact_svm_transaction_simulation_failed";
+
+pub const REASON_FAILED: &str = "invalid_exact_svm_transaction_failed";
+
+/// A transaction that already paid for a purchase (the reference facilitator's word).
+pub const REASON_DUPLICATE: &str = "duplicate_settlement";
+
+/// A native SOL payment: one system transfer, signed by the payer, who also pays the fee.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NativeTransfer {
+    pub payer: Pubkey,
+    pub to: Pubkey,
+    pub lamports: u64,
+}
+
+/// Reads a native SOL payment and checks it offline: its only signer is the payer,
+/// whose signature verifies; it moves exactly one system transfer from the payer;
+/// nothing else runs but compute-budget settings and a memo. The amount and recipient
+/// are compared by the caller against the requirements.
+pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
+    let m = &tx.message;
+    if !m.lookups.is_empty() {
+        return Err(refuse(
+            REASON_TRANSACTION,
+            "a native SOL payment may not use address lookup tables",
+        ));
+    }
+    if m.num_required_signatures != 1 {
+        return Err(refuse(
+            REASON_TRANSACTION,
+            format!(
+                "a native SOL payment has one signer, the payer (who pays its fee); this one has {}",
+                m.num_required_signatures
+            ),
+        ));
+    }
+    if !tx.signed_by(0) {
+        return Err(refuse(
+            REASON_SIGNATURE,
+            "the payer's signature does not verify over the transaction",
+        ));
+    }
+    let payer = m.fee_payer();
+    let (system, budget, memo_program) = (
+        Pubkey::known(SYSTEM_PROGRAM),
+        Pubkey::known(COMPUTE_BUDGET_PROGRAM),
+        Pubkey::known(MEMO_PROGRAM),
+    );
+    let (mut transfer, mut limit, mut price, mut memos) = (None, false, false, 0);
+    for ix in &m.instructions {
+        let program = m.program_of(ix);
+        if program == budget {
+            match ix.data.first() {
+                Some(2) if !limit && ix.data.len() == 5 => {
+                    limit = true;
+                    let units =
+                        u32::from_le_bytes([ix.data[1], ix.data[2], ix.data[3], ix.data[4]]);
+                    if units > MAX_COMPUTE_UNIT_LIMIT {
+                        return Err(refuse(
+                            REASON_INSTRUCTIONS,
+                            format!(
+                                "a compute unit limit of {units} (at most {MAX_COMPUTE_UNIT_LIMIT})"
+                            ),
+                        ));
+                    }
+                }
+                Some(3) if !price && ix.data.len() == 9 => price = true,
+                _ => {
+                    return Err(refuse(
+                        REASON_INSTRUCTIONS,
+                        "only one SetComputeUnitLimit and one SetComputeUnitPrice may accompany the transfer",
+                    ));
+                }
+            }
+        } else if program == memo_program {
+            memos += 1;
+            if memos > 1 || ix.data.len() > MAX_MEMO_BYTES {
+                return Err(refuse(
+                    REASON_INSTRUCTIONS,
+                    format!("at most one memo of at most {MAX_MEMO_BYTES} bytes"),
+                ));
+            }
+        } else if program == system {
+            if transfer.is_some() {
+                return Err(refuse(REASON_INSTRUCTIONS, "more than one system transfer"));
+            }
+            let is_transfer = ix.data.len() == 12 && ix.data[..4] == 2u32.to_le_bytes();
+            let (Some((from_i, from)), Some((to_i, to))) =
+                (m.account_of(ix, 0), m.account_of(ix, 1))
+            else {
+                return Err(refuse(
+                    REASON_INSTRUCTIONS,
+                    "a system instruction without its accounts",
+                ));
+            };
+            if !is_transfer || ix.accounts.len() != 2 {
+                return Err(refuse(
+                    REASON_INSTRUCTIONS,
+                    "the only system instruction allowed is Transfer",
+                ));
+            }
+            if from_i != 0 || from != payer || !m.is_writable(to_i) {
+                return Err(refuse(
+                    REASON_INSTRUCTIONS,
+                    "the transfer must move the payer's (the fee payer's) own lamports",
+                ));
+            }
+            let mut amount = [0u8; 8];
+            amount.copy_from_slice(&ix.data[4..12]);
+            transfer = Some(NativeTransfer {
+                payer,
+                to,
+                lamports: u64::from_le_bytes(amount),
+            });
+        } else {
+            return Err(refuse(
+                REASON_INSTRUCTIONS,
+                format!("program {program} has no place in a native SOL payment"),
+            ));
+        }
+    }
+    let t =
+        transfer.ok_or_else(|| refuse(REASON_NO_TRANSFER, "the transaction transfers no SOL"))?;
+    if t.to == t.payer {
+        return Err(refuse(REASON_RECIPIENT, "the payer pays itself"));
+    }
+    Ok(t)
+}
+
+/// What an SPL `exact` payment says before the facilitator checks it: who authorizes
+/// the transfer (the payer) and whether they signed this message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplTransfer {
+    pub authority: Pubkey,
+    pub mint: Pubkey,
+    pub destination: Pubkey,
+    pub amount: u64,
+    pub signed: bool,
+}
+
+/// The single `TransferChecked` of an SPL payment (Token or Token-2022).
+pub fn spl_transfer(tx: &Transaction) -> Option<SplTransfer> {
+    let m = &tx.message;
+    let programs = [
+        Pubkey::known(TOKEN_PROGRAM),
+        Pubkey::known(TOKEN_2022_PROGRAM),
+    ];
+    let mut found = m.instructions.iter().filter(|ix| {
+        programs.contains(&m.program_of(ix)) && ix.data.len() == 10 && ix.data[0] == 12
+    });
+    let ix = found.next()?;
+    if found.next().is_some() {
+        return None;
+    }
+    let (_, mint) = m.account_of(ix, 1)?;
+    let (_, destination) = m.account_of(ix, 2)?;
+    let (authority_i, authority) = m.account_of(ix, 3)?;
+    let mut amount = [0u8; 8];
+    amount.copy_from_slice(&ix.data[1..9]);
+    Some(SplTransfer {
+        authority,
+        mint,
+        destination,
+        amount: u64::from_le_bytes(amount),
+        signed: m.is_signer(authority_i) && tx.signed_by(authority_i),
+    })
+}
+
+/// The `transaction` of an SVM `exact` payload (`{"transaction": "<base64>"}`).
+pub fn payload_transaction(payload: &serde_json::Value) -> Result<Transaction, Refusal> {
+    let text = payload
+        .get("transaction")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| {
+            refuse(
+                REASON_TRANSACTION,
+                "the payload has no transaction (base64)",
+            )
+        })?;
+    Transaction::from_base64(text).map_err(|e| refuse(REASON_TRANSACTION, e))
+}
