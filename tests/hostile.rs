@@ -49,7 +49,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(umpire_api::local::serve(listener, state.clone(), async {
+    let server = tokio::spawn(umpire_server::serve(listener, state.clone(), async {
         let _ = stopped.await;
     }));
 

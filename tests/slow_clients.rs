@@ -5,8 +5,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use umpire_api::local::{BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT};
 use umpire_blackbox::Server;
+use umpire_server::{BODY_READ_TIMEOUT, HEADER_READ_TIMEOUT};
 
 /// Reads until the server closes the connection (or `limit` passes); what it sent.
 fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Result<Vec<u8>, String> {

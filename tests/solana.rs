@@ -439,7 +439,7 @@ fn a_sol_quote_holds_on_another_instance_for_its_window_and_not_after() {
     let a = net.serve(&facilitator, &price_feed("150.00"), &[]);
     let with_a_key = || {
         let dir = TempDir::new("serve-svm-shared-key");
-        let key = umpire_api::datadir::KEY_FILE;
+        let key = umpire_server::datadir::KEY_FILE;
         std::fs::copy(a.data.path().join(key), dir.path().join(key)).expect("copy the key");
         dir
     };

@@ -172,7 +172,7 @@ impl Drop for TempDir {
 
 /// The app on 127.0.0.1 and a free port, stopped on drop: `umpire serve` in a process
 /// of its own when the test sets its environment, logs or crashes it, and otherwise
-/// the same app (`umpire_api::local`) inside the test process.
+/// the same app (`umpire_server`) inside the test process.
 pub struct Server {
     pub addr: SocketAddr,
     runner: Runner,
@@ -229,7 +229,7 @@ impl Server {
                     max_workers: 4,
                 };
                 let (state, store) =
-                    umpire_api::local::embedded_state(config, &dir, true, Some(checker))
+                    umpire_server::embedded_state(config, &dir, true, Some(checker))
                         .await
                         .expect("the in-process app's state");
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -239,7 +239,7 @@ impl Server {
                 let shutdown = async {
                     let _ = stopped.await;
                 };
-                umpire_api::local::run(listener, std::sync::Arc::new(state), store, shutdown)
+                umpire_server::run(listener, std::sync::Arc::new(state), store, shutdown)
                     .await
                     .expect("serve");
             });

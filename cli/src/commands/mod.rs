@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use umpire_api::datadir::default_data_dir;
 use umpire_api::{AppState, Config};
 use umpire_checker::PoolConfig;
 use umpire_core::json::{Value, parse};
+use umpire_server::datadir::default_data_dir;
 use umpire_store::sqlite::SqliteStore;
 
 use crate::Remote;
@@ -75,7 +75,7 @@ pub async fn state_for(
     } else {
         None
     };
-    umpire_api::local::embedded_state(config, &dir, persistent, checker).await
+    umpire_server::embedded_state(config, &dir, persistent, checker).await
 }
 
 pub fn read_json(path: &Path) -> Result<Value, String> {

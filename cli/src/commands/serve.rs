@@ -27,7 +27,7 @@ pub async fn run(
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match umpire_api::local::run(listener, state, store, shutdown).await {
+    match umpire_server::run(listener, state, store, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(1, &e.to_string()),
     }

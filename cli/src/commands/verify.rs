@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use umpire_api::datadir::{default_data_dir, load_signer};
 use umpire_core::json::{Value, parse};
 use umpire_core::signer::{PublicKey, Signer, keys_from_document};
 use umpire_core::spec::parse_deliverable;
+use umpire_server::datadir::{default_data_dir, load_signer};
 
 use super::{fail, read_json};
 

@@ -2,6 +2,8 @@
 //! embedded store. Tests start the same app in their own process ([`embedded_state`],
 //! [`run`] on port 0) when they need nothing from outside it.
 
+pub mod datadir;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_checker::{CheckerPool, PoolConfig};
 use umpire_store::sqlite::SqliteStore;
 
-use crate::{AppState, ClientIp, Config, handle, respond};
+use umpire_api::{AppState, ClientIp, Config, handle, respond};
 
 /// The app on the embedded store: the data directory's signing key (created on first
 /// use), its SQLite file (or an in-memory one when not `persistent`), the isolated
@@ -31,7 +33,7 @@ pub async fn embedded_state(
     persistent: bool,
     checker: Option<PoolConfig>,
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
-    let signer = crate::datadir::load_or_create_signer(dir).map_err(|e| e.to_string())?;
+    let signer = datadir::load_or_create_signer(dir).map_err(|e| e.to_string())?;
     let store = if persistent {
         SqliteStore::open_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?
     } else {
@@ -69,7 +71,7 @@ pub async fn embedded_state(
         sol_price,
         fetcher: Some(fetcher),
         feedback_chain,
-        paid_routes: Some(Arc::new(crate::mcp::InProcess)),
+        paid_routes: Some(Arc::new(umpire_api::mcp::InProcess)),
     };
     Ok((state, store))
 }
@@ -104,7 +106,7 @@ pub async fn run(
         });
     }
     // Sworn pass 2 and webhook deliveries from the embedded store's delayed jobs.
-    background.spawn(crate::sworn::work_forever(
+    background.spawn(umpire_api::sworn::work_forever(
         state.clone(),
         Duration::from_millis(500),
     ));
@@ -234,14 +236,14 @@ pub async fn serve(
 /// Whether a request is a purchase: a paid route (a verdict, a reputation report) with
 /// an x402 payment, or an MCP call carrying one (a paid tool), the work that may move
 /// money. Anything else stays cancellable.
-fn carries_payment(req: &crate::Request) -> bool {
+fn carries_payment(req: &umpire_api::Request) -> bool {
     let h = req.headers();
     let path = req.uri().path();
     match *req.method() {
         http::Method::POST if path == "/mcp" => req
             .body()
-            .windows(crate::mcp::PAYMENT_META_KEY.len())
-            .any(|w| w == crate::mcp::PAYMENT_META_KEY.as_bytes()),
+            .windows(umpire_api::mcp::PAYMENT_META_KEY.len())
+            .any(|w| w == umpire_api::mcp::PAYMENT_META_KEY.as_bytes()),
         http::Method::POST if path.starts_with("/v1/verdicts/") => {
             h.contains_key("payment-signature") || h.contains_key("x-payment")
         }
