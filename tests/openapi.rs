@@ -72,7 +72,7 @@ fn every_route_is_described_and_real_answers_match_their_schemas() {
             ["enum"],
         serde_json::json!(umpire_core::spec::CHECK_TYPES)
     );
-    for (method, path, _) in umpire_api::routes::TABLE {
+    for (method, path, _) in umpire_api::plumbing::routes::TABLE {
         assert!(
             spec["paths"][*path][method.to_lowercase()].is_object(),
             "{method} {path} is served but not described"

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt, service_fn};
-use umpire_api::{AppState, ClientIp, Config, Route, handle_route, respond};
+use umpire_api::plumbing::respond;
+use umpire_api::{AppState, ClientIp, Config, Route, handle_route};
 use umpire_aws::{Service, for_service};
 use umpire_checker::{CheckerPool, Judge, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
@@ -122,7 +123,10 @@ macro_rules! api_function {
 /// One marker per deployed function.
 pub mod fns {
     use super::{Function, Needs, Role};
-    use umpire_api::{AppState, Route, buy, feedback, handlers, lookup, mcp, reputation};
+    use umpire_api::free::{handlers, lookup};
+    use umpire_api::merchant::{feedback, reputation};
+    use umpire_api::paid::buy;
+    use umpire_api::{AppState, Route, mcp};
 
     api_function!(Health, Health, |s, r| handlers::health(s));
     api_function!(Key, Key, |s, r| handlers::key(s));

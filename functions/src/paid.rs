@@ -7,7 +7,8 @@ use aws_sdk_lambda::primitives::Blob;
 use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
-use umpire_api::{AppState, ClientIp, Request, Response, Route, respond};
+use umpire_api::plumbing::respond;
+use umpire_api::{AppState, ClientIp, Request, Response, Route};
 use umpire_core::{ApiError, ErrorCode};
 
 /// The verdicts function's name or ARN, for the MCP function's `buy_verdict`.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use umpire_api::reputation::{metrics, read_ledger};
+use umpire_api::merchant::reputation::{metrics, read_ledger};
 use umpire_core::json::Value;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;

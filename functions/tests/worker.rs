@@ -97,7 +97,7 @@ async fn bought(
         .as_bytes(),
     )
     .expect("spec JSON");
-    let purchase = umpire_api::purchase::Purchase {
+    let purchase = umpire_api::paid::purchase::Purchase {
         tier: Tier::Sworn,
         spec: parse_spec(&spec, Some(Tier::Sworn)).expect("spec"),
         deliverable: parse_deliverable(
@@ -108,7 +108,7 @@ async fn bought(
         webhook_url: Some(format!("http://{}/hook", hook.addr)),
         job_ref: Some(Value::from("job-once")),
     };
-    let pass1 = umpire_api::verdict::judge(state, &purchase)
+    let pass1 = umpire_api::paid::verdict::judge(state, &purchase)
         .await
         .expect("pass 1");
     let verdict_id = umpire_host::random_id("vrd");
@@ -134,7 +134,7 @@ async fn bought(
         .expect("put verdict");
     // The purchase that sold it, as the paid path records it (pass 2 asks).
     let payment_key =
-        umpire_api::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
+        umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
     assert_eq!(
         setup
             .claim_payment(&payment_key, "h", now, now + 60, now + 86_400)
@@ -491,7 +491,8 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         .await
         .expect("a pending verdict");
     // Its purchase: claimed, its answer prepared, the settlement's outcome never heard.
-    let payment_key = umpire_api::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
+    let payment_key =
+        umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
     assert_eq!(
         store
             .claim_payment(&payment_key, "h", now, now + 600, now + 86_400)
@@ -499,7 +500,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
             .expect("claim"),
         PaymentClaim::Won
     );
-    let prepared = umpire_api::checkout::Prepared::new(
+    let prepared = umpire_api::paid::checkout::Prepared::new(
         202,
         &Value::object().with("verdict_id", verdict_id.as_str()),
         &[],
@@ -527,7 +528,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         Some(Tier::Sworn),
     )
     .expect("spec");
-    let purchase = umpire_api::purchase::Purchase {
+    let purchase = umpire_api::paid::purchase::Purchase {
         tier: Tier::Sworn,
         spec,
         deliverable: parse_deliverable(&parse(br#"{"text":"x"}"#).expect("json"), "d")

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use umpire_api::purchase::{Envelope, assess};
+use umpire_api::paid::purchase::{Envelope, assess};
 use umpire_core::json::Value;
 use umpire_core::product::Tier;
 
@@ -70,12 +70,12 @@ pub async fn run(
         Ok((s, _)) => s,
         Err(e) => return fail(2, &e),
     };
-    let results = match umpire_api::verdict::run_checks(&state, &purchase, Vec::new()).await {
+    let results = match umpire_api::paid::verdict::run_checks(&state, &purchase, Vec::new()).await {
         Ok(r) => r,
         Err(e) => return fail(1, &e.to_string()),
     };
     let id = umpire_host::random_id("vrd");
-    let doc = umpire_api::verdict::signed_verdict(&state, &purchase, &id, &results);
+    let doc = umpire_api::paid::verdict::signed_verdict(&state, &purchase, &id, &results);
     println!("{}", doc.to_canonical_string());
     ExitCode::SUCCESS
 }

@@ -2,28 +2,19 @@
 //! The same functions serve every Lambda (one route each) and `umpire serve` (all
 //! routes in one process), so both answer byte for byte alike.
 
-pub mod buy;
-pub mod checkout;
 pub mod config;
-pub mod cpu;
-pub mod discovery;
-pub mod feedback;
-pub mod idempotency;
-pub mod ledger;
-pub mod limits;
-pub mod lookup;
+pub mod free;
 pub mod mcp;
-pub mod metrics;
-pub mod payment;
-pub mod purchase;
-pub mod reputation;
-pub mod respond;
-pub mod routes;
-pub mod secret;
+pub mod merchant;
+pub mod paid;
+pub mod plumbing;
 pub mod sworn;
-pub mod verdict;
 
-pub mod handlers;
+// Inside the crate, modules name their neighbours by these short paths.
+use free::{handlers, lookup};
+use merchant::{feedback, reputation};
+use paid::{buy, checkout, discovery, idempotency, ledger, payment, purchase, secret, verdict};
+use plumbing::{cpu, limits, metrics, respond, routes};
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -355,7 +355,7 @@ fn ledger_key(state: &AppState, header: &str) -> String {
         requirements,
         requirements_v1: None,
     };
-    umpire_api::ledger::payment_key(&ctx)
+    umpire_api::paid::ledger::payment_key(&ctx)
 }
 
 /// The same authorization spelled another way: nonce and signature in upper-case hex.

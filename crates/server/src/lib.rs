@@ -22,7 +22,8 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_checker::{CheckerPool, PoolConfig};
 use umpire_store::sqlite::SqliteStore;
 
-use umpire_api::{AppState, ClientIp, Config, handle, respond};
+use umpire_api::plumbing::respond;
+use umpire_api::{AppState, ClientIp, Config, handle};
 
 /// The app on the embedded store: the data directory's signing key (created on first
 /// use), its SQLite file (or an in-memory one when not `persistent`), the isolated

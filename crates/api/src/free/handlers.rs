@@ -259,7 +259,7 @@ fn validate_answer(tier: Tier, a: &crate::purchase::Assessment) -> Value {
 
 /// The OpenAPI 3.1 description, kept beside the handlers it describes (a test checks
 /// real responses against it, and schemathesis runs against `umpire serve` in make test).
-pub const OPENAPI: &str = include_str!("openapi.json");
+pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// `GET /openapi.json`.
 pub fn openapi() -> Response {
@@ -273,7 +273,7 @@ pub fn openapi() -> Response {
 
 /// The verification page; the published keys are written into it, so a saved copy
 /// verifies offline against the keys of the day it was fetched.
-const VERIFY_PAGE: &str = include_str!("verify.html");
+const VERIFY_PAGE: &str = include_str!("../verify.html");
 
 /// `GET /verify`: one self-contained HTML page (no external assets, no network).
 pub fn verify_page(state: &AppState) -> Response {
