@@ -1,4 +1,5 @@
-//! The handlers of the free endpoints built so far.
+//! The free routes' handlers: health, the key document, the quote, validation, the
+//! OpenAPI document and the verify page.
 
 use umpire_core::json::{ParseError, Value, parse};
 use umpire_core::patterns::SPEC_REGEX_BYTES;

@@ -1,5 +1,5 @@
 //! Judging a purchase and signing the verdict: the one path every tier, the CLI's
-//! `judge` and (later) the sworn worker go through.
+//! `judge` and the sworn worker's pass 2 go through.
 
 use std::sync::Arc;
 
