@@ -31,19 +31,14 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
         max_workers: 2,
     });
     pool.prewarm(1).await.expect("worker starts");
-    let state = Arc::new(AppState {
-        config: Config::default(),
-        signer: Arc::new(LocalSigner::from_seed([9u8; 32])),
-        retired_keys: Vec::new(),
-        checker: Some(Arc::new(pool)),
-        store: Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
-        queue: None,
-        payments: umpire_pay::Payments::default(),
-        sol_price: None,
-        feedback_chain: None,
-        paid_routes: None,
-        fetcher: None,
-    });
+    let state = Arc::new(
+        AppState::new(
+            Config::default(),
+            Arc::new(LocalSigner::from_seed([9u8; 32])),
+            Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
+        )
+        .with_checker(Some(Arc::new(pool))),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

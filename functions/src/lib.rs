@@ -429,19 +429,15 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
         }
         _ => None,
     };
-    Ok(AppState {
-        config,
-        signer,
-        retired_keys,
-        checker,
-        store,
-        queue,
-        payments,
-        sol_price,
-        fetcher,
-        feedback_chain,
-        paid_routes,
-    })
+    Ok(AppState::new(config, signer, store)
+        .with_retired_keys(retired_keys)
+        .with_checker(checker)
+        .with_queue(queue)
+        .with_payments(payments)
+        .with_sol_price(sol_price)
+        .with_fetcher(fetcher)
+        .with_feedback_chain(feedback_chain)
+        .with_paid_routes(paid_routes))
 }
 
 /// The caller's IP as API Gateway saw it (`requestContext.http.sourceIp`); headers

@@ -6,19 +6,11 @@ use umpire_core::json::{Value, parse};
 use umpire_core::signer::{LocalSigner, Signer};
 
 fn state() -> AppState {
-    AppState {
-        config: Config::default(),
-        signer: std::sync::Arc::new(LocalSigner::from_seed([3u8; 32])),
-        retired_keys: Vec::new(),
-        checker: None,
-        store: std::sync::Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
-        queue: None,
-        payments: umpire_pay::Payments::default(),
-        sol_price: None,
-        feedback_chain: None,
-        paid_routes: None,
-        fetcher: None,
-    }
+    AppState::new(
+        Config::default(),
+        std::sync::Arc::new(LocalSigner::from_seed([3u8; 32])),
+        std::sync::Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store")),
+    )
 }
 
 /// An API Gateway HTTP API (payload v2) event from `tests/fixtures/`.
@@ -226,10 +218,7 @@ async fn the_paid_and_feedback_routes_read_their_events() {
 #[tokio::test]
 async fn the_static_routes_answer_without_a_store() {
     use umpire_functions::Role;
-    let state = AppState {
-        store: std::sync::Arc::new(umpire_store::NoStore),
-        ..state()
-    };
+    let state = state().with_store(std::sync::Arc::new(umpire_store::NoStore));
     for route in [Route::Health, Route::Key, Route::OpenApi, Route::VerifyPage] {
         assert!(!Role::Api(route).stores(), "{route:?}");
         let resp = umpire_functions::invoke(&state, route, event("health.json")).await;

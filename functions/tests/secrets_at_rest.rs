@@ -101,29 +101,24 @@ async fn purchase_state() -> (Devnet, LocalStack, AppState, DynamoStore, [String
         names,
     );
     let check_limit = std::time::Duration::from_secs(2);
-    let state = AppState {
-        config: Config {
-            check_limit,
-            rails,
-            rate_limits: None,
-            ..Config::default()
-        },
-        signer: Arc::new(LocalSigner::from_seed([0x51; 32])),
-        retired_keys: Vec::new(),
-        checker: Some(Arc::new(CheckerPool::new(PoolConfig {
-            program: env!("CARGO_BIN_EXE_checker").into(),
-            args: vec![WORKER_ARG.to_owned()],
-            check_limit,
-            max_workers: 2,
-        }))),
-        store: Arc::new(store),
-        queue: None,
-        payments,
-        sol_price: None,
-        feedback_chain: None,
-        paid_routes: None,
-        fetcher: None,
+    let config = Config {
+        check_limit,
+        rails,
+        rate_limits: None,
+        ..Config::default()
     };
+    let state = AppState::new(
+        config,
+        Arc::new(LocalSigner::from_seed([0x51; 32])),
+        Arc::new(store),
+    )
+    .with_checker(Some(Arc::new(CheckerPool::new(PoolConfig {
+        program: env!("CARGO_BIN_EXE_checker").into(),
+        args: vec![WORKER_ARG.to_owned()],
+        check_limit,
+        max_workers: 2,
+    }))))
+    .with_payments(payments);
 
     (devnet, stack, state, status_store, tables)
 }
@@ -196,11 +191,7 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
 
     // The status link opens with the secret.
     let bearer = format!("Bearer {secret}");
-    let status_state = AppState {
-        store: Arc::new(status_store),
-        checker: None,
-        ..state
-    };
+    let status_state = state.with_store(Arc::new(status_store)).with_checker(None);
     let (status, _, _) = call(
         &status_state,
         "GET",

@@ -62,23 +62,16 @@ fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
         Arc::new(StaticResolver::default()),
     )
     .expect("fetcher");
-    AppState {
-        config: Config {
-            check_limit,
-            webhook_retry_base: std::time::Duration::from_millis(50),
-            ..Config::default()
-        },
-        signer: Arc::new(LocalSigner::from_seed_hex(&"5e".repeat(32)).expect("seed")),
-        retired_keys: Vec::new(),
-        checker: Some(Arc::new(checker)),
-        store,
-        queue: Some(queue),
-        payments: umpire_pay::Payments::default(),
-        sol_price: None,
-        feedback_chain: None,
-        fetcher: Some(Arc::new(fetcher)),
-        paid_routes: None,
-    }
+    let config = Config {
+        check_limit,
+        webhook_retry_base: std::time::Duration::from_millis(50),
+        ..Config::default()
+    };
+    let signer = LocalSigner::from_seed_hex(&"5e".repeat(32)).expect("seed");
+    AppState::new(config, Arc::new(signer), store)
+        .with_checker(Some(Arc::new(checker)))
+        .with_queue(Some(queue))
+        .with_fetcher(Some(Arc::new(fetcher)))
 }
 
 /// A paid sworn verdict as the purchase leaves it: pending, pass 1 judged, pass 2 queued.

@@ -79,6 +79,77 @@ pub fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 impl AppState {
+    /// What every route needs: the configuration, the signing key and the store. Nothing
+    /// is judged, bought, queued, fetched or read on chain until a `with_*` call below
+    /// adds it. Every place that builds a state (the functions, `umpire serve`, the
+    /// tests) starts here.
+    pub fn new(config: Config, signer: Arc<dyn Signer>, store: Arc<dyn Store>) -> AppState {
+        AppState {
+            config,
+            signer,
+            retired_keys: Vec::new(),
+            checker: None,
+            store,
+            queue: None,
+            payments: umpire_pay::Payments::default(),
+            sol_price: None,
+            fetcher: None,
+            feedback_chain: None,
+            paid_routes: None,
+        }
+    }
+
+    pub fn with_store(self, store: Arc<dyn Store>) -> AppState {
+        AppState { store, ..self }
+    }
+
+    pub fn with_retired_keys(self, retired_keys: Vec<PublicKey>) -> AppState {
+        AppState {
+            retired_keys,
+            ..self
+        }
+    }
+
+    pub fn with_checker(self, checker: Option<Arc<dyn Judge>>) -> AppState {
+        AppState { checker, ..self }
+    }
+
+    pub fn with_queue(self, queue: Option<Arc<dyn JobQueue>>) -> AppState {
+        AppState { queue, ..self }
+    }
+
+    pub fn with_payments(self, payments: umpire_pay::Payments) -> AppState {
+        AppState { payments, ..self }
+    }
+
+    pub fn with_sol_price(
+        self,
+        sol_price: Option<Arc<umpire_pay::price::SolPriceFeed>>,
+    ) -> AppState {
+        AppState { sol_price, ..self }
+    }
+
+    pub fn with_fetcher(self, fetcher: Option<Arc<umpire_fetch::Fetcher>>) -> AppState {
+        AppState { fetcher, ..self }
+    }
+
+    pub fn with_feedback_chain(
+        self,
+        feedback_chain: Option<Arc<umpire_chain::FeedbackChain>>,
+    ) -> AppState {
+        AppState {
+            feedback_chain,
+            ..self
+        }
+    }
+
+    pub fn with_paid_routes(self, paid_routes: Option<Arc<dyn mcp::PaidRoutes>>) -> AppState {
+        AppState {
+            paid_routes,
+            ..self
+        }
+    }
+
     /// The URL policy in force (the fetcher's, or the production default).
     pub fn fetch_policy(&self) -> umpire_fetch::Policy {
         self.fetcher

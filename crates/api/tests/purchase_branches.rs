@@ -207,23 +207,16 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
     tweak(&mut config);
     let chain = Arc::new(FakeChain::default());
     let store = Arc::new(SqliteStore::in_memory().expect("store"));
-    let state = AppState {
+    let state = AppState::new(
         config,
-        signer: Arc::new(LocalSigner::from_seed([7u8; 32])),
-        retired_keys: Vec::new(),
-        checker: None,
-        store: store.clone(),
-        queue: None,
-        payments: umpire_pay::Payments {
-            evm: Some(chain.clone()),
-            native_sol: None,
-            facilitator: None,
-        },
-        sol_price: None,
-        fetcher: None,
-        feedback_chain: None,
-        paid_routes: None,
-    };
+        Arc::new(LocalSigner::from_seed([7u8; 32])),
+        store.clone(),
+    )
+    .with_payments(umpire_pay::Payments {
+        evm: Some(chain.clone()),
+        native_sol: None,
+        facilitator: None,
+    });
     Shop {
         state: Arc::new(state),
         chain,

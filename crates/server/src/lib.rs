@@ -61,19 +61,14 @@ pub async fn embedded_state(
         .map(umpire_chain::FeedbackChain::new)
         .transpose()?
         .map(Arc::new);
-    let state = AppState {
-        config,
-        signer: Arc::new(signer),
-        retired_keys: Vec::new(),
-        checker,
-        store: store.clone(),
-        queue: Some(store.clone()),
-        payments,
-        sol_price,
-        fetcher: Some(fetcher),
-        feedback_chain,
-        paid_routes: Some(Arc::new(umpire_api::mcp::InProcess)),
-    };
+    let state = AppState::new(config, Arc::new(signer), store.clone())
+        .with_checker(checker)
+        .with_queue(Some(store.clone()))
+        .with_payments(payments)
+        .with_sol_price(sol_price)
+        .with_fetcher(Some(fetcher))
+        .with_feedback_chain(feedback_chain)
+        .with_paid_routes(Some(Arc::new(umpire_api::mcp::InProcess)));
     Ok((state, store))
 }
 

@@ -290,19 +290,11 @@ mod tests {
     use umpire_store::sqlite::SqliteStore;
 
     fn state() -> AppState {
-        AppState {
-            config: Config::default(),
-            signer: Arc::new(LocalSigner::from_seed([1u8; 32])),
-            retired_keys: Vec::new(),
-            checker: None,
-            store: Arc::new(SqliteStore::in_memory().expect("store")),
-            queue: None,
-            payments: umpire_pay::Payments::default(),
-            sol_price: None,
-            feedback_chain: None,
-            paid_routes: None,
-            fetcher: None,
-        }
+        AppState::new(
+            Config::default(),
+            Arc::new(LocalSigner::from_seed([1u8; 32])),
+            Arc::new(SqliteStore::in_memory().expect("store")),
+        )
     }
 
     #[test]
