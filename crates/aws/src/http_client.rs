@@ -10,6 +10,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::retry::ErrorKind;
 
 /// An [`HttpClient`] for the AWS SDK over reqwest, HTTP/1.1 with rustls. The SDK asks
 /// for a connector per set of timeouts; one reqwest client (one connection pool) is
@@ -19,7 +20,23 @@ pub struct ReqwestHttpClient {
     connectors: Arc<Mutex<Vec<(Timeouts, SharedHttpConnector)>>>,
 }
 
-type Timeouts = (Option<Duration>, Option<Duration>);
+/// (connect, read), as the SDK's connector settings give them.
+pub type Timeouts = (Option<Duration>, Option<Duration>);
+
+impl ReqwestHttpClient {
+    /// A client whose connector for `timeouts` (connect, read) is built now: the TLS
+    /// set-up (the platform's roots) happens at cold start, not in the first request.
+    pub fn prepared(timeouts: Timeouts) -> ReqwestHttpClient {
+        let client = ReqwestHttpClient::default();
+        let connector = SharedHttpConnector::new(Connector::new(timeouts));
+        client
+            .connectors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((timeouts, connector));
+        client
+    }
+}
 
 impl HttpClient for ReqwestHttpClient {
     fn http_connector(
@@ -89,16 +106,53 @@ fn to_reqwest(request: HttpRequest) -> Result<reqwest::Request, ConnectorError> 
     reqwest::Request::try_from(request).map_err(|e| ConnectorError::user(Box::new(e)))
 }
 
-/// reqwest's error in the SDK's terms: timeouts and I/O failures are transient (the
-/// SDK's standard retry strategy tries them again), the rest is reported as it is.
+/// reqwest's error in the SDK's terms, classified as the SDK's own hyper client does
+/// (aws-smithy-http-client's `to_connector_error`): timeouts, refused or dropped
+/// connections and I/O failures are transient (the standard retry strategy tries them
+/// again); a request the client itself got wrong is the caller's; an answer that is not
+/// HTTP is reported as it is, not retried until the function times out.
 fn connector_error(e: reqwest::Error) -> ConnectorError {
     if e.is_timeout() {
+        return ConnectorError::timeout(Box::new(e));
+    }
+    if e.is_connect() {
+        // No connection was made, so nothing was sent.
+        return ConnectorError::io(Box::new(e));
+    }
+    let Some(hyper) = find_source::<hyper::Error>(&e) else {
+        return if find_source::<std::io::Error>(&e).is_some() {
+            ConnectorError::io(Box::new(e))
+        } else {
+            ConnectorError::other(Box::new(e), None)
+        };
+    };
+    if hyper.is_timeout() {
         ConnectorError::timeout(Box::new(e))
-    } else if e.is_connect() || e.is_request() || e.is_body() {
+    } else if hyper.is_user() {
+        ConnectorError::user(Box::new(e))
+    } else if hyper.is_closed()
+        || hyper.is_canceled()
+        || find_source::<std::io::Error>(&e).is_some()
+    {
         ConnectorError::io(Box::new(e))
+    } else if hyper.is_incomplete_message() {
+        ConnectorError::other(Box::new(e), Some(ErrorKind::TransientError))
     } else {
         ConnectorError::other(Box::new(e), None)
     }
+}
+
+fn find_source<'a, E: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a E> {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if let Some(found) = err.downcast_ref::<E>() {
+            return Some(found);
+        }
+        next = err.source();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -134,6 +188,44 @@ mod tests {
             }
             other => panic!("expected a dispatch failure, got {other:?}"),
         }
+    }
+
+    /// An answer that is not HTTP is reported once, not retried: only transient
+    /// failures are (the SDK's own client classifies them the same way).
+    #[tokio::test]
+    async fn an_answer_that_is_not_http_is_not_retried() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"this is not HTTP at all\r\n\r\n");
+            }
+        });
+        let config = crate::sdk_config_from(&|name| match name {
+            "AWS_REGION" => Some("us-east-1".into()),
+            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("test".into()),
+            "AWS_ENDPOINT_URL" => Some(format!("http://127.0.0.1:{port}")),
+            _ => None,
+        })
+        .expect("config");
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let err = sqs.list_queues().send().await.expect_err("garbage");
+        assert!(
+            matches!(&err, aws_sdk_sqs::error::SdkError::DispatchFailure(f) if !f.is_io() && !f.is_timeout()),
+            "{err:?}"
+        );
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "sent once, not retried"
+        );
     }
 
     /// A request and its answer pass through unchanged: method, path, headers, body,

@@ -58,7 +58,12 @@ impl Service {
 /// AWS in tests), `AWS_MAX_ATTEMPTS`, `AWS_USE_FIPS_ENDPOINT` and
 /// `AWS_USE_DUALSTACK_ENDPOINT`. Errors name the variable.
 pub fn sdk_config_from(var: &dyn Fn(&str) -> Option<String>) -> Result<SdkConfig, String> {
-    let nonempty = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    // Values are read trimmed: a stray newline in a secret would fail every signature.
+    let nonempty = |name: &str| {
+        var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
     let region = nonempty("AWS_REGION")
         .or_else(|| nonempty("AWS_DEFAULT_REGION"))
         .ok_or("AWS_REGION is not set (Lambda sets it for every function)")?;
@@ -96,7 +101,8 @@ pub fn sdk_config_from(var: &dyn Fn(&str) -> Option<String>) -> Result<SdkConfig
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region))
         .credentials_provider(SharedCredentialsProvider::new(credentials))
-        .http_client(ReqwestHttpClient::default())
+        // Its connector for these timeouts (no read timeout) is built here, at cold start.
+        .http_client(ReqwestHttpClient::prepared((Some(CONNECT_TIMEOUT), None)))
         // What aws-config sets and the SDK clients do not: standard retries (throttling,
         // 5xx, I/O errors) and a connect timeout, so that a black-holed connection fails
         // in seconds, inside the function's own timeout.
@@ -134,7 +140,10 @@ fn for_service_with(
     service: Service,
     var: &dyn Fn(&str) -> Option<String>,
 ) -> SdkConfig {
-    match var(&format!("AWS_ENDPOINT_URL_{}", service.env_id())).filter(|v| !v.trim().is_empty()) {
+    let url = var(&format!("AWS_ENDPOINT_URL_{}", service.env_id()))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty());
+    match url {
         Some(url) => config.to_builder().endpoint_url(url).build(),
         None => config.clone(),
     }

@@ -33,6 +33,8 @@ pub struct Pass2Job {
     /// The normalized spec of pass 1.
     pub spec: Option<Value>,
     pub deliverable: Option<JobDeliverable>,
+    /// Written for an operator reading the queue (the deliverable itself is sealed);
+    /// pass 2 hashes the opened deliverable again.
     pub deliverable_hash: Option<String>,
     pub job_ref: Option<Value>,
     pub webhook_url: Option<String>,

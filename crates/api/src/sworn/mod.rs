@@ -34,7 +34,9 @@ use crate::verdict;
 
 mod job;
 
-pub use job::{JOB_PASS2, JOB_WEBHOOK, JobDeliverable, Pass2Job, SwornJob, WebhookJob};
+pub use job::{JOB_PASS2, JOB_WEBHOOK};
+
+use job::{JobDeliverable, Pass2Job, SwornJob, WebhookJob};
 
 /// The first delivery and its retries.
 pub const WEBHOOK_MAX_ATTEMPTS: u32 = 1 + WEBHOOK_MAX_RETRIES;
