@@ -15,7 +15,7 @@ use bytes::Bytes;
 use umpire_api::{AppState, Config, Response};
 use umpire_core::signer::LocalSigner;
 use umpire_host::{Clock, Deadline};
-use umpire_pay::evm::REASON_NONCE_USED;
+use umpire_pay::FailureReason;
 use umpire_pay::settle::Verified;
 use umpire_pay::{
     FailureKind, HEADER_PAYMENT_REQUIRED, HEADER_PAYMENT_SIGNATURE, PaymentContext, PaymentFailure,
@@ -66,7 +66,10 @@ fn identity(ctx: &PaymentContext) -> String {
 }
 
 fn nonce_used() -> PaymentFailure {
-    PaymentFailure::invalid(REASON_NONCE_USED, "the authorization's nonce is used")
+    PaymentFailure::invalid(
+        FailureReason::EvmNonceUsed,
+        "the authorization's nonce is used",
+    )
 }
 
 impl FakeChain {
@@ -481,7 +484,7 @@ async fn a_refused_settlement_voids_and_the_same_payment_may_buy_again() {
     FakeChain::script(
         &shop.chain.settle,
         &[Step::Fail(PaymentFailure::invalid(
-            "insufficient_funds",
+            FailureReason::InsufficientFunds,
             "the wallet holds too little",
         ))],
     );

@@ -11,6 +11,7 @@ pub mod config;
 pub mod evm;
 pub mod price;
 pub mod rails;
+pub mod reason;
 pub mod settle;
 pub mod solana;
 pub mod svm;
@@ -18,10 +19,11 @@ pub mod types;
 
 pub use codec::{CodecError, decode_header, encode_header};
 pub use rails::{Rail, RailPricing, Rails};
+pub use reason::FailureReason;
 pub use settle::{FailureKind, PaymentContext, PaymentFailure, Payments, Settler};
 pub use types::{
     EvmAuthorization, EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
-    PaymentRequirementsV1, ResourceInfo, SettlementResponse,
+    PaymentRequirementsV1, ResourceInfo, SettlementResponse, X402Version,
 };
 
 /// The v2 response header carrying `PaymentRequired`.

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
+use crate::reason::FailureReason;
 use crate::settle::{PaymentContext, PaymentFailure, Settler, Verified};
 use crate::svm::{self, Transaction};
 use crate::types::SettlementResponse;
@@ -234,7 +235,7 @@ fn settled(ctx: &PaymentContext, tx: &Transaction) -> SettlementResponse {
 
 fn failed_on_chain(err: &Value) -> PaymentFailure {
     PaymentFailure::invalid(
-        svm::REASON_FAILED,
+        FailureReason::SvmFailed,
         format!("the transfer failed on chain: {err}"),
     )
 }
@@ -256,7 +257,7 @@ impl Settler for NativeSolSettler {
                 )),
             },
             Err(e) => Err(PaymentFailure::invalid(
-                svm::REASON_SIMULATION,
+                FailureReason::SvmSimulation,
                 format!("the transfer would fail: {e}"),
             )),
         }
@@ -274,7 +275,7 @@ impl Settler for NativeSolSettler {
             Err(e) if already_processed(&e) => {}
             Err(e) => {
                 return Err(PaymentFailure::invalid(
-                    svm::REASON_FAILED,
+                    FailureReason::SvmFailed,
                     format!("the Solana node refused the transaction: {e}"),
                 ));
             }

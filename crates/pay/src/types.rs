@@ -1,8 +1,62 @@
 //! x402 wire types, v2 first, v1 where clients still send it. Field names follow the
 //! specification exactly (camelCase); amounts are integer strings in base units.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+
+use crate::reason::FailureReason;
+
+/// The protocol version a message is written in: `x402Version` on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum X402Version {
+    /// Plain network names, `X-PAYMENT`, requirements in the 402 body.
+    V1,
+    /// CAIP-2 networks, `PAYMENT-SIGNATURE`, requirements in `PAYMENT-REQUIRED`.
+    V2,
+}
+
+impl X402Version {
+    pub fn number(self) -> u32 {
+        match self {
+            X402Version::V1 => 1,
+            X402Version::V2 => 2,
+        }
+    }
+
+    pub fn from_number(n: u64) -> Result<X402Version, String> {
+        match n {
+            1 => Ok(X402Version::V1),
+            2 => Ok(X402Version::V2),
+            other => Err(format!("x402Version {other} is not supported (use 2 or 1)")),
+        }
+    }
+}
+
+impl PartialEq<u32> for X402Version {
+    fn eq(&self, n: &u32) -> bool {
+        self.number() == *n
+    }
+}
+
+impl fmt::Display for X402Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.number())
+    }
+}
+
+impl Serialize for X402Version {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(self.number())
+    }
+}
+
+impl<'de> Deserialize<'de> for X402Version {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<X402Version, D::Error> {
+        X402Version::from_number(u64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -39,7 +93,7 @@ pub struct PaymentRequirements {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequired {
-    pub x402_version: u32,
+    pub x402_version: X402Version,
     pub error: String,
     pub resource: ResourceInfo,
     pub accepts: Vec<PaymentRequirements>,
@@ -100,8 +154,15 @@ struct V1Wire {
 impl PaymentPayload {
     /// Reads the JSON of either version, by its `x402Version`.
     pub fn from_json(v: Value) -> Result<PaymentPayload, String> {
-        match v.get("x402Version").and_then(Value::as_u64) {
-            Some(2) => {
+        let version = match v.get("x402Version") {
+            None => return Err("x402Version is missing".into()),
+            Some(n) => n
+                .as_u64()
+                .ok_or_else(|| format!("x402Version must be 2 or 1, not {n}"))
+                .and_then(X402Version::from_number)?,
+        };
+        match version {
+            X402Version::V2 => {
                 let w: V2Wire = serde_json::from_value(v).map_err(|e| e.to_string())?;
                 Ok(PaymentPayload::V2 {
                     accepted: w.accepted,
@@ -109,7 +170,7 @@ impl PaymentPayload {
                     payload: w.payload,
                 })
             }
-            Some(1) => {
+            X402Version::V1 => {
                 let w: V1Wire = serde_json::from_value(v).map_err(|e| e.to_string())?;
                 Ok(PaymentPayload::V1 {
                     scheme: w.scheme,
@@ -117,15 +178,13 @@ impl PaymentPayload {
                     payload: w.payload,
                 })
             }
-            Some(other) => Err(format!("x402Version {other} is not supported (use 2 or 1)")),
-            None => Err("x402Version is missing".into()),
         }
     }
 
-    pub fn version(&self) -> u32 {
+    pub fn version(&self) -> X402Version {
         match self {
-            PaymentPayload::V2 { .. } => 2,
-            PaymentPayload::V1 { .. } => 1,
+            PaymentPayload::V2 { .. } => X402Version::V2,
+            PaymentPayload::V1 { .. } => X402Version::V1,
         }
     }
 
@@ -169,7 +228,7 @@ pub struct SettlementResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_reason: Option<String>,
+    pub error_reason: Option<FailureReason>,
 }
 
 #[cfg(test)]

@@ -140,14 +140,14 @@ impl EvmChain {
         let a = &payment.authorization;
         if self.authorization_used(token, a.from, a.nonce).await? {
             return Err(invalid(
-                REASON_NONCE_USED,
+                FailureReason::EvmNonceUsed,
                 "this authorization's nonce was already used or canceled: the payment was spent",
             ));
         }
         let balance = self.balance_of(token, a.from).await?;
         if balance < a.value {
             return Err(invalid(
-                "insufficient_funds",
+                FailureReason::InsufficientFunds,
                 format!(
                     "{} holds {balance} base units, the payment needs {}",
                     a.from, a.value
@@ -165,7 +165,7 @@ impl EvmChain {
             // A revert is the payment's fault; anything else is the RPC's.
             return Err(if e.as_error_resp().is_some() {
                 invalid(
-                    "invalid_exact_evm_payload_simulation_failed",
+                    FailureReason::EvmSimulation,
                     format!("the transfer would revert: {text}"),
                 )
             } else {
@@ -249,7 +249,7 @@ impl EvmChain {
             }
         }
         Err(invalid(
-            REASON_NONCE_USED,
+            FailureReason::EvmNonceUsed,
             "this authorization's nonce was used, but not by a transfer of this payment to us",
         ))
     }
@@ -289,7 +289,7 @@ impl EvmChain {
                     // away, authorization used or canceled since verification).
                     self.check_onchain(token, payment).await?;
                     return Err(invalid(
-                        "settlement_failed",
+                        FailureReason::SettlementFailed,
                         format!("the chain refused the transfer: {text}"),
                     ));
                 }
@@ -313,7 +313,7 @@ impl EvmChain {
                 // another transaction; say so if the chain can tell.
                 self.check_onchain(token, payment).await?;
                 Err(invalid(
-                    "settlement_failed",
+                    FailureReason::SettlementFailed,
                     format!("the transfer {hash} reverted on chain"),
                 ))
             }

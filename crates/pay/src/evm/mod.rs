@@ -23,6 +23,7 @@ use alloy::sol;
 use alloy::sol_types::{Eip712Domain, SolCall, SolEvent, SolStruct};
 
 use crate::rails::Rail;
+use crate::reason::FailureReason;
 use crate::settle::PaymentFailure;
 use crate::types::{EvmExactPayload, PaymentRequirements};
 
@@ -58,9 +59,6 @@ pub const VALID_BEFORE_MARGIN_SECS: u64 = 6;
 /// RPC providers allow for `eth_getLogs`.
 pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
 
-/// The x402 reason for an authorization whose nonce the token already marked used.
-pub const REASON_NONCE_USED: &str = "invalid_exact_evm_payload_authorization_nonce_used";
-
 /// A plain EOA signature: r, s and v.
 const EOA_SIGNATURE_LEN: usize = 65;
 
@@ -71,15 +69,12 @@ pub struct Eip3009Payment {
     pub signature: Bytes,
 }
 
-fn invalid(reason: &'static str, message: impl Into<String>) -> PaymentFailure {
+fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
     PaymentFailure::invalid(reason, message)
 }
 
 fn bad_signature(e: impl std::fmt::Display) -> PaymentFailure {
-    invalid(
-        "invalid_exact_evm_payload_signature",
-        format!("signature: {e}"),
-    )
+    invalid(FailureReason::EvmSignature, format!("signature: {e}"))
 }
 
 /// The address whose key made `sig` over `prehash`, through libsecp256k1 (alloy's own
@@ -104,7 +99,7 @@ fn recover_signer(sig: &Signature, prehash: &B256) -> Result<Address, PaymentFai
 fn address(field: &str, s: &str) -> Result<Address, PaymentFailure> {
     s.parse::<Address>().map_err(|_| {
         invalid(
-            "invalid_exact_evm_payload",
+            FailureReason::EvmPayload,
             format!("authorization.{field} is not a 20-byte 0x address: {s:?}"),
         )
     })
@@ -113,13 +108,13 @@ fn address(field: &str, s: &str) -> Result<Address, PaymentFailure> {
 fn uint(field: &str, s: &str) -> Result<U256, PaymentFailure> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid(
-            "invalid_exact_evm_payload",
+            FailureReason::EvmPayload,
             format!("authorization.{field} must be a decimal integer string, got {s:?}"),
         ));
     }
     U256::from_str_radix(s, 10).map_err(|_| {
         invalid(
-            "invalid_exact_evm_payload",
+            FailureReason::EvmPayload,
             format!("authorization.{field} does not fit in uint256"),
         )
     })
@@ -167,19 +162,19 @@ impl Eip3009Payment {
         let a = &payload.authorization;
         let nonce = a.nonce.parse::<B256>().map_err(|_| {
             invalid(
-                "invalid_exact_evm_payload",
+                FailureReason::EvmPayload,
                 "authorization.nonce must be 0x followed by 32 bytes of hex",
             )
         })?;
         let signature = payload.signature.parse::<Bytes>().map_err(|_| {
             invalid(
-                "invalid_exact_evm_payload_signature",
+                FailureReason::EvmSignature,
                 "signature must be 0x-prefixed hex",
             )
         })?;
         if signature.len() < EOA_SIGNATURE_LEN {
             return Err(invalid(
-                "invalid_exact_evm_payload_signature",
+                FailureReason::EvmSignature,
                 format!(
                     "signature has {} bytes; an EOA signature has 65",
                     signature.len()
@@ -245,13 +240,13 @@ impl Eip3009Payment {
         let pay_to = address("payTo", &requirements.pay_to)?;
         if a.to != pay_to {
             return Err(invalid(
-                "invalid_exact_evm_payload_recipient_mismatch",
+                FailureReason::EvmRecipient,
                 format!("the authorization pays {}, not {pay_to}", a.to),
             ));
         }
         if a.value != uint("amount", &requirements.amount)? {
             return Err(invalid(
-                "invalid_exact_evm_payload_authorization_value",
+                FailureReason::EvmValue,
                 format!(
                     "the authorization is for {} base units, the price is {}",
                     a.value, requirements.amount
@@ -260,7 +255,7 @@ impl Eip3009Payment {
         }
         if a.validAfter >= U256::from(now) {
             return Err(invalid(
-                "invalid_exact_evm_payload_authorization_valid_after",
+                FailureReason::EvmValidAfter,
                 format!(
                     "the authorization is not valid until {} (now {now})",
                     a.validAfter
@@ -269,7 +264,7 @@ impl Eip3009Payment {
         }
         if a.validBefore < U256::from(now + VALID_BEFORE_MARGIN_SECS) {
             return Err(invalid(
-                "invalid_exact_evm_payload_authorization_valid_before",
+                FailureReason::EvmValidBefore,
                 format!(
                     "the authorization expires at {} (now {now}); it must stay valid at least {VALID_BEFORE_MARGIN_SECS} s longer",
                     a.validBefore
@@ -281,14 +276,14 @@ impl Eip3009Payment {
             // A high-s twin of a valid signature is refused by the token; refuse it here too.
             if sig.normalize_s().is_some() {
                 return Err(invalid(
-                    "invalid_exact_evm_payload_signature",
+                    FailureReason::EvmSignature,
                     "signature has a high s value (malleable form)",
                 ));
             }
             let signer = recover_signer(&sig, &self.signing_hash(&domain(rail)?))?;
             if signer != a.from {
                 return Err(invalid(
-                    "invalid_exact_evm_payload_signature",
+                    FailureReason::EvmSignature,
                     format!(
                         "the signature was made by {signer}, not by authorization.from {}",
                         a.from
@@ -306,7 +301,7 @@ impl Eip3009Payment {
         let need = until.saturating_add(VALID_BEFORE_MARGIN_SECS);
         if self.authorization.validBefore < U256::from(need) {
             return Err(invalid(
-                "invalid_exact_evm_payload_authorization_valid_before",
+                FailureReason::EvmValidBefore,
                 format!(
                     "the authorization expires at {}, but this purchase may still be settling it at {until}: it must stay valid until at least {need}",
                     self.authorization.validBefore

@@ -6,9 +6,10 @@ use serde_json::{Map, Value};
 use umpire_core::product::{Price, SOL_QUOTE_BUFFER_BPS, USDC_DECIMALS};
 use umpire_core::signer::Signer;
 
+use crate::reason::FailureReason;
 use crate::types::{
     EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements, PaymentRequirementsV1,
-    ResourceInfo,
+    ResourceInfo, X402Version,
 };
 
 /// How a rail prices a product.
@@ -131,45 +132,39 @@ pub enum MatchError {
     QuoteInvalid(String),
 }
 
-/// The reason code for a native SOL quote that has run out: pay the fresh one.
-pub const REASON_QUOTE_EXPIRED: &str = "sol_quote_expired";
-/// The reason code for a SOL payment whose quote we did not issue (or that was altered).
-pub const REASON_QUOTE_INVALID: &str = "sol_quote_invalid";
-
 impl MatchError {
     /// The x402 `invalidReason` code for this mismatch, named for the rail's chain.
-    pub fn reason(&self) -> &'static str {
-        use crate::svm;
+    pub fn reason(&self) -> FailureReason {
         match self {
-            MatchError::UnknownRail { .. } => "unsupported_scheme",
+            MatchError::UnknownRail { .. } => FailureReason::UnsupportedScheme,
             MatchError::WrongAsset {
                 family: Family::Evm,
                 ..
-            } => "invalid_exact_evm_payload_asset_mismatch",
+            } => FailureReason::EvmAsset,
             MatchError::WrongAsset {
                 family: Family::Svm,
                 ..
-            } => svm::REASON_MINT,
+            } => FailureReason::SvmMint,
             MatchError::WrongPayTo {
                 family: Family::Evm,
                 ..
-            } => "invalid_exact_evm_payload_recipient_mismatch",
+            } => FailureReason::EvmRecipient,
             MatchError::WrongPayTo {
                 family: Family::Svm,
                 ..
-            } => svm::REASON_RECIPIENT,
+            } => FailureReason::SvmRecipient,
             MatchError::WrongAmount {
                 family: Family::Evm,
                 ..
-            } => "invalid_exact_evm_payload_authorization_value",
+            } => FailureReason::EvmValue,
             MatchError::WrongAmount {
                 family: Family::Svm,
                 ..
-            } => svm::REASON_AMOUNT,
-            MatchError::Malformed(_) => "invalid_payload",
-            MatchError::Svm(r) => r.reason,
-            MatchError::QuoteExpired { .. } => REASON_QUOTE_EXPIRED,
-            MatchError::QuoteInvalid(_) => REASON_QUOTE_INVALID,
+            } => FailureReason::SvmAmount,
+            MatchError::Malformed(_) => FailureReason::InvalidPayload,
+            MatchError::Svm(r) => r.reason.clone(),
+            MatchError::QuoteExpired { .. } => FailureReason::SolQuoteExpired,
+            MatchError::QuoteInvalid(_) => FailureReason::SolQuoteInvalid,
         }
     }
 }
@@ -302,7 +297,7 @@ impl Rails {
         error: &str,
     ) -> PaymentRequired {
         PaymentRequired {
-            x402_version: 2,
+            x402_version: X402Version::V2,
             error: error.to_owned(),
             resource,
             accepts: self.accepts(offer).into_iter().map(|(_, r)| r).collect(),
@@ -523,7 +518,7 @@ fn check_svm_transfer(
     }
     let t = svm::spl_transfer(&tx).ok_or_else(|| {
         MatchError::Svm(svm::Refusal {
-            reason: svm::REASON_NO_TRANSFER,
+            reason: FailureReason::SvmNoTransfer,
             message: "the transaction has no single TransferChecked".into(),
         })
     })?;

@@ -226,17 +226,23 @@ fn a_sol_quote_is_honored_by_any_key_holder_until_it_expires() {
     }
     // Past its window; under another key; for another resource; altered.
     let late = r.match_payment(&pay, &offer(price, Some(moved), 1061, &key));
-    assert_eq!(late.map_err(|e| e.reason()), Err(REASON_QUOTE_EXPIRED));
+    assert_eq!(
+        late.map_err(|e| e.reason()),
+        Err(FailureReason::SolQuoteExpired)
+    );
     let stranger = LocalSigner::from_seed([8; 32]);
     let forged = r.match_payment(&pay, &offer(price, Some(RATE), 1000, &stranger));
-    assert_eq!(forged.map_err(|e| e.reason()), Err(REASON_QUOTE_INVALID));
+    assert_eq!(
+        forged.map_err(|e| e.reason()),
+        Err(FailureReason::SolQuoteInvalid)
+    );
     let elsewhere = Offer {
         resource: "/v1/verdicts/basic",
         ..offer(price, Some(RATE), 1000, &key)
     };
     assert_eq!(
         r.match_payment(&pay, &elsewhere).map_err(|e| e.reason()),
-        Err(REASON_QUOTE_INVALID)
+        Err(FailureReason::SolQuoteInvalid)
     );
     let mut cheaper = sol.clone();
     cheaper.amount = "1".into();
@@ -244,7 +250,7 @@ fn a_sol_quote_is_honored_by_any_key_holder_until_it_expires() {
     assert_eq!(
         r.match_payment(&pay_less, &offer(price, Some(RATE), 1000, &key))
             .map_err(|e| e.reason()),
-        Err(REASON_QUOTE_INVALID)
+        Err(FailureReason::SolQuoteInvalid)
     );
     let mut later = sol.clone();
     later.extra["quote"]["expiresAt"] = json!(99_999);
@@ -252,7 +258,7 @@ fn a_sol_quote_is_honored_by_any_key_holder_until_it_expires() {
     assert_eq!(
         r.match_payment(&pay_later, &offer(price, Some(RATE), 2000, &key))
             .map_err(|e| e.reason()),
-        Err(REASON_QUOTE_INVALID)
+        Err(FailureReason::SolQuoteInvalid)
     );
 }
 
@@ -268,12 +274,12 @@ fn the_transaction_must_pay_what_the_quote_says_named_for_solana() {
     let short = svm_payment(&sol, &native_tx(&payer, sol_pay_to(), 33_833_333));
     assert_eq!(
         r.match_payment(&short, &o).map_err(|e| e.reason()),
-        Err(svm::REASON_AMOUNT)
+        Err(FailureReason::SvmAmount)
     );
     let elsewhere = svm_payment(&sol, &native_tx(&payer, stranger, 33_833_334));
     assert_eq!(
         r.match_payment(&elsewhere, &o).map_err(|e| e.reason()),
-        Err(svm::REASON_RECIPIENT)
+        Err(FailureReason::SvmRecipient)
     );
     // A native SOL payment is matched to the SOL rail, not the first Solana one.
     let mut wrong_asset = sol.clone();
@@ -284,7 +290,7 @@ fn the_transaction_must_pay_what_the_quote_says_named_for_solana() {
             &o,
         )
         .expect_err("unknown asset");
-    assert_eq!(e.reason(), svm::REASON_MINT);
+    assert_eq!(e.reason(), FailureReason::SvmMint);
     assert!(e.to_string().contains("native"), "{e}");
 }
 
@@ -324,12 +330,12 @@ fn an_spl_payment_must_pay_our_token_account() {
     assert_eq!(
         r.match_payment(&pay(ata(&owner), 1_000_000), &o)
             .map_err(|e| e.reason()),
-        Err(svm::REASON_RECIPIENT)
+        Err(FailureReason::SvmRecipient)
     );
     assert_eq!(
         r.match_payment(&pay(ata(&sol_pay_to()), 999_999), &o)
             .map_err(|e| e.reason()),
-        Err(svm::REASON_AMOUNT)
+        Err(FailureReason::SvmAmount)
     );
 }
 

@@ -148,7 +148,8 @@ impl Settler for FacilitatorClient {
                 payer: ctx.claimed_payer().unwrap_or_default(),
             }),
             (false, _) => Err(PaymentFailure::invalid(
-                a.invalid_reason.unwrap_or_else(|| "invalid_payment".into()),
+                a.invalid_reason
+                    .map_or(FailureReason::InvalidPayment, FailureReason::from),
                 a.invalid_message
                     .unwrap_or_else(|| "the facilitator refused the payment".into()),
             )),
@@ -176,7 +177,7 @@ impl Settler for FacilitatorClient {
             return Err(PaymentFailure::invalid(
                 answer
                     .error_reason
-                    .unwrap_or_else(|| "settlement_failed".into()),
+                    .map_or(FailureReason::SettlementFailed, FailureReason::from),
                 answer
                     .error_message
                     .unwrap_or_else(|| "the facilitator could not settle the payment".into()),

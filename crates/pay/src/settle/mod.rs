@@ -21,9 +21,11 @@ use umpire_host::Deadline;
 
 use crate::evm::{Eip3009Payment, EvmChain, Submitted};
 use crate::rails::{Family, Rail};
+use crate::reason::FailureReason;
 use crate::svm;
 use crate::types::{
-    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, SettlementResponse,
+    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1,
+    SettlementResponse, X402Version,
 };
 
 /// Kept between a settlement's last wait and the request's deadline, to answer in.
@@ -44,16 +46,16 @@ pub enum FailureKind {
 #[error("{reason}: {message}")]
 pub struct PaymentFailure {
     pub kind: FailureKind,
-    /// An x402 `invalidReason` / `errorReason` code.
-    pub reason: String,
+    /// The x402 `invalidReason` / `errorReason` code.
+    pub reason: FailureReason,
     pub message: String,
 }
 
 impl PaymentFailure {
-    pub fn invalid(reason: impl Into<String>, message: impl Into<String>) -> PaymentFailure {
+    pub fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
         PaymentFailure {
             kind: FailureKind::Invalid,
-            reason: reason.into(),
+            reason,
             message: message.into(),
         }
     }
@@ -61,7 +63,7 @@ impl PaymentFailure {
     pub fn unavailable(message: impl Into<String>) -> PaymentFailure {
         PaymentFailure {
             kind: FailureKind::Unavailable,
-            reason: "unexpected_error".into(),
+            reason: FailureReason::UnexpectedError,
             message: message.into(),
         }
     }
@@ -69,7 +71,7 @@ impl PaymentFailure {
     pub fn config(message: impl Into<String>) -> PaymentFailure {
         PaymentFailure {
             kind: FailureKind::Config,
-            reason: "unexpected_error".into(),
+            reason: FailureReason::UnexpectedError,
             message: message.into(),
         }
     }
@@ -98,7 +100,7 @@ impl PaymentContext {
             serde_json::from_value::<EvmExactPayload>(self.payment.scheme_payload().clone())
                 .map_err(|e| {
                     PaymentFailure::invalid(
-                        "invalid_exact_evm_payload",
+                        FailureReason::EvmPayload,
                         format!("payload is not an EIP-3009 authorization: {e}"),
                     )
                 })
@@ -277,7 +279,7 @@ impl Payments {
         // A Solana transfer nobody authorized never costs a round trip.
         if ctx.svm_transaction().is_some() && !ctx.signed_by_payer() {
             return Err(PaymentFailure::invalid(
-                svm::REASON_SIGNATURE,
+                FailureReason::SvmSignature,
                 "the transaction is not signed by the owner of the funds it moves",
             ));
         }
@@ -340,7 +342,9 @@ impl Payments {
         let mut problems = Vec::new();
         for rail in ours {
             let kind = kinds.iter().find(|k| {
-                k.x402_version == 2 && k.scheme == rail.scheme && k.network == rail.network
+                k.x402_version == X402Version::V2.number()
+                    && k.scheme == rail.scheme
+                    && k.network == rail.network
             });
             match kind {
                 None => problems.push(format!(

@@ -15,10 +15,10 @@ pub use compose::{
     transfer_checked,
 };
 pub use transfer::{
-    NativeTransfer, REASON_AMOUNT, REASON_DUPLICATE, REASON_FAILED, REASON_INSTRUCTIONS,
-    REASON_MINT, REASON_NO_TRANSFER, REASON_RECIPIENT, REASON_SIGNATURE, REASON_SIMULATION,
-    REASON_TRANSACTION, Refusal, SplTransfer, native_transfer, payload_transaction, spl_transfer,
+    NativeTransfer, Refusal, SplTransfer, native_transfer, payload_transaction, spl_transfer,
 };
+
+use crate::reason::FailureReason;
 
 use std::fmt;
 
@@ -230,16 +230,16 @@ mod tests {
         let m = compile(payer, &[system_transfer(payer, to, 5)], [7; 32]);
         assert_eq!(
             reason(&Transaction::unsigned(m.clone())),
-            Some(REASON_SIGNATURE)
+            Some(FailureReason::SvmSignature)
         );
         let mut forged = Transaction::unsigned(m);
         forged.signatures[0] = other_key.sign(&forged.message_bytes);
-        assert_eq!(reason(&forged), Some(REASON_SIGNATURE));
+        assert_eq!(reason(&forged), Some(FailureReason::SvmSignature));
         // Moving someone else's lamports (a second signer), or two transfers.
         let two_signers = compile(payer, &[system_transfer(other, to, 5)], [7; 32]);
         assert_eq!(
             reason(&signed(&payer_key, two_signers)),
-            Some(REASON_TRANSACTION)
+            Some(FailureReason::SvmTransaction)
         );
         let twice = compile(
             payer,
@@ -248,7 +248,7 @@ mod tests {
         );
         assert_eq!(
             reason(&signed(&payer_key, twice)),
-            Some(REASON_INSTRUCTIONS)
+            Some(FailureReason::SvmInstructions)
         );
         // Another program alongside; no transfer at all; a compute limit too high.
         let (_, mint) = key(9);
@@ -262,10 +262,13 @@ mod tests {
         );
         assert_eq!(
             reason(&signed(&payer_key, extra)),
-            Some(REASON_INSTRUCTIONS)
+            Some(FailureReason::SvmInstructions)
         );
         let none = compile(payer, &[memo(b"x")], [7; 32]);
-        assert_eq!(reason(&signed(&payer_key, none)), Some(REASON_NO_TRANSFER));
+        assert_eq!(
+            reason(&signed(&payer_key, none)),
+            Some(FailureReason::SvmNoTransfer)
+        );
         let greedy = compile(
             payer,
             &[
@@ -276,7 +279,7 @@ mod tests {
         );
         assert_eq!(
             reason(&signed(&payer_key, greedy)),
-            Some(REASON_INSTRUCTIONS)
+            Some(FailureReason::SvmInstructions)
         );
         let _ = other;
     }

@@ -6,37 +6,16 @@ use super::*;
 /// Why a transaction is not the payment it must be: an x402 reason code and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub reason: &'static str,
+    pub reason: FailureReason,
     pub message: String,
 }
 
-pub(super) fn refuse(reason: &'static str, message: impl Into<String>) -> Refusal {
+pub(super) fn refuse(reason: FailureReason, message: impl Into<String>) -> Refusal {
     Refusal {
         reason,
         message: message.into(),
     }
 }
-
-pub const REASON_TRANSACTION: &str = "invalid_exact_svm_payload_transaction";
-
-pub const REASON_SIGNATURE: &str = "invalid_exact_svm_payload_signature_invalid";
-
-pub const REASON_INSTRUCTIONS: &str = "invalid_exact_svm_payload_transaction_instructions";
-
-pub const REASON_NO_TRANSFER: &str = "invalid_exact_svm_payload_no_transfer_instruction";
-
-pub const REASON_RECIPIENT: &str = "invalid_exact_svm_payload_recipient_mismatch";
-
-pub const REASON_AMOUNT: &str = "invalid_exact_svm_payload_amount_mismatch";
-
-pub const REASON_MINT: &str = "invalid_exact_svm_payload_mint_mismatch";
-
-pub const REASON_SIMULATION: &str = "invalid_exact_svm_transaction_simulation_failed";
-
-pub const REASON_FAILED: &str = "invalid_exact_svm_transaction_failed";
-
-/// A transaction that already paid for a purchase (the reference facilitator's word).
-pub const REASON_DUPLICATE: &str = "duplicate_settlement";
 
 /// A native SOL payment: one system transfer, signed by the payer, who also pays the fee.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,13 +33,13 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
     let m = &tx.message;
     if !m.lookups.is_empty() {
         return Err(refuse(
-            REASON_TRANSACTION,
+            FailureReason::SvmTransaction,
             "a native SOL payment may not use address lookup tables",
         ));
     }
     if m.num_required_signatures != 1 {
         return Err(refuse(
-            REASON_TRANSACTION,
+            FailureReason::SvmTransaction,
             format!(
                 "a native SOL payment has one signer, the payer (who pays its fee); this one has {}",
                 m.num_required_signatures
@@ -69,7 +48,7 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
     }
     if !tx.signed_by(0) {
         return Err(refuse(
-            REASON_SIGNATURE,
+            FailureReason::SvmSignature,
             "the payer's signature does not verify over the transaction",
         ));
     }
@@ -90,7 +69,7 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
                         u32::from_le_bytes([ix.data[1], ix.data[2], ix.data[3], ix.data[4]]);
                     if units > MAX_COMPUTE_UNIT_LIMIT {
                         return Err(refuse(
-                            REASON_INSTRUCTIONS,
+                            FailureReason::SvmInstructions,
                             format!(
                                 "a compute unit limit of {units} (at most {MAX_COMPUTE_UNIT_LIMIT})"
                             ),
@@ -100,7 +79,7 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
                 Some(3) if !price && ix.data.len() == 9 => price = true,
                 _ => {
                     return Err(refuse(
-                        REASON_INSTRUCTIONS,
+                        FailureReason::SvmInstructions,
                         "only one SetComputeUnitLimit and one SetComputeUnitPrice may accompany the transfer",
                     ));
                 }
@@ -109,32 +88,35 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
             memos += 1;
             if memos > 1 || ix.data.len() > MAX_MEMO_BYTES {
                 return Err(refuse(
-                    REASON_INSTRUCTIONS,
+                    FailureReason::SvmInstructions,
                     format!("at most one memo of at most {MAX_MEMO_BYTES} bytes"),
                 ));
             }
         } else if program == system {
             if transfer.is_some() {
-                return Err(refuse(REASON_INSTRUCTIONS, "more than one system transfer"));
+                return Err(refuse(
+                    FailureReason::SvmInstructions,
+                    "more than one system transfer",
+                ));
             }
             let is_transfer = ix.data.len() == 12 && ix.data[..4] == 2u32.to_le_bytes();
             let (Some((from_i, from)), Some((to_i, to))) =
                 (m.account_of(ix, 0), m.account_of(ix, 1))
             else {
                 return Err(refuse(
-                    REASON_INSTRUCTIONS,
+                    FailureReason::SvmInstructions,
                     "a system instruction without its accounts",
                 ));
             };
             if !is_transfer || ix.accounts.len() != 2 {
                 return Err(refuse(
-                    REASON_INSTRUCTIONS,
+                    FailureReason::SvmInstructions,
                     "the only system instruction allowed is Transfer",
                 ));
             }
             if from_i != 0 || from != payer || !m.is_writable(to_i) {
                 return Err(refuse(
-                    REASON_INSTRUCTIONS,
+                    FailureReason::SvmInstructions,
                     "the transfer must move the payer's (the fee payer's) own lamports",
                 ));
             }
@@ -147,15 +129,19 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
             });
         } else {
             return Err(refuse(
-                REASON_INSTRUCTIONS,
+                FailureReason::SvmInstructions,
                 format!("program {program} has no place in a native SOL payment"),
             ));
         }
     }
-    let t =
-        transfer.ok_or_else(|| refuse(REASON_NO_TRANSFER, "the transaction transfers no SOL"))?;
+    let t = transfer.ok_or_else(|| {
+        refuse(
+            FailureReason::SvmNoTransfer,
+            "the transaction transfers no SOL",
+        )
+    })?;
     if t.to == t.payer {
-        return Err(refuse(REASON_RECIPIENT, "the payer pays itself"));
+        return Err(refuse(FailureReason::SvmRecipient, "the payer pays itself"));
     }
     Ok(t)
 }
@@ -206,9 +192,9 @@ pub fn payload_transaction(payload: &serde_json::Value) -> Result<Transaction, R
         .and_then(serde_json::Value::as_str)
         .ok_or_else(|| {
             refuse(
-                REASON_TRANSACTION,
+                FailureReason::SvmTransaction,
                 "the payload has no transaction (base64)",
             )
         })?;
-    Transaction::from_base64(text).map_err(|e| refuse(REASON_TRANSACTION, e))
+    Transaction::from_base64(text).map_err(|e| refuse(FailureReason::SvmTransaction, e))
 }

@@ -53,7 +53,7 @@ pub(super) fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>
     };
     let malformed = |why: String| {
         PaymentFailure::invalid(
-            "invalid_payload",
+            FailureReason::InvalidPayload,
             format!("the {name} header is not base64 x402 JSON: {why}"),
         )
     };

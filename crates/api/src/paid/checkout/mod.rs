@@ -44,7 +44,7 @@ use http::HeaderValue;
 use umpire_core::product::{Price, REPUTATION_PRICE, Tier};
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_host::Deadline;
-use umpire_pay::evm::REASON_NONCE_USED;
+use umpire_pay::FailureReason;
 use umpire_pay::rails::{Family, MatchError, Offer, SolRate};
 use umpire_pay::settle::payer_named_in;
 use umpire_pay::{
@@ -211,7 +211,7 @@ impl Checkout<'_> {
                 crate::metrics::record(crate::metrics::Metric::Void);
                 tracing::warn!(error = %f, "settlement failed; purchase voided");
                 let r = self.refused(&f, true);
-                self.hold.void(state, &f.reason).await;
+                self.hold.void(state, f.reason.as_str()).await;
                 self.claims.release().await;
                 r
             }
@@ -432,8 +432,8 @@ pub async fn begin<'a>(
                     wallet,
                     &PaymentFailure::invalid(
                         match ctx.rail.family() {
-                            Family::Evm => REASON_NONCE_USED,
-                            Family::Svm => umpire_pay::svm::REASON_DUPLICATE,
+                            Family::Evm => FailureReason::EvmNonceUsed,
+                            Family::Svm => FailureReason::DuplicateSettlement,
                         },
                         "this payment was already used for another purchase",
                     ),

@@ -106,7 +106,7 @@ pub(super) async fn recover(
         }
         Err(f) => {
             tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
-            hold.void(state, &f.reason).await;
+            hold.void(state, f.reason.as_str()).await;
             claims.release().await;
             None
         }

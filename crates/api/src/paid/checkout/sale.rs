@@ -83,7 +83,7 @@ impl Sale<'_> {
             tracing::warn!(error = %failure, "payment could not be verified");
             return respond::error(&chain_unavailable());
         }
-        let (message, hint) = if voided && failure.reason == REASON_NONCE_USED {
+        let (message, hint) = if voided && failure.reason == FailureReason::EvmNonceUsed {
             (
                 "the authorization was executed by another transaction before this purchase settled it, so the purchase was voided: nothing was delivered or kept".to_owned(),
                 "This purchase took no money: a transfer it did not make spent the authorization (your own, or one by whoever saw the payment header). Sign a new payment and retry.",
@@ -106,7 +106,7 @@ impl Sale<'_> {
             )
         };
         let mut r = payment::payment_required_response(
-            &self.required(&failure.reason),
+            &self.required(failure.reason.as_str()),
             &self.v1_accepts(),
             &message,
             hint,

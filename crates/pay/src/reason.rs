@@ -1,0 +1,167 @@
+//! Why a payment was refused or failed to settle: the x402 `invalidReason` /
+//! `errorReason` codes, as one enum. The codes we emit are variants; a facilitator may
+//! answer with codes of its own, which pass through unchanged as [`FailureReason::Other`].
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident => $code:literal,)*) => {
+        /// An x402 failure reason code.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum FailureReason {
+            $($(#[$doc])* $variant,)*
+            /// A code we do not emit ourselves (a facilitator's), kept as it was spelled.
+            Other(String),
+        }
+
+        impl FailureReason {
+            /// Every code we emit, for tests and docs.
+            pub const KNOWN: &'static [FailureReason] = &[$(FailureReason::$variant,)*];
+
+            /// The code as it goes on the wire.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(FailureReason::$variant => $code,)*
+                    FailureReason::Other(code) => code,
+                }
+            }
+
+            /// Reads a code: ours become their variant, anything else is kept as `Other`.
+            pub fn parse(code: &str) -> FailureReason {
+                match code {
+                    $($code => FailureReason::$variant,)*
+                    other => FailureReason::Other(other.to_owned()),
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// The payer's balance is below the amount.
+    InsufficientFunds => "insufficient_funds",
+    /// No rail of ours has this scheme on this network.
+    UnsupportedScheme => "unsupported_scheme",
+    /// The payment's JSON is not a payment of its scheme.
+    InvalidPayload => "invalid_payload",
+    /// A facilitator refused without naming a reason.
+    InvalidPayment => "invalid_payment",
+    /// A facilitator could not settle and did not say why.
+    SettlementFailed => "settlement_failed",
+    /// Something failed on our side or the chain's; nothing was charged.
+    UnexpectedError => "unexpected_error",
+    /// The EVM payload is not an EIP-3009 authorization.
+    EvmPayload => "invalid_exact_evm_payload",
+    /// The EIP-3009 signature does not recover to the payer.
+    EvmSignature => "invalid_exact_evm_payload_signature",
+    /// The authorization moves a different amount.
+    EvmValue => "invalid_exact_evm_payload_authorization_value",
+    /// The authorization is not valid yet.
+    EvmValidAfter => "invalid_exact_evm_payload_authorization_valid_after",
+    /// The authorization has expired, or would before it settles.
+    EvmValidBefore => "invalid_exact_evm_payload_authorization_valid_before",
+    /// The token already marked the authorization's nonce used.
+    EvmNonceUsed => "invalid_exact_evm_payload_authorization_nonce_used",
+    /// The authorization pays someone else.
+    EvmRecipient => "invalid_exact_evm_payload_recipient_mismatch",
+    /// The payment is for another token.
+    EvmAsset => "invalid_exact_evm_payload_asset_mismatch",
+    /// The transfer would revert.
+    EvmSimulation => "invalid_exact_evm_payload_simulation_failed",
+    /// The Solana payload is not a transaction.
+    SvmTransaction => "invalid_exact_svm_payload_transaction",
+    /// A required signature is missing or does not verify.
+    SvmSignature => "invalid_exact_svm_payload_signature_invalid",
+    /// The transaction runs instructions a payment may not.
+    SvmInstructions => "invalid_exact_svm_payload_transaction_instructions",
+    /// The transaction transfers nothing.
+    SvmNoTransfer => "invalid_exact_svm_payload_no_transfer_instruction",
+    /// The transfer pays someone else.
+    SvmRecipient => "invalid_exact_svm_payload_recipient_mismatch",
+    /// The transfer moves a different amount.
+    SvmAmount => "invalid_exact_svm_payload_amount_mismatch",
+    /// The transfer is of another mint.
+    SvmMint => "invalid_exact_svm_payload_mint_mismatch",
+    /// The transaction fails in simulation.
+    SvmSimulation => "invalid_exact_svm_transaction_simulation_failed",
+    /// The transaction failed on chain.
+    SvmFailed => "invalid_exact_svm_transaction_failed",
+    /// A transaction that already paid for a purchase (the reference facilitator's word).
+    DuplicateSettlement => "duplicate_settlement",
+    /// A native SOL quote that has run out: pay the fresh one.
+    SolQuoteExpired => "sol_quote_expired",
+    /// A SOL payment whose quote we did not issue (or that was altered).
+    SolQuoteInvalid => "sol_quote_invalid",
+}
+
+impl From<&str> for FailureReason {
+    fn from(code: &str) -> FailureReason {
+        FailureReason::parse(code)
+    }
+}
+
+impl From<String> for FailureReason {
+    fn from(code: String) -> FailureReason {
+        FailureReason::parse(&code)
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for FailureReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for FailureReason {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FailureReason {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FailureReason, D::Error> {
+        String::deserialize(d).map(FailureReason::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_code_reads_back_as_itself_and_others_pass_through() {
+        for r in FailureReason::KNOWN {
+            assert_eq!(&FailureReason::parse(r.as_str()), r);
+            assert!(!matches!(r, FailureReason::Other(_)));
+        }
+        let mut codes: Vec<&str> = FailureReason::KNOWN.iter().map(|r| r.as_str()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(
+            codes.len(),
+            FailureReason::KNOWN.len(),
+            "a code is listed twice"
+        );
+
+        let theirs = FailureReason::parse("permit2_allowance_required");
+        assert_eq!(
+            theirs,
+            FailureReason::Other("permit2_allowance_required".into())
+        );
+        let json = serde_json::to_value(&theirs).expect("json");
+        assert_eq!(json, "permit2_allowance_required");
+        let back: FailureReason = serde_json::from_value(json).expect("reads");
+        assert_eq!(back, theirs);
+        let ours: FailureReason =
+            serde_json::from_value(serde_json::json!("insufficient_funds")).expect("reads");
+        assert_eq!(ours, FailureReason::InsufficientFunds);
+    }
+}
