@@ -701,7 +701,7 @@ fn the_reference_facilitator_verifies_and_settles_for_us() {
         Ok(Vec::new())
     );
     let mut elsewhere = rails.clone();
-    elsewhere.rails[0].network = "eip155:1".into();
+    elsewhere.rails[0].network = "eip155:1".parse().expect("valid fixture");
     assert_eq!(
         runtime
             .block_on(payments.facilitator_mismatches(&elsewhere.rails))

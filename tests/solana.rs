@@ -269,7 +269,7 @@ fn an_unconfirmed_sol_transfer_is_delivered_only_once_it_lands() {
         .accepts
         .iter()
         .find(|r| r.asset == umpire_pay::svm::NATIVE_SOL_ASSET)
-        .and_then(|r| r.amount.parse().ok())
+        .and_then(|r| r.amount.to_u64())
         .expect("SOL option");
     let payment = net.sign_native(&required, None);
     let idem = key();
@@ -457,7 +457,7 @@ fn a_sol_quote_holds_on_another_instance_for_its_window_and_not_after() {
             .accepts
             .iter()
             .find(|r| r.asset == "native")
-            .map(|r| r.amount.clone()),
+            .map(|r| r.amount.to_string()),
         Some(BASIC_LAMPORTS_AT_120.to_string()),
         "B quotes from the moved feed"
     );

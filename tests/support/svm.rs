@@ -176,7 +176,7 @@ impl SolanaNet {
             .unwrap_or_else(|| panic!("no SOL option: {required:?}"))
             .clone();
         if let Some(l) = lamports {
-            option.amount = l.to_string();
+            option.amount = umpire_pay::types::TokenAmount::from(l);
         }
         let hash = self.rpc("getLatestBlockhash", json!([]))["value"]["blockhash"]
             .as_str()

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use umpire_core::signer::LocalSigner;
 use umpire_pay::client::{Mint, RailChoice, pick, sign_exact_evm, sign_exact_svm, solana_keypair};
 use umpire_pay::solana::SolanaRpc;
+use umpire_pay::types::Asset;
 use umpire_pay::{PaymentRequired, svm};
 
 /// Who pays, and on which rail: an EVM wallet (USDC on Base), or a Solana keypair
@@ -97,7 +98,7 @@ impl Payer {
             Payer::Evm(w) => w.address().to_string(),
             Payer::Solana { address, .. } => address.to_base58(),
         };
-        let what = if accepted.asset == svm::NATIVE_SOL_ASSET {
+        let what = if accepted.asset == Asset::NativeSol {
             "lamports of native SOL".to_owned()
         } else {
             format!("base units of {}", accepted.asset)
@@ -116,11 +117,11 @@ impl Payer {
             )
             .map_err(Local),
             Payer::Solana { keypair, rpc, .. } => {
-                let mint = if accepted.asset == svm::NATIVE_SOL_ASSET {
+                let mint = if accepted.asset == Asset::NativeSol {
                     None
                 } else {
                     let (owner, data) = rpc
-                        .account(&accepted.asset)
+                        .account(&accepted.asset.to_string())
                         .await
                         .map_err(|e| Local(e.message))?
                         .ok_or_else(|| {

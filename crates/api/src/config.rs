@@ -134,8 +134,8 @@ impl Config {
                     Value::object()
                         .with("scheme", r.scheme.as_str())
                         .with("network", r.network.as_str())
-                        .with("asset", r.asset.as_str())
-                        .with("pay_to", r.pay_to.as_str())
+                        .with("asset", r.asset.to_string().as_str())
+                        .with("pay_to", r.pay_to.to_string().as_str())
                         .with(
                             "pricing",
                             match r.pricing {

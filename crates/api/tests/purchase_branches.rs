@@ -105,7 +105,7 @@ impl FakeChain {
         SettlementResponse {
             success: true,
             transaction: tx,
-            network: ctx.rail.network.clone(),
+            network: ctx.rail.network.to_string(),
             payer: ctx.claimed_payer(),
             error_reason: None,
         }

@@ -20,10 +20,14 @@ fn rail() -> Rail {
     extra.insert("version".into(), json!("2"));
     Rail {
         scheme: "exact".into(),
-        network: "eip155:8453".into(),
+        network: "eip155:8453".parse().expect("valid fixture"),
         v1_network: Some("base".into()),
-        asset: umpire_core::product::BASE_USDC.into(),
-        pay_to: "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC".into(),
+        asset: umpire_core::product::BASE_USDC
+            .parse()
+            .expect("valid fixture"),
+        pay_to: "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
+            .parse()
+            .expect("valid fixture"),
         extra,
         pricing: RailPricing::Stablecoin { decimals: 6 },
     }

@@ -10,9 +10,9 @@ use alloy::sol_types::SolStruct as _;
 use serde_json::json;
 use umpire_core::signer::{LocalSigner, Signer as _};
 
-use crate::evm::{TransferWithAuthorization, chain_id, token_domain};
+use crate::evm::{TransferWithAuthorization, token_domain};
 use crate::svm;
-use crate::types::{PaymentRequired, PaymentRequirements};
+use crate::types::{Asset, Namespace, PaymentRequired, PaymentRequirements};
 
 /// How far back `validAfter` is set, as the reference client does (clock skew).
 const VALID_AFTER_SLACK_SECS: u64 = 600;
@@ -21,7 +21,7 @@ const VALID_AFTER_SLACK_SECS: u64 = 600;
 pub fn pick_evm(required: &PaymentRequired) -> Option<&PaymentRequirements> {
     required.accepts.iter().find(|r| {
         r.scheme == "exact"
-            && chain_id(&r.network).is_some()
+            && r.network.chain_id().is_some()
             && r.extra.get("name").and_then(|v| v.as_str()).is_some()
             && r.extra.get("version").and_then(|v| v.as_str()).is_some()
     })
@@ -39,10 +39,9 @@ pub fn sign_exact_evm(
         .map_err(|e| format!("cannot pay these requirements: {e}"))?;
     let pay_to: Address = accepted
         .pay_to
-        .parse()
-        .map_err(|_| format!("payTo {} is not an address", accepted.pay_to))?;
-    let value = U256::from_str_radix(&accepted.amount, 10)
-        .map_err(|_| format!("amount {} is not an integer", accepted.amount))?;
+        .evm()
+        .ok_or_else(|| format!("payTo {} is not an EVM address", accepted.pay_to))?;
+    let value = accepted.amount.0;
     let valid_after = now.saturating_sub(VALID_AFTER_SLACK_SECS);
     let valid_before = now + accepted.max_timeout_seconds;
     let authorization = TransferWithAuthorization {
@@ -92,14 +91,14 @@ pub fn pick(required: &PaymentRequired, choice: RailChoice) -> Option<&PaymentRe
         RailChoice::Evm => pick_evm(required),
         RailChoice::SolanaUsdc => required.accepts.iter().find(|r| {
             r.scheme == "exact"
-                && r.network.starts_with("solana:")
-                && r.asset != svm::NATIVE_SOL_ASSET
+                && r.network.namespace() == Namespace::Solana
+                && r.asset != Asset::NativeSol
                 && r.extra.get("feePayer").and_then(|v| v.as_str()).is_some()
         }),
         RailChoice::NativeSol => required.accepts.iter().find(|r| {
             r.scheme == "exact"
-                && r.network.starts_with("solana:")
-                && r.asset == svm::NATIVE_SOL_ASSET
+                && r.network.namespace() == Namespace::Solana
+                && r.asset == Asset::NativeSol
         }),
     }
 }
@@ -165,24 +164,28 @@ pub fn sign_exact_svm(
     nonce: [u8; 16],
 ) -> Result<String, String> {
     let owner = svm::Pubkey(payer.public_key());
-    let pay_to = svm::Pubkey::from_base58(&accepted.pay_to)
+    let pay_to = accepted
+        .pay_to
+        .solana()
         .ok_or_else(|| format!("payTo {} is not a Solana address", accepted.pay_to))?;
     let amount: u64 = accepted
         .amount
-        .parse()
-        .map_err(|_| format!("amount {} is not an integer", accepted.amount))?;
+        .to_u64()
+        .ok_or_else(|| format!("amount {} does not fit in 64 bits", accepted.amount))?;
     let memo: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
     let budget = [
         svm::set_compute_unit_limit(COMPUTE_UNITS),
         svm::set_compute_unit_price(COMPUTE_UNIT_PRICE),
     ];
-    let message = if accepted.asset == svm::NATIVE_SOL_ASSET {
+    let message = if accepted.asset == Asset::NativeSol {
         let mut ixs = budget.to_vec();
         ixs.push(svm::system_transfer(owner, pay_to, amount));
         ixs.push(svm::memo(memo.as_bytes()));
         svm::compile(owner, &ixs, blockhash)
     } else {
-        let mint_key = svm::Pubkey::from_base58(&accepted.asset)
+        let mint_key = accepted
+            .asset
+            .spl_mint()
             .ok_or_else(|| format!("asset {} is not a Solana mint", accepted.asset))?;
         let mint = mint.ok_or("paying a token needs its mint (program and decimals)")?;
         let fee_payer = accepted

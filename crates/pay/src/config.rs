@@ -33,6 +33,7 @@ use crate::evm::EvmChain;
 use crate::price::{DEFAULT_SOL_PRICE_URL, SolPriceFeed};
 use crate::rails::{Rail, RailPricing, Rails};
 use crate::settle::{FacilitatorClient, Payments, SelfSettler, Settler};
+use crate::types::{Account, Asset, Namespace, Network};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
@@ -56,14 +57,12 @@ fn err(name: &'static str, problem: impl Into<String>) -> PayConfigError {
     }
 }
 
-fn is_evm_address(s: &str) -> bool {
-    s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
+fn evm_address(s: &str) -> Option<alloy::primitives::Address> {
+    s.parse::<Account>().ok()?.evm()
 }
 
-fn is_base58(s: &str) -> bool {
-    (32..=44).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() && !matches!(b, b'0' | b'O' | b'I' | b'l'))
+fn solana_address(s: &str) -> Option<crate::svm::Pubkey> {
+    s.parse::<Account>().ok()?.solana()
 }
 
 /// The v1 name x402 v1 clients use for a CAIP-2 network, where there is one.
@@ -81,23 +80,19 @@ pub fn v1_network_name(caip2: &str) -> Option<&'static str> {
 pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConfigError> {
     let mut rails = Vec::new();
     if let Some(pay_to) = get("UMPIRE_EVM_PAY_TO") {
-        if !is_evm_address(&pay_to) {
-            return Err(err(
+        let pay_to = evm_address(&pay_to).map(Account::Evm).ok_or_else(|| {
+            err(
                 "UMPIRE_EVM_PAY_TO",
                 "must be a 0x-prefixed 20-byte hex address",
-            ));
-        }
+            )
+        })?;
         let network = get("UMPIRE_EVM_NETWORK").unwrap_or_else(|| BASE_MAINNET.into());
-        let chain_ok = network
-            .strip_prefix("eip155:")
-            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
-        if !chain_ok {
-            return Err(err(
-                "UMPIRE_EVM_NETWORK",
-                "must be CAIP-2, e.g. eip155:8453",
-            ));
-        }
-        let sepolia = network == BASE_SEPOLIA;
+        let network = network
+            .parse::<Network>()
+            .ok()
+            .filter(|n| n.chain_id().is_some())
+            .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be CAIP-2, e.g. eip155:8453"))?;
+        let sepolia = network.as_str() == BASE_SEPOLIA;
         let asset = get("UMPIRE_EVM_ASSET").unwrap_or_else(|| {
             if sepolia {
                 BASE_SEPOLIA_USDC
@@ -106,9 +101,9 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
             }
             .to_owned()
         });
-        if !is_evm_address(&asset) {
-            return Err(err("UMPIRE_EVM_ASSET", "must be the token's 0x address"));
-        }
+        let asset = evm_address(&asset)
+            .map(Asset::Evm)
+            .ok_or_else(|| err("UMPIRE_EVM_ASSET", "must be the token's 0x address"))?;
         // Base Sepolia's USDC signs with domain name "USDC"; mainnet's with "USD Coin".
         let name = get("UMPIRE_EVM_ASSET_NAME")
             .unwrap_or_else(|| if sepolia { "USDC" } else { "USD Coin" }.into());
@@ -128,7 +123,7 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
         rails.push(Rail {
             scheme: "exact".into(),
             v1_network: get("UMPIRE_EVM_V1_NETWORK")
-                .or_else(|| v1_network_name(&network).map(str::to_owned)),
+                .or_else(|| v1_network_name(network.as_str()).map(str::to_owned)),
             network,
             asset,
             pay_to,
@@ -139,27 +134,38 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
     match (get("UMPIRE_SOLANA_PAY_TO"), get("UMPIRE_SOLANA_FEE_PAYER")) {
         (None, None) => {}
         (Some(pay_to), Some(fee_payer)) => {
-            if !is_base58(&pay_to) {
-                return Err(err(
-                    "UMPIRE_SOLANA_PAY_TO",
-                    "must be a base58 Solana address",
-                ));
-            }
-            if !is_base58(&fee_payer) {
+            let pay_to = solana_address(&pay_to)
+                .map(Account::Solana)
+                .ok_or_else(|| err("UMPIRE_SOLANA_PAY_TO", "must be a base58 Solana address"))?;
+            if solana_address(&fee_payer).is_none() {
                 return Err(err(
                     "UMPIRE_SOLANA_FEE_PAYER",
                     "must be a base58 Solana address",
                 ));
             }
             let network = get("UMPIRE_SOLANA_NETWORK").unwrap_or_else(|| SOLANA_MAINNET.into());
+            let network = network
+                .parse::<Network>()
+                .ok()
+                .filter(|n| n.namespace() == Namespace::Solana)
+                .ok_or_else(|| {
+                    err(
+                        "UMPIRE_SOLANA_NETWORK",
+                        "must be CAIP-2, e.g. solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
+                    )
+                })?;
+            let mint = get("UMPIRE_SOLANA_USDC_MINT").unwrap_or_else(|| SOLANA_USDC.into());
+            let mint = solana_address(&mint)
+                .map(Asset::SplMint)
+                .ok_or_else(|| err("UMPIRE_SOLANA_USDC_MINT", "must be a base58 Solana address"))?;
             let mut extra = Map::new();
             extra.insert("feePayer".into(), Value::String(fee_payer));
             rails.push(Rail {
                 scheme: "exact".into(),
-                v1_network: v1_network_name(&network).map(str::to_owned),
+                v1_network: v1_network_name(network.as_str()).map(str::to_owned),
                 network: network.clone(),
-                asset: get("UMPIRE_SOLANA_USDC_MINT").unwrap_or_else(|| SOLANA_USDC.into()),
-                pay_to: pay_to.clone(),
+                asset: mint,
+                pay_to,
                 extra: extra.clone(),
                 pricing: RailPricing::Stablecoin { decimals: 6 },
             });
@@ -169,7 +175,7 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
                     // Native SOL is our extension of the exact scheme; v1 clients cannot use it.
                     v1_network: None,
                     network,
-                    asset: crate::svm::NATIVE_SOL_ASSET.into(),
+                    asset: Asset::NativeSol,
                     pay_to,
                     extra: native_sol_extra(),
                     pricing: RailPricing::SolSpot,
@@ -281,7 +287,9 @@ pub async fn payments_from(
                         )
                     })?,
             };
-            let chain_id = crate::evm::chain_id(&rail.network)
+            let chain_id = rail
+                .network
+                .chain_id()
                 .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be eip155:<chain id>"))?;
             let chain = EvmChain::connect(&rpc, chain_id, Some(&key), Duration::from_secs(timeout))
                 .await
@@ -409,10 +417,12 @@ mod tests {
             ("UMPIRE_SOL_NATIVE", "on"),
         ])
         .expect("ok");
+        let assets: Vec<String> = r.rails.iter().map(|x| x.asset.to_string()).collect();
         let order: Vec<(&str, &str)> = r
             .rails
             .iter()
-            .map(|x| (x.network.as_str(), x.asset.as_str()))
+            .zip(&assets)
+            .map(|(x, asset)| (x.network.as_str(), asset.as_str()))
             .collect();
         assert_eq!(
             order,

@@ -227,7 +227,7 @@ fn settled(ctx: &PaymentContext, tx: &Transaction) -> SettlementResponse {
     SettlementResponse {
         success: true,
         transaction: tx.id(),
-        network: ctx.rail.network.clone(),
+        network: ctx.rail.network.to_string(),
         payer: Some(tx.message.fee_payer().to_base58()),
         error_reason: None,
     }

@@ -25,7 +25,7 @@ use alloy::sol_types::{Eip712Domain, SolCall, SolEvent, SolStruct};
 use crate::rails::Rail;
 use crate::reason::FailureReason;
 use crate::settle::PaymentFailure;
-use crate::types::{EvmExactPayload, PaymentRequirements};
+use crate::types::{Asset, EvmExactPayload, Network, PaymentRequirements};
 
 sol! {
     /// EIP-3009's signed message (the EIP-712 primary type).
@@ -128,11 +128,13 @@ pub fn domain(rail: &Rail) -> Result<Eip712Domain, PaymentFailure> {
 
 /// [`domain`] from the parts of a rail or of a requirements entry (what a payer signs).
 pub fn token_domain(
-    network: &str,
-    asset: &str,
+    network: &Network,
+    asset: &Asset,
     extra: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<Eip712Domain, String> {
-    let chain_id = chain_id(network).ok_or_else(|| format!("{network} is not eip155:<id>"))?;
+    let chain_id = network
+        .chain_id()
+        .ok_or_else(|| format!("{network} is not eip155:<id>"))?;
     let text = |k: &str| {
         extra
             .get(k)
@@ -141,8 +143,8 @@ pub fn token_domain(
             .ok_or_else(|| format!("extra.{k} is missing"))
     };
     let verifying_contract = asset
-        .parse::<Address>()
-        .map_err(|_| format!("asset {asset} is not an address"))?;
+        .evm()
+        .ok_or_else(|| format!("asset {asset} is not a token address"))?;
     Ok(Eip712Domain::new(
         Some(text("name")?.into()),
         Some(text("version")?.into()),
@@ -150,11 +152,6 @@ pub fn token_domain(
         Some(verifying_contract),
         None,
     ))
-}
-
-/// `eip155:8453` → 8453.
-pub fn chain_id(network: &str) -> Option<u64> {
-    network.strip_prefix("eip155:")?.parse().ok()
 }
 
 impl Eip3009Payment {
@@ -237,14 +234,19 @@ impl Eip3009Payment {
         now: u64,
     ) -> Result<(), PaymentFailure> {
         let a = &self.authorization;
-        let pay_to = address("payTo", &requirements.pay_to)?;
+        let pay_to = requirements.pay_to.evm().ok_or_else(|| {
+            PaymentFailure::config(format!(
+                "payTo {} is not an EVM address",
+                requirements.pay_to
+            ))
+        })?;
         if a.to != pay_to {
             return Err(invalid(
                 FailureReason::EvmRecipient,
                 format!("the authorization pays {}, not {pay_to}", a.to),
             ));
         }
-        if a.value != uint("amount", &requirements.amount)? {
+        if a.value != requirements.amount.0 {
             return Err(invalid(
                 FailureReason::EvmValue,
                 format!(
@@ -363,10 +365,12 @@ mod tests {
         extra.insert("version".into(), json!("2"));
         Rail {
             scheme: "exact".into(),
-            network: "eip155:8453".into(),
+            network: "eip155:8453".parse().expect("valid fixture"),
             v1_network: Some("base".into()),
-            asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
-            pay_to: PAY_TO.into(),
+            asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+                .parse()
+                .expect("valid fixture"),
+            pay_to: PAY_TO.parse().expect("valid fixture"),
             extra,
             pricing: RailPricing::Stablecoin { decimals: 6 },
         }
@@ -375,10 +379,10 @@ mod tests {
     fn requirements() -> PaymentRequirements {
         PaymentRequirements {
             scheme: "exact".into(),
-            network: "eip155:8453".into(),
-            amount: "1000000".into(),
+            network: "eip155:8453".parse().expect("valid fixture"),
+            amount: "1000000".parse().expect("valid fixture"),
             asset: rail().asset,
-            pay_to: PAY_TO.into(),
+            pay_to: PAY_TO.parse().expect("valid fixture"),
             max_timeout_seconds: 60,
             extra: rail().extra,
         }

@@ -8,8 +8,8 @@ use umpire_core::signer::Signer;
 
 use crate::reason::FailureReason;
 use crate::types::{
-    EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements, PaymentRequirementsV1,
-    ResourceInfo, X402Version,
+    Account, Asset, EvmExactPayload, Namespace, Network, PaymentPayload, PaymentRequired,
+    PaymentRequirements, PaymentRequirementsV1, ResourceInfo, TokenAmount, X402Version,
 };
 
 /// How a rail prices a product.
@@ -25,19 +25,18 @@ pub enum RailPricing {
 pub struct Rail {
     /// `exact`.
     pub scheme: String,
-    /// CAIP-2 network id.
-    pub network: String,
+    pub network: Network,
     /// The v1 name of the network (`base`, `base-sepolia`, `solana`), if v1 clients may use it.
     pub v1_network: Option<String>,
-    pub asset: String,
-    pub pay_to: String,
+    pub asset: Asset,
+    pub pay_to: Account,
     pub extra: Map<String, Value>,
     pub pricing: RailPricing,
 }
 
 impl Rail {
     pub fn is_evm(&self) -> bool {
-        self.network.starts_with("eip155:")
+        self.network.namespace() == Namespace::Eip155
     }
 
     pub fn family(&self) -> Family {
@@ -51,15 +50,6 @@ impl Rail {
     /// Native SOL, our extension of `exact` on Solana: verified and settled here.
     pub fn is_native_sol(&self) -> bool {
         self.pricing == RailPricing::SolSpot
-    }
-
-    /// Addresses on EVM compare case-insensitively (checksum casing); elsewhere exactly.
-    fn same_address(&self, a: &str, b: &str) -> bool {
-        if self.is_evm() {
-            a.eq_ignore_ascii_case(b)
-        } else {
-            a == b
-        }
     }
 }
 
@@ -201,7 +191,7 @@ impl<'a> Offer<'a> {
 
 /// What a SOL quote's MAC covers: everything the payment must pay, the resource it
 /// buys, and when it stops being honored.
-fn quote_message(resource: &str, rail: &Rail, amount: &str, expires_at: u64) -> Vec<u8> {
+fn quote_message(resource: &str, rail: &Rail, amount: TokenAmount, expires_at: u64) -> Vec<u8> {
     format!(
         "umpire sol quote v1\n{resource}\n{}\n{}\n{}\n{amount}\n{expires_at}",
         rail.network, rail.asset, rail.pay_to
@@ -229,7 +219,7 @@ fn same_mac(a: &str, b: &str) -> bool {
 }
 
 impl Rails {
-    fn amount(&self, rail: &Rail, offer: &Offer<'_>) -> Option<String> {
+    fn amount(&self, rail: &Rail, offer: &Offer<'_>) -> Option<TokenAmount> {
         match rail.pricing {
             RailPricing::Stablecoin { decimals } => {
                 let price = offer.price;
@@ -238,19 +228,24 @@ impl Rails {
                 } else {
                     u128::from(price.usdc_units).div_ceil(10u128.pow(USDC_DECIMALS - decimals))
                 };
-                Some(units.to_string())
+                Some(TokenAmount::from(units))
             }
             RailPricing::SolSpot => offer
                 .sol
                 .and_then(|r| sol_lamports(offer.price, r))
-                .map(|l| l.to_string()),
+                .map(TokenAmount::from),
         }
     }
 
     /// The `extra` of a rail's requirements for this offer: a SOL quote adds its
     /// expiry and MAC (`{"quote": {"expiresAt", "mac"}}`); None when a SOL quote cannot
     /// be sealed.
-    fn extra(&self, rail: &Rail, amount: &str, offer: &Offer<'_>) -> Option<Map<String, Value>> {
+    fn extra(
+        &self,
+        rail: &Rail,
+        amount: TokenAmount,
+        offer: &Offer<'_>,
+    ) -> Option<Map<String, Value>> {
         let mut extra = rail.extra.clone();
         if rail.pricing == RailPricing::SolSpot {
             let expires_at = offer.now + self.max_timeout_seconds;
@@ -273,15 +268,15 @@ impl Rails {
             .iter()
             .filter_map(|rail| {
                 let amount = self.amount(rail, offer)?;
-                let extra = self.extra(rail, &amount, offer)?;
+                let extra = self.extra(rail, amount, offer)?;
                 Some((
                     rail.clone(),
                     PaymentRequirements {
                         scheme: rail.scheme.clone(),
                         network: rail.network.clone(),
                         amount,
-                        asset: rail.asset.clone(),
-                        pay_to: rail.pay_to.clone(),
+                        asset: rail.asset,
+                        pay_to: rail.pay_to,
                         max_timeout_seconds: self.max_timeout_seconds,
                         extra,
                     },
@@ -334,35 +329,35 @@ impl Rails {
     /// (scheme, network), which picks the first such rail (native SOL has no v1 name).
     fn rail_for(&self, payment: &PaymentPayload) -> Result<&Rail, MatchError> {
         let (scheme, network) = match payment {
-            PaymentPayload::V2 { accepted, .. } => (&accepted.scheme, &accepted.network),
+            PaymentPayload::V2 { accepted, .. } => (&accepted.scheme, accepted.network.as_str()),
             PaymentPayload::V1 {
                 scheme, network, ..
-            } => (scheme, network),
+            } => (scheme, network.as_str()),
         };
         let on_network = |rail: &&Rail| {
             rail.scheme == *scheme
                 && match payment {
-                    PaymentPayload::V2 { .. } => rail.network == *network,
+                    PaymentPayload::V2 { .. } => rail.network.as_str() == network,
                     PaymentPayload::V1 { .. } => rail.v1_network.as_deref() == Some(network),
                 }
         };
         let mut candidates = self.rails.iter().filter(on_network).peekable();
         let first = *candidates.peek().ok_or_else(|| MatchError::UnknownRail {
             scheme: scheme.clone(),
-            network: network.clone(),
+            network: network.to_owned(),
         })?;
         match payment {
             PaymentPayload::V1 { .. } => Ok(first),
             PaymentPayload::V2 { accepted, .. } => candidates
-                .find(|rail| rail.same_address(&accepted.asset, &rail.asset))
+                .find(|rail| accepted.asset == rail.asset)
                 .ok_or_else(|| MatchError::WrongAsset {
                     family: first.family(),
-                    got: accepted.asset.clone(),
+                    got: accepted.asset.to_string(),
                     want: self
                         .rails
                         .iter()
                         .filter(on_network)
-                        .map(|r| r.asset.as_str())
+                        .map(|r| r.asset.to_string())
                         .collect::<Vec<_>>()
                         .join(" or "),
                 }),
@@ -390,22 +385,22 @@ impl Rails {
                 .map(|(_, req)| req)
                 .ok_or_else(|| MatchError::UnknownRail {
                     scheme: rail.scheme.clone(),
-                    network: rail.network.clone(),
+                    network: rail.network.to_string(),
                 })?,
         };
         if let PaymentPayload::V2 { accepted, .. } = payment {
-            if !rail.same_address(&accepted.pay_to, &req.pay_to) {
+            if accepted.pay_to != req.pay_to {
                 return Err(MatchError::WrongPayTo {
                     family,
-                    got: accepted.pay_to.clone(),
-                    want: req.pay_to.clone(),
+                    got: accepted.pay_to.to_string(),
+                    want: req.pay_to.to_string(),
                 });
             }
-            if !same_amount(&accepted.amount, &req.amount) {
+            if accepted.amount != req.amount {
                 return Err(MatchError::WrongAmount {
                     family,
-                    got: accepted.amount.clone(),
-                    want: req.amount.clone(),
+                    got: accepted.amount.to_string(),
+                    want: req.amount.to_string(),
                 });
             }
         }
@@ -414,18 +409,20 @@ impl Rails {
                 let evm: EvmExactPayload = serde_json::from_value(payment.scheme_payload().clone())
                     .map_err(|e| MatchError::Malformed(e.to_string()))?;
                 let a = &evm.authorization;
-                if !rail.same_address(&a.to, &req.pay_to) {
+                // The signed strings are read, not trusted: one that does not parse is
+                // a payment to no one we know, of no amount we asked.
+                if a.to.parse::<Account>().ok() != Some(req.pay_to) {
                     return Err(MatchError::WrongPayTo {
                         family,
                         got: a.to.clone(),
-                        want: req.pay_to.clone(),
+                        want: req.pay_to.to_string(),
                     });
                 }
-                if !same_amount(&a.value, &req.amount) {
+                if a.value.parse::<TokenAmount>().ok() != Some(req.amount) {
                     return Err(MatchError::WrongAmount {
                         family,
                         got: a.value.clone(),
-                        want: req.amount.clone(),
+                        want: req.amount.to_string(),
                     });
                 }
             }
@@ -458,7 +455,7 @@ impl Rails {
         };
         let want = quote_mac(
             key,
-            &quote_message(offer.resource, rail, &accepted.amount, expires_at),
+            &quote_message(offer.resource, rail, accepted.amount, expires_at),
         )
         .ok_or_else(|| MatchError::QuoteInvalid("the quote key is unavailable".into()))?;
         if !same_mac(mac, &want) {
@@ -476,9 +473,9 @@ impl Rails {
         Ok(PaymentRequirements {
             scheme: rail.scheme.clone(),
             network: rail.network.clone(),
-            amount: accepted.amount.clone(),
-            asset: rail.asset.clone(),
-            pay_to: rail.pay_to.clone(),
+            amount: accepted.amount,
+            asset: rail.asset,
+            pay_to: rail.pay_to,
             max_timeout_seconds: self.max_timeout_seconds,
             extra,
         })
@@ -497,21 +494,21 @@ fn check_svm_transfer(
     use crate::svm::{self, Pubkey};
     let family = Family::Svm;
     let tx = svm::payload_transaction(payment.scheme_payload()).map_err(MatchError::Svm)?;
-    let amount_ok = |got: u64| same_amount(&got.to_string(), &req.amount);
+    let amount_ok = |got: u64| TokenAmount::from(got) == req.amount;
     if rail.pricing == RailPricing::SolSpot {
         let t = svm::native_transfer(&tx).map_err(MatchError::Svm)?;
-        if t.to.to_base58() != req.pay_to {
+        if Account::Solana(t.to) != req.pay_to {
             return Err(MatchError::WrongPayTo {
                 family,
                 got: t.to.to_base58(),
-                want: req.pay_to.clone(),
+                want: req.pay_to.to_string(),
             });
         }
         if !amount_ok(t.lamports) {
             return Err(MatchError::WrongAmount {
                 family,
                 got: t.lamports.to_string(),
-                want: req.amount.clone(),
+                want: req.amount.to_string(),
             });
         }
         return Ok(());
@@ -522,14 +519,14 @@ fn check_svm_transfer(
             message: "the transaction has no single TransferChecked".into(),
         })
     })?;
-    if t.mint.to_base58() != req.asset {
+    if Asset::SplMint(t.mint) != req.asset {
         return Err(MatchError::WrongAsset {
             family,
             got: t.mint.to_base58(),
-            want: req.asset.clone(),
+            want: req.asset.to_string(),
         });
     }
-    let pay_to = Pubkey::from_base58(&req.pay_to);
+    let pay_to = req.pay_to.solana();
     let paid_to_us = [svm::TOKEN_PROGRAM, svm::TOKEN_2022_PROGRAM]
         .iter()
         .any(|program| {
@@ -549,19 +546,10 @@ fn check_svm_transfer(
         return Err(MatchError::WrongAmount {
             family,
             got: t.amount.to_string(),
-            want: req.amount.clone(),
+            want: req.amount.to_string(),
         });
     }
     Ok(())
-}
-
-/// Integer strings compare by value ("001" is 1); anything non-numeric never matches.
-fn same_amount(a: &str, b: &str) -> bool {
-    let norm = |s: &str| {
-        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
-            .then(|| s.trim_start_matches('0').to_owned())
-    };
-    matches!((norm(a), norm(b)), (Some(x), Some(y)) if x == y)
 }
 
 #[cfg(test)]

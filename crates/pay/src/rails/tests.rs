@@ -30,28 +30,28 @@ fn rails() -> Rails {
         rails: vec![
             Rail {
                 scheme: "exact".into(),
-                network: "eip155:8453".into(),
+                network: "eip155:8453".parse().expect("valid fixture"),
                 v1_network: Some("base".into()),
-                asset: USDC.into(),
-                pay_to: PAY_TO.into(),
+                asset: USDC.parse().expect("valid fixture"),
+                pay_to: PAY_TO.parse().expect("valid fixture"),
                 extra: evm_extra,
                 pricing: RailPricing::Stablecoin { decimals: 6 },
             },
             Rail {
                 scheme: "exact".into(),
-                network: SOLANA.into(),
+                network: SOLANA.parse().expect("valid fixture"),
                 v1_network: Some("solana".into()),
-                asset: SOL_USDC.into(),
-                pay_to: sol_pay_to().to_base58(),
+                asset: SOL_USDC.parse().expect("valid fixture"),
+                pay_to: Account::Solana(sol_pay_to()),
                 extra: svm_extra,
                 pricing: RailPricing::Stablecoin { decimals: 6 },
             },
             Rail {
                 scheme: "exact".into(),
-                network: SOLANA.into(),
+                network: SOLANA.parse().expect("valid fixture"),
                 v1_network: None,
-                asset: svm::NATIVE_SOL_ASSET.into(),
-                pay_to: sol_pay_to().to_base58(),
+                asset: svm::NATIVE_SOL_ASSET.parse().expect("valid fixture"),
+                pay_to: Account::Solana(sol_pay_to()),
                 extra: Map::new(),
                 pricing: RailPricing::SolSpot,
             },
@@ -174,7 +174,7 @@ fn matching_checks_every_field_against_our_requirements() {
         "payload": {"signature": "0x00", "authorization": {"from": "0x2222222222222222222222222222222222222222",
         "to": PAY_TO, "value": "1000000", "validAfter": "0", "validBefore": "1", "nonce": "0x00"}}})).expect("v1");
     assert_eq!(
-        r.match_payment(&v1, &o).map(|(_, q)| q.amount),
+        r.match_payment(&v1, &o).map(|(_, q)| q.amount.to_string()),
         Ok("1000000".into())
     );
 }
@@ -245,7 +245,7 @@ fn a_sol_quote_is_honored_by_any_key_holder_until_it_expires() {
         Err(FailureReason::SolQuoteInvalid)
     );
     let mut cheaper = sol.clone();
-    cheaper.amount = "1".into();
+    cheaper.amount = TokenAmount::from(1u64);
     let pay_less = svm_payment(&cheaper, &native_tx(&payer, sol_pay_to(), 1));
     assert_eq!(
         r.match_payment(&pay_less, &offer(price, Some(RATE), 1000, &key))
@@ -283,7 +283,9 @@ fn the_transaction_must_pay_what_the_quote_says_named_for_solana() {
     );
     // A native SOL payment is matched to the SOL rail, not the first Solana one.
     let mut wrong_asset = sol.clone();
-    wrong_asset.asset = "So11111111111111111111111111111111111111112".into();
+    wrong_asset.asset = "So11111111111111111111111111111111111111112"
+        .parse()
+        .expect("valid fixture");
     let e = r
         .match_payment(
             &svm_payment(&wrong_asset, &native_tx(&payer, sol_pay_to(), 1)),

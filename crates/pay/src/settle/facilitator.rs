@@ -186,7 +186,9 @@ impl Settler for FacilitatorClient {
         Ok(SettlementResponse {
             success: true,
             transaction: answer.transaction,
-            network: answer.network.unwrap_or_else(|| ctx.rail.network.clone()),
+            network: answer
+                .network
+                .unwrap_or_else(|| ctx.rail.network.to_string()),
             payer: answer.payer.or_else(|| ctx.claimed_payer()),
             error_reason: None,
         })

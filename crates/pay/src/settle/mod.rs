@@ -131,7 +131,7 @@ impl PaymentContext {
         Some(format!(
             "eip3009|{}|{}|{:#x}|{:#x}",
             self.rail.network,
-            self.rail.asset.to_ascii_lowercase(),
+            self.rail.asset.to_string().to_ascii_lowercase(),
             a.from,
             a.nonce
         ))
@@ -344,7 +344,7 @@ impl Payments {
             let kind = kinds.iter().find(|k| {
                 k.x402_version == X402Version::V2.number()
                     && k.scheme == rail.scheme
-                    && k.network == rail.network
+                    && k.network == rail.network.as_str()
             });
             match kind {
                 None => problems.push(format!(

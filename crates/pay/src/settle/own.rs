@@ -11,15 +11,15 @@ pub struct SelfSettler {
 }
 
 pub(super) fn token_of(rail: &Rail) -> Result<Address, PaymentFailure> {
-    rail.asset
-        .parse()
-        .map_err(|_| PaymentFailure::config(format!("asset {} is not an address", rail.asset)))
+    rail.asset.evm().ok_or_else(|| {
+        PaymentFailure::config(format!("asset {} is not a token address", rail.asset))
+    })
 }
 
 pub(super) fn pay_to_of(rail: &Rail) -> Result<Address, PaymentFailure> {
-    rail.pay_to
-        .parse()
-        .map_err(|_| PaymentFailure::config(format!("payTo {} is not an address", rail.pay_to)))
+    rail.pay_to.evm().ok_or_else(|| {
+        PaymentFailure::config(format!("payTo {} is not an EVM address", rail.pay_to))
+    })
 }
 
 /// What a self-settled payment answers: the transaction that moved it.
@@ -27,7 +27,7 @@ pub(super) fn settled(ctx: &PaymentContext, p: &Eip3009Payment, hash: B256) -> S
     SettlementResponse {
         success: true,
         transaction: hash.to_string(),
-        network: ctx.rail.network.clone(),
+        network: ctx.rail.network.to_string(),
         payer: Some(p.payer().to_string()),
         error_reason: None,
     }

@@ -349,7 +349,7 @@ pub async fn begin<'a>(
             return Err(sale.refused(header.answer_in, "", wallet.clone(), &f, false));
         }
     };
-    let network = rail.network.clone();
+    let network = rail.network.to_string();
     let ctx = context(rail, requirements);
     let payment_key = ledger::payment_key(&ctx);
     let now = state.config.clock.now();

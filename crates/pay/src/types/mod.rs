@@ -8,6 +8,9 @@ use serde_json::{Map, Value};
 
 use crate::reason::FailureReason;
 
+mod values;
+pub use values::{Account, Asset, Namespace, Network, TokenAmount};
+
 /// The protocol version a message is written in: `x402Version` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum X402Version {
@@ -80,10 +83,10 @@ pub struct ResourceInfo {
 pub struct PaymentRequirements {
     pub scheme: String,
     /// CAIP-2: `eip155:8453`, `solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp`.
-    pub network: String,
-    pub amount: String,
-    pub asset: String,
-    pub pay_to: String,
+    pub network: Network,
+    pub amount: TokenAmount,
+    pub asset: Asset,
+    pub pay_to: Account,
     pub max_timeout_seconds: u64,
     #[serde(default)]
     pub extra: Map<String, Value>,
@@ -106,14 +109,15 @@ pub struct PaymentRequired {
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirementsV1 {
     pub scheme: String,
+    /// The v1 name of the network (`base`, `solana-devnet`), not CAIP-2.
     pub network: String,
-    pub max_amount_required: String,
+    pub max_amount_required: TokenAmount,
     pub resource: String,
     pub description: String,
     pub mime_type: String,
-    pub pay_to: String,
+    pub pay_to: Account,
     pub max_timeout_seconds: u64,
-    pub asset: String,
+    pub asset: Asset,
     #[serde(default)]
     pub extra: Map<String, Value>,
 }
