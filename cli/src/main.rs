@@ -124,6 +124,58 @@ enum Command {
         /// Data directory for the default key.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// An ERC-8183 job the document was used to decide (eip155:CHAIN:CONTRACT:JOB):
+        /// also check that the document names it, that the provider's commitment is the
+        /// document's deliverable_hash and that the evaluator's on-chain reason is its
+        /// payload_sha256. Needs --rpc.
+        #[arg(long, requires = "rpc")]
+        job: Option<String>,
+        /// The RPC of the job's chain.
+        #[arg(long, requires = "job")]
+        rpc: Option<String>,
+    },
+    /// Evaluate an ERC-8183 job with an Umpire verdict: check the deliverable against
+    /// the provider's on-chain commitment, buy the verdict (job_ref names the job),
+    /// verify it offline, then `complete` on pass or `reject` on fail with
+    /// reason = the document's payload_sha256. Run again, it pays nothing and sends
+    /// nothing twice.
+    Evaluate {
+        /// The job: eip155:CHAIN_ID:CONTRACT:JOB_ID.
+        #[arg(long)]
+        job: String,
+        /// The RPC of the job's chain.
+        #[arg(long)]
+        rpc: String,
+        /// witness, basic, probe or sworn (sworn waits for the final document).
+        #[arg(long, default_value = "basic")]
+        tier: String,
+        /// File holding the spec: {"checks":[...]}.
+        #[arg(long)]
+        spec: PathBuf,
+        /// File holding the deliverable the provider committed to: {"text"?, "json"?}.
+        #[arg(long)]
+        deliverable: PathBuf,
+        /// File holding the evaluator wallet's key (it signs complete/reject). Default:
+        /// $UMPIRE_EVALUATOR_KEY, else the paying wallet (--key-file, $UMPIRE_WALLET_KEY).
+        #[arg(long)]
+        evaluator_key_file: Option<PathBuf>,
+        /// Umpire's key document, a file or URL, to verify the verdict with. Default:
+        /// BASE/.well-known/umpire-key.json.
+        #[arg(long)]
+        umpire_key: Option<String>,
+        /// How many blocks back the job's events are looked for. Default: 500000.
+        #[arg(long)]
+        lookback_blocks: Option<u64>,
+        #[command(flatten)]
+        remote: Remote,
+        #[command(flatten)]
+        pay: PayArg,
+    },
+    /// Print the bytes32 a provider submits to an ERC-8183 job for a deliverable (its
+    /// deliverable_hash: sha256 of the stable JSON of {"json","text"}).
+    Commitment {
+        /// File holding the deliverable: {"text"?, "json"?}.
+        deliverable: PathBuf,
     },
     /// Buy a verdict: pays with x402 from your wallet ($UMPIRE_WALLET_KEY or --key-file),
     /// prints the answer (document, verdict id, one-time secret) as JSON. Sworn purchases
@@ -278,9 +330,44 @@ fn main() -> ExitCode {
                 key,
                 deliverable,
                 data_dir,
+                job,
+                rpc,
             } => {
-                commands::verify::run(&doc, key.as_deref(), deliverable.as_deref(), data_dir).await
+                let job = job
+                    .zip(rpc)
+                    .map(|(job, rpc)| commands::verify::JobCheck { job, rpc });
+                commands::verify::run(&doc, key.as_deref(), deliverable.as_deref(), data_dir, job)
+                    .await
             }
+            Command::Evaluate {
+                job,
+                rpc,
+                tier,
+                spec,
+                deliverable,
+                evaluator_key_file,
+                umpire_key,
+                lookback_blocks,
+                remote,
+                pay,
+            } => {
+                let args = commands::evaluate::EvaluateArgs {
+                    job,
+                    rpc,
+                    tier,
+                    spec,
+                    deliverable,
+                    pay: pay.into_args(),
+                    evaluator_key_file,
+                    umpire_key,
+                    lookback_blocks,
+                };
+                remote_call(remote, |api| async move {
+                    commands::evaluate::evaluate(&api, args).await
+                })
+                .await
+            }
+            Command::Commitment { deliverable } => commands::evaluate::commitment(&deliverable),
             Command::Keygen { kms_key_id } => commands::keygen::run(&kms_key_id).await,
             Command::Buy {
                 tier,

@@ -1,13 +1,16 @@
-// Deploys the test EIP-3009 token (TestUSDC.sol, compiled with solcjs) on a running
-// local chain, mints to the demo payer and writes devnet.json: everything a server
-// and a client need to buy a verdict offline.
+// Deploys the test EIP-3009 token (TestUSDC.sol, compiled with solcjs) and an ERC-8183
+// job escrow paying in it (AgenticCommerce.sol) on a running local chain, mints to the
+// demo payer and the escrow's demo client, and writes devnet.json: everything a server
+// and a client need to buy a verdict offline, and to evaluate an escrowed job with one.
 //
 //   node infra/devnet/deploy.mjs --rpc http://127.0.0.1:8545 --out data/devnet.json
 //     [--name "USD Coin"] [--version 2] [--mint 100000000]
 //
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator,
-// 5 is a demo merchant for feedback.
+// 5 is a demo merchant for feedback, 6 is the escrow's demo client (it funds jobs) and
+// 7 its demo provider. The demo payer is also the jobs' evaluator: it pays Umpire for
+// the verdict and completes or rejects the job with it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -57,6 +60,18 @@ const mintHash = await deployer.writeContract({
 });
 await pub.waitForTransactionReceipt({ hash: mintHash });
 
+const escrowArtifact = compile("AgenticCommerce.sol", "AgenticCommerce");
+const escrowHash = await deployer.deployContract({ ...escrowArtifact, args: [asset] });
+const escrow = (await pub.waitForTransactionReceipt({ hash: escrowHash })).contractAddress;
+const escrowClient = account(6).address;
+const clientMint = await deployer.writeContract({
+  address: asset,
+  abi,
+  functionName: "mint",
+  args: [escrowClient, 100_000_000n],
+});
+await pub.waitForTransactionReceipt({ hash: clientMint });
+
 const devnet = {
   rpc_url: args.rpc,
   network: `eip155:${chainId}`,
@@ -74,6 +89,13 @@ const devnet = {
   facilitator: account(4).address,
   facilitator_private_key: privateKey(4),
   merchant: account(5).address,
+  escrow,
+  escrow_client: escrowClient,
+  escrow_client_private_key: privateKey(6),
+  escrow_client_balance: "100000000",
+  escrow_provider: account(7).address,
+  escrow_provider_private_key: privateKey(7),
+  evaluator: payer,
   note: "Local test chain only: these keys are anvil's public test mnemonic. Never send real funds to them.",
 };
 mkdirSync(path.dirname(path.resolve(args.out)), { recursive: true });

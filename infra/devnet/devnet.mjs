@@ -174,6 +174,12 @@ Buy a basic verdict with the reference x402 client:
     --key "$(node -e 'console.log(crypto.randomUUID())')" \\
     --body '{"spec":{"checks":[{"type":"regex","pattern":"^# Report"}]},"deliverable":{"text":"# Report"}}'
 
+Evaluate an ERC-8183 job (escrow ${devnet.escrow}; the payer above is its evaluator):
+  JOB=$(node infra/devnet/escrow.mjs create --devnet ${out} | jq -r .job)
+  node infra/devnet/escrow.mjs submit --devnet ${out} --job-id \${JOB##*:} --commitment $(umpire commitment deliverable.json)
+  umpire evaluate --job $JOB --rpc ${rpc} --spec spec.json --deliverable deliverable.json > job.json
+  umpire verify job.json --key http://${args.addr}/.well-known/umpire-key.json --job $JOB --rpc ${rpc}
+
 Pay a merchant, leave feedback, and buy its reputation report ($0.01):
   node infra/devnet/feedback.mjs --devnet ${out} --url http://${args.addr} --merchant ${devnet.merchant}
   node tests/js/buy.mjs --devnet ${out} --method GET --url "http://${args.addr}/v1/reputation?merchant=${devnet.merchant}"

@@ -37,12 +37,33 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
     eprintln!(
         "Idempotency-Key: {key}  (run again with --idempotency-key {key} to resume this purchase without paying twice)"
     );
-    let path = format!("/v1/verdicts/{}", args.tier);
+    Ok(
+        match purchase(api, &args.tier, &body, &payer, &key, !args.no_wait).await? {
+            Ok(answer) => {
+                print_json(&answer);
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+    )
+}
+
+/// Buys a verdict of `tier` for `body` under `key`: the answer (a sworn one waited for
+/// to its final document when `wait`), or the refusal, already explained on stderr.
+pub async fn purchase(
+    api: &Api,
+    tier: &str,
+    body: &Value,
+    payer: &Payer,
+    key: &str,
+    wait: bool,
+) -> Result<Result<Value, ExitCode>, Local> {
+    let path = format!("/v1/verdicts/{tier}");
     let a = api
-        .paid(Method::POST, &path, Some(&body), &payer, &key)
+        .paid(Method::POST, &path, Some(body), payer, key)
         .await?;
     if a.status != 201 && a.status != 202 {
-        return Ok(refused(&a));
+        return Ok(Err(refused(&a)));
     }
     let s = |k: &str| {
         a.body
@@ -64,9 +85,8 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
         "secret {secret}  (shown once: keep it to read the verdict at {})",
         s("status_url")
     );
-    if a.status == 201 || args.no_wait {
-        print_json(&a.body);
-        return Ok(ExitCode::SUCCESS);
+    if a.status == 201 || !wait {
+        return Ok(Ok(a.body));
     }
     // Sworn: wait for pass 2 and its signed final document.
     let due = a
@@ -90,7 +110,7 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
             )
             .await?;
         if st.status != 200 {
-            return Ok(refused(&st));
+            return Ok(Err(refused(&st)));
         }
         if st.body.get("status").and_then(Value::as_str) == Some("final") {
             eprintln!();
@@ -102,14 +122,11 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
                     .and_then(Value::as_str)
                     .unwrap_or("?")
             );
-            print_json(
-                &Value::object()
-                    .with("verdict_id", id.as_str())
-                    .with("secret", secret.as_str())
-                    .with("status", "final")
-                    .with("document", final_doc),
-            );
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Ok(Value::object()
+                .with("verdict_id", id.as_str())
+                .with("secret", secret.as_str())
+                .with("status", "final")
+                .with("document", final_doc)));
         }
         eprint!(
             "\r  waiting for pass 2... {} s",

@@ -71,6 +71,11 @@ impl Api {
         })
     }
 
+    /// The service's base URL, without a trailing slash.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub async fn send(
         &self,
         method: Method,

@@ -4,6 +4,7 @@
 
 pub mod buy;
 pub mod client;
+pub mod evaluate;
 pub mod feedback;
 pub mod judge;
 pub mod keygen;

@@ -10,9 +10,16 @@ use umpire_core::signer::{PublicKey, Signer, keys_from_document};
 use umpire_core::spec::parse_deliverable;
 use umpire_server::datadir::{default_data_dir, load_signer};
 
+use umpire_core::document::Step;
+use umpire_escrow::{Escrow, JobRef, Status};
+
+use super::evaluate::{bytes32_hex, bytes32_of};
 use super::{fail, read_json};
 
-async fn load_keys(key: Option<&str>, data_dir: Option<PathBuf>) -> Result<Vec<PublicKey>, String> {
+pub(crate) async fn load_keys(
+    key: Option<&str>,
+    data_dir: Option<PathBuf>,
+) -> Result<Vec<PublicKey>, String> {
     let doc = match key {
         Some(k) if k.starts_with("http://") || k.starts_with("https://") => {
             let body = fetch_key_document(k).await?;
@@ -53,11 +60,18 @@ async fn fetch_key_document(url: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{url}: {e}"))
 }
 
+/// An ERC-8183 job to check the document against, and the RPC to read it from.
+pub struct JobCheck {
+    pub job: String,
+    pub rpc: String,
+}
+
 pub async fn run(
     doc: &Path,
     key: Option<&str>,
     deliverable: Option<&Path>,
     data_dir: Option<PathBuf>,
+    job: Option<JobCheck>,
 ) -> ExitCode {
     let doc = match read_json(doc) {
         Ok(d) => d,
@@ -85,7 +99,13 @@ pub async fn run(
         },
         Err(e) => return fail(2, &e),
     };
-    let steps = umpire_core::document::verify(&doc, &keys, deliverable.as_ref());
+    let mut steps = umpire_core::document::verify(&doc, &keys, deliverable.as_ref());
+    if let Some(check) = job {
+        match job_steps(&doc, &check).await {
+            Ok(more) => steps.extend(more),
+            Err(e) => return fail(2, &e),
+        }
+    }
     for s in &steps {
         println!(
             "{} {:<17} {}",
@@ -104,4 +124,117 @@ pub async fn run(
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The auditor's check of an evaluated ERC-8183 job: the document names the job, the
+/// provider's commitment is the document's deliverable_hash, and the evaluator's
+/// on-chain reason is the document's payload_sha256, with the outcome its verdict.
+async fn job_steps(doc: &Value, check: &JobCheck) -> Result<Vec<Step>, String> {
+    let job: JobRef = check.job.parse().map_err(|e| format!("--job: {e}"))?;
+    let escrow = Escrow::connect(&check.rpc, &job, None)
+        .await
+        .map_err(|e| format!("escrow: {e}"))?;
+    let mut steps = Vec::new();
+    let mut step = |name: &'static str, ok: bool, detail: String| {
+        steps.push(Step { name, ok, detail });
+    };
+    let text = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or("");
+    let named = text("job_ref").parse::<JobRef>().ok();
+    step(
+        "job_ref",
+        named == Some(job),
+        if named == Some(job) {
+            format!("the document names job {job}")
+        } else {
+            format!(
+                "the document's job_ref is {:?}, not job {job}",
+                text("job_ref")
+            )
+        },
+    );
+    let state = escrow
+        .job(job.job_id)
+        .await
+        .map_err(|e| format!("escrow: {e}"))?;
+    let submission = escrow
+        .submission(job.job_id)
+        .await
+        .map_err(|e| format!("escrow: {e}"))?;
+    let dh = bytes32_of(text("deliverable_hash"));
+    match submission {
+        Some(s) if Some(s.deliverable) == dh => step(
+            "commitment",
+            true,
+            format!(
+                "the provider's submit committed {}, the document's deliverable_hash",
+                bytes32_hex(&s.deliverable)
+            ),
+        ),
+        Some(s) => step(
+            "commitment",
+            false,
+            format!(
+                "the provider committed {}, the document judged deliverable_hash {}",
+                bytes32_hex(&s.deliverable),
+                text("deliverable_hash")
+            ),
+        ),
+        None => step(
+            "commitment",
+            false,
+            "no JobSubmitted event for the job was found".into(),
+        ),
+    }
+    let outcome = escrow
+        .outcome(job.job_id)
+        .await
+        .map_err(|e| format!("escrow: {e}"))?;
+    let payload = doc
+        .get("signature")
+        .and_then(|s| s.get("payload_sha256"))
+        .and_then(Value::as_str)
+        .and_then(bytes32_of);
+    match outcome {
+        Some(o) => {
+            step(
+                "onchain_reason",
+                Some(o.reason) == payload,
+                if Some(o.reason) == payload {
+                    format!(
+                        "the evaluator's reason {} is the document's payload_sha256",
+                        bytes32_hex(&o.reason)
+                    )
+                } else {
+                    format!(
+                        "the on-chain reason is {}, not the document's payload_sha256",
+                        bytes32_hex(&o.reason)
+                    )
+                },
+            );
+            let verdict = text("verdict");
+            let agrees = matches!(
+                (o.status, verdict),
+                (Status::Completed, "pass") | (Status::Rejected, "fail")
+            );
+            step(
+                "onchain_outcome",
+                agrees && o.by == state.evaluator,
+                format!(
+                    "the job is {} by {} (its evaluator: {}), the verdict is {verdict}",
+                    o.status.name(),
+                    o.by,
+                    state.evaluator
+                ),
+            );
+        }
+        None => step(
+            "onchain_reason",
+            false,
+            format!(
+                "the job is {} and has no complete or reject on chain yet",
+                state.status.name()
+            ),
+        ),
+    }
+    Ok(steps)
 }

@@ -1,0 +1,459 @@
+//! ERC-8183 (Agentic Commerce) job escrow, as an Umpire evaluator sees it:
+//!
+//! - [`JobRef`]: which job, on which chain and contract, in the one spelling a purchase's
+//!   `job_ref` carries (`erc8183:eip155:<chain id>:<contract>:<job id>`), so the signed
+//!   verdict names the job it judged.
+//! - [`Escrow`]: the job, the provider's `submit` commitment and the evaluator's outcome,
+//!   read from the chain (`getJob` and the `JobSubmitted`, `JobCompleted` and
+//!   `JobRejected` events the ERC defines).
+//! - [`Escrow::decide`]: `complete` or `reject`, sent with the evaluator's key, waited
+//!   for and checked.
+
+mod job_ref;
+
+pub use job_ref::{JobRef, JobRefError};
+
+use std::time::Duration;
+
+use alloy::eips::BlockNumberOrTag;
+use alloy::network::{EthereumWallet, TransactionBuilder};
+use alloy::primitives::{Address, B256, Bytes, U256};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::types::{Filter, Log, TransactionRequest};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol;
+use alloy::sol_types::{SolCall, SolEvent};
+
+sol! {
+    interface IAgenticCommerce {
+        struct Job {
+            address client;
+            address provider;
+            address evaluator;
+            string description;
+            uint256 budget;
+            uint256 expiredAt;
+            uint8 status;
+            address hook;
+        }
+
+        function getJob(uint256 jobId) external view returns (Job memory);
+        function complete(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
+        function reject(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
+
+        event JobSubmitted(uint256 indexed jobId, address indexed provider, bytes32 deliverable);
+        event JobCompleted(uint256 indexed jobId, address indexed evaluator, bytes32 reason);
+        event JobRejected(uint256 indexed jobId, address indexed rejector, bytes32 reason);
+    }
+}
+
+/// One RPC call may take this long.
+const RPC_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a `complete`/`reject` transaction may take to be mined.
+const RECEIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Blocks per `eth_getLogs` call: the range most RPC providers allow.
+const LOG_CHUNK_BLOCKS: u64 = 10_000;
+/// How far back events are looked for: about 11 days of Base blocks.
+pub const DEFAULT_LOOKBACK_BLOCKS: u64 = 500_000;
+
+/// A job's state, as ERC-8183 numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Open,
+    Funded,
+    Submitted,
+    Completed,
+    Rejected,
+    Expired,
+}
+
+impl Status {
+    fn from_u8(n: u8) -> Option<Status> {
+        Some(match n {
+            0 => Status::Open,
+            1 => Status::Funded,
+            2 => Status::Submitted,
+            3 => Status::Completed,
+            4 => Status::Rejected,
+            5 => Status::Expired,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Open => "Open",
+            Status::Funded => "Funded",
+            Status::Submitted => "Submitted",
+            Status::Completed => "Completed",
+            Status::Rejected => "Rejected",
+            Status::Expired => "Expired",
+        }
+    }
+
+    /// Completed, Rejected or Expired: nothing can change any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Rejected | Status::Expired)
+    }
+}
+
+/// A job as `getJob` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub client: Address,
+    pub provider: Address,
+    pub evaluator: Address,
+    pub description: String,
+    pub budget: U256,
+    pub expired_at: U256,
+    pub status: Status,
+}
+
+/// The provider's `submit`: its commitment to the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submission {
+    pub deliverable: B256,
+    pub provider: Address,
+    pub transaction: Option<B256>,
+}
+
+/// The evaluator's `complete` or `reject`, with the attestation it gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Completed or Rejected.
+    pub status: Status,
+    pub reason: B256,
+    /// Who called it (the evaluator; the client when an Open job is rejected).
+    pub by: Address,
+    pub transaction: Option<B256>,
+}
+
+/// What the evaluator decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Complete,
+    Reject,
+}
+
+impl Decision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Complete => "complete",
+            Decision::Reject => "reject",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EscrowError {
+    #[error("{0}")]
+    Config(String),
+    #[error("the RPC failed on {what}: {message}")]
+    Rpc { what: &'static str, message: String },
+    #[error("job {0} does not exist on this contract")]
+    UnknownJob(U256),
+    #[error("the chain refused {what}: {message}")]
+    Refused { what: &'static str, message: String },
+}
+
+fn rpc(what: &'static str) -> impl Fn(String) -> EscrowError {
+    move |message| EscrowError::Rpc { what, message }
+}
+
+async fn timed<T, E: std::fmt::Display>(
+    what: &'static str,
+    f: impl std::future::IntoFuture<Output = Result<T, E>>,
+) -> Result<T, EscrowError> {
+    match tokio::time::timeout(RPC_TIMEOUT, f.into_future()).await {
+        Ok(r) => r.map_err(|e| rpc(what)(e.to_string())),
+        Err(_) => Err(rpc(what)(format!(
+            "no answer within {} s",
+            RPC_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// One ERC-8183 contract on one chain, read (and, with an evaluator key, written).
+pub struct Escrow {
+    provider: DynProvider,
+    contract: Address,
+    evaluator: Option<Address>,
+    lookback_blocks: u64,
+}
+
+impl Escrow {
+    /// Connects to `rpc_url` and checks that it serves the job's chain.
+    pub async fn connect(
+        rpc_url: &str,
+        job: &JobRef,
+        evaluator: Option<PrivateKeySigner>,
+    ) -> Result<Escrow, EscrowError> {
+        let url: alloy::transports::http::reqwest::Url = rpc_url
+            .parse()
+            .map_err(|e| EscrowError::Config(format!("RPC URL {rpc_url:?}: {e}")))?;
+        let (provider, evaluator) = match evaluator {
+            Some(signer) => {
+                let address = signer.address();
+                let p = ProviderBuilder::new()
+                    .wallet(EthereumWallet::from(signer))
+                    .connect_http(url)
+                    .erased();
+                (p, Some(address))
+            }
+            None => (ProviderBuilder::new().connect_http(url).erased(), None),
+        };
+        let served = timed("eth_chainId", provider.get_chain_id()).await?;
+        if served != job.chain_id {
+            return Err(EscrowError::Config(format!(
+                "the RPC serves chain {served}, the job is on chain {}",
+                job.chain_id
+            )));
+        }
+        Ok(Escrow {
+            provider,
+            contract: job.contract,
+            evaluator,
+            lookback_blocks: DEFAULT_LOOKBACK_BLOCKS,
+        })
+    }
+
+    /// Looks for events this many blocks back (default [`DEFAULT_LOOKBACK_BLOCKS`]).
+    pub fn with_lookback(mut self, blocks: u64) -> Escrow {
+        self.lookback_blocks = blocks.max(1);
+        self
+    }
+
+    /// The evaluator's address, when connected with its key.
+    pub fn evaluator(&self) -> Option<Address> {
+        self.evaluator
+    }
+
+    /// `eth_call` of `call` on the contract, from `from` when given. A revert is
+    /// `Ok(Err(message))`: the contract's answer, not the RPC's failure.
+    async fn call<C: SolCall>(
+        &self,
+        what: &'static str,
+        call: &C,
+        from: Option<Address>,
+    ) -> Result<Result<C::Return, String>, EscrowError> {
+        let mut tx = TransactionRequest::default()
+            .with_to(self.contract)
+            .with_input(call.abi_encode());
+        if let Some(from) = from {
+            tx = tx.with_from(from);
+        }
+        match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
+            Ok(Ok(out)) => C::abi_decode_returns(&out)
+                .map(Ok)
+                .map_err(|e| rpc(what)(format!("undecodable answer: {e}"))),
+            Ok(Err(e)) if e.as_error_resp().is_some() => Ok(Err(e.to_string())),
+            Ok(Err(e)) => Err(rpc(what)(e.to_string())),
+            Err(_) => Err(rpc(what)(format!(
+                "no answer within {} s",
+                RPC_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    pub async fn job(&self, id: U256) -> Result<Job, EscrowError> {
+        let code = timed(
+            "eth_getCode",
+            self.provider.get_code_at(self.contract).into_future(),
+        )
+        .await?;
+        if code.is_empty() {
+            return Err(EscrowError::Config(format!(
+                "no contract at {} on this chain",
+                self.contract
+            )));
+        }
+        // getJob reverts for a job that does not exist (or answers a zeroed one).
+        let Ok(j) = self
+            .call("getJob", &IAgenticCommerce::getJobCall { jobId: id }, None)
+            .await?
+        else {
+            return Err(EscrowError::UnknownJob(id));
+        };
+        if j.evaluator == Address::ZERO {
+            return Err(EscrowError::UnknownJob(id));
+        }
+        Ok(Job {
+            client: j.client,
+            provider: j.provider,
+            evaluator: j.evaluator,
+            description: j.description,
+            budget: j.budget,
+            expired_at: j.expiredAt,
+            status: Status::from_u8(j.status).ok_or_else(|| {
+                EscrowError::Config(format!(
+                    "the contract reports status {}, which ERC-8183 does not define",
+                    j.status
+                ))
+            })?,
+        })
+    }
+
+    /// The latest block's timestamp (a job expires by the chain's clock).
+    pub async fn chain_time(&self) -> Result<u64, EscrowError> {
+        let block = timed(
+            "eth_getBlockByNumber",
+            self.provider
+                .get_block_by_number(BlockNumberOrTag::Latest)
+                .into_future(),
+        )
+        .await?
+        .ok_or_else(|| rpc("eth_getBlockByNumber")("no latest block".into()))?;
+        Ok(block.header.timestamp)
+    }
+
+    /// The latest log of `event` for the job, looking back in chunks.
+    async fn latest_log(&self, event: B256, id: U256) -> Result<Option<Log>, EscrowError> {
+        let head = timed("eth_blockNumber", self.provider.get_block_number()).await?;
+        let floor = head.saturating_sub(self.lookback_blocks);
+        let mut to = head;
+        loop {
+            let from = to.saturating_sub(LOG_CHUNK_BLOCKS - 1).max(floor);
+            let filter = Filter::new()
+                .address(self.contract)
+                .event_signature(event)
+                .topic1(id)
+                .from_block(from)
+                .to_block(to);
+            let logs = timed("eth_getLogs", self.provider.get_logs(&filter)).await?;
+            if let Some(last) = logs.into_iter().next_back() {
+                return Ok(Some(last));
+            }
+            if from <= floor {
+                return Ok(None);
+            }
+            to = from - 1;
+        }
+    }
+
+    /// The provider's commitment (`JobSubmitted`), if it has submitted.
+    pub async fn submission(&self, id: U256) -> Result<Option<Submission>, EscrowError> {
+        let Some(log) = self
+            .latest_log(IAgenticCommerce::JobSubmitted::SIGNATURE_HASH, id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let tx = log.transaction_hash;
+        let e = IAgenticCommerce::JobSubmitted::decode_log(&log.inner)
+            .map_err(|e| rpc("JobSubmitted")(e.to_string()))?;
+        Ok(Some(Submission {
+            deliverable: e.deliverable,
+            provider: e.provider,
+            transaction: tx,
+        }))
+    }
+
+    /// How the job was decided (`JobCompleted` or `JobRejected`), if it was.
+    pub async fn outcome(&self, id: U256) -> Result<Option<Outcome>, EscrowError> {
+        if let Some(log) = self
+            .latest_log(IAgenticCommerce::JobCompleted::SIGNATURE_HASH, id)
+            .await?
+        {
+            let tx = log.transaction_hash;
+            let e = IAgenticCommerce::JobCompleted::decode_log(&log.inner)
+                .map_err(|e| rpc("JobCompleted")(e.to_string()))?;
+            return Ok(Some(Outcome {
+                status: Status::Completed,
+                reason: e.reason,
+                by: e.evaluator,
+                transaction: tx,
+            }));
+        }
+        if let Some(log) = self
+            .latest_log(IAgenticCommerce::JobRejected::SIGNATURE_HASH, id)
+            .await?
+        {
+            let tx = log.transaction_hash;
+            let e = IAgenticCommerce::JobRejected::decode_log(&log.inner)
+                .map_err(|e| rpc("JobRejected")(e.to_string()))?;
+            return Ok(Some(Outcome {
+                status: Status::Rejected,
+                reason: e.reason,
+                by: e.rejector,
+                transaction: tx,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// Sends `complete` or `reject` with `reason` from the evaluator's key, after a
+    /// simulation (so a refusal is reported by the chain, not paid for in gas), and
+    /// waits for it to be mined successfully.
+    pub async fn decide(
+        &self,
+        id: U256,
+        decision: Decision,
+        reason: B256,
+    ) -> Result<B256, EscrowError> {
+        let from = self
+            .evaluator
+            .ok_or_else(|| EscrowError::Config("no evaluator key to sign with".into()))?;
+        let what = decision.name();
+        let (simulated, input) = match decision {
+            Decision::Complete => {
+                let c = IAgenticCommerce::completeCall {
+                    jobId: id,
+                    reason,
+                    optParams: Bytes::new(),
+                };
+                (
+                    self.call(what, &c, Some(from)).await?.map(drop),
+                    c.abi_encode(),
+                )
+            }
+            Decision::Reject => {
+                let c = IAgenticCommerce::rejectCall {
+                    jobId: id,
+                    reason,
+                    optParams: Bytes::new(),
+                };
+                (
+                    self.call(what, &c, Some(from)).await?.map(drop),
+                    c.abi_encode(),
+                )
+            }
+        };
+        if let Err(message) = simulated {
+            return Err(EscrowError::Refused { what, message });
+        }
+        let tx = TransactionRequest::default()
+            .with_from(from)
+            .with_to(self.contract)
+            .with_input(input);
+        let pending = timed(what, self.provider.send_transaction(tx)).await?;
+        let hash = *pending.tx_hash();
+        let receipt = tokio::time::timeout(RECEIPT_TIMEOUT, self.receipt(hash))
+            .await
+            .map_err(|_| {
+                rpc(what)(format!(
+                    "transaction {hash} was not mined within {} s; run again to see whether it landed",
+                    RECEIPT_TIMEOUT.as_secs()
+                ))
+            })?;
+        if !receipt.status() {
+            return Err(EscrowError::Refused {
+                what,
+                message: format!("transaction {hash} reverted"),
+            });
+        }
+        Ok(hash)
+    }
+
+    /// Polls for a receipt, quickly at first (a local chain mines at once), then at
+    /// most every second; the caller bounds the wait.
+    async fn receipt(&self, hash: B256) -> alloy::rpc::types::TransactionReceipt {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            if let Ok(Some(receipt)) = self.provider.get_transaction_receipt(hash).await {
+                return receipt;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}

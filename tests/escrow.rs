@@ -1,0 +1,408 @@
+//! ERC-8183 evaluation end to end on the devnet: the escrow we wrote from the ERC
+//! (infra/devnet/AgenticCommerce.sol), a client funding a job with 10 test USDC, the
+//! provider submitting its deliverable's hash, and `umpire evaluate` buying the verdict
+//! and completing or rejecting the job with it; `umpire verify --job` audits the result.
+
+use serde_json::Value;
+use umpire_blackbox::chain::{Devnet, Settlement, node_json};
+use umpire_blackbox::{PRICE_BASIC, PRICE_SWORN, Server, TempDir, run_umpire};
+use umpire_escrow::JobRef;
+
+const BUDGET: u128 = 10_000_000;
+const SPEC: &str = r##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##;
+const GOOD: &str = r##"{"text":"# Report\nall tests green"}"##;
+const BAD: &str = r#"{"text":"draft, not done"}"#;
+
+struct World {
+    devnet: Devnet,
+    server: Server,
+    files: TempDir,
+}
+
+impl World {
+    fn start(extra: &[(&str, &str)]) -> World {
+        let devnet = Devnet::start();
+        let server = devnet.serve(Settlement::SelfSettle, extra);
+        World {
+            devnet,
+            server,
+            files: TempDir::new("escrow"),
+        }
+    }
+
+    fn escrow(&self, args: &[&str]) -> Value {
+        let devnet = self.devnet.devnet_json();
+        let mut all = vec![args[0], "--devnet", &devnet];
+        all.extend_from_slice(&args[1..]);
+        node_json("infra/devnet/escrow.mjs", &all)
+    }
+
+    /// The client creates and funds a job for the provider: its id and reference.
+    fn funded_job(&self) -> (String, String) {
+        let v = self.escrow(&["create", "--budget", &BUDGET.to_string()]);
+        let id = v["job_id"].as_str().expect("job_id").to_owned();
+        let job = v["job"].as_str().expect("job").to_owned();
+        (id, job)
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        self.files
+            .write(name, text.as_bytes())
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// The provider submits the hash `umpire commitment` prints for `deliverable`.
+    fn submit(&self, id: &str, deliverable: &str) -> String {
+        let (code, out, err) = run_umpire(&["commitment", deliverable], &[]);
+        assert_eq!(code, 0, "{err}");
+        let commitment = out.trim().to_owned();
+        assert!(
+            commitment.starts_with("0x") && commitment.len() == 66,
+            "{commitment}"
+        );
+        self.escrow(&["submit", "--job-id", id, "--commitment", &commitment]);
+        commitment
+    }
+
+    fn show(&self, id: &str) -> Value {
+        self.escrow(&["show", "--job-id", id])
+    }
+
+    fn evaluate(
+        &self,
+        job: &str,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+    ) -> (i32, String, String) {
+        self.evaluate_as(job, tier, spec, deliverable, &[])
+    }
+
+    fn evaluate_as(
+        &self,
+        job: &str,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+        env: &[(&str, &str)],
+    ) -> (i32, String, String) {
+        let base = format!("http://{}", self.server.addr);
+        let rpc = self.devnet.get("rpc_url");
+        let key = self.devnet.get("payer_private_key");
+        let mut all = vec![("UMPIRE_WALLET_KEY", key.as_str())];
+        all.extend_from_slice(env);
+        run_umpire(
+            &[
+                "evaluate",
+                "--job",
+                job,
+                "--rpc",
+                &rpc,
+                "--tier",
+                tier,
+                "--spec",
+                spec,
+                "--deliverable",
+                deliverable,
+                "--base",
+                &base,
+            ],
+            &all,
+        )
+    }
+
+    /// `umpire verify DOC --job J --rpc R` with the service's published key.
+    fn audit(&self, out: &str, job: &str, deliverable: &str) -> (i32, String, String) {
+        let doc = self.file("evaluated.json", out);
+        let key = format!("http://{}/.well-known/umpire-key.json", self.server.addr);
+        let rpc = self.devnet.get("rpc_url");
+        run_umpire(
+            &[
+                "verify",
+                &doc,
+                "--key",
+                &key,
+                "--deliverable",
+                deliverable,
+                "--job",
+                job,
+                "--rpc",
+                &rpc,
+            ],
+            &[],
+        )
+    }
+
+    fn balance(&self, who: &str) -> u128 {
+        self.devnet.balance(&self.devnet.get(who))
+    }
+
+    /// Transactions the evaluator (the devnet's payer) has sent.
+    fn evaluator_nonce(&self) -> Value {
+        self.devnet.rpc(
+            "eth_getTransactionCount",
+            serde_json::json!([self.devnet.get("evaluator"), "latest"]),
+        )
+    }
+}
+
+fn json(out: &str) -> Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[test]
+fn a_passing_deliverable_completes_the_job_and_a_second_run_changes_nothing() {
+    let w = World::start(&[]);
+    let client0 = w.balance("escrow_client");
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    assert_eq!(
+        w.balance("escrow_client"),
+        client0 - BUDGET,
+        "the client funded 10 USDC"
+    );
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    let commitment = w.submit(&id, &good);
+
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["status"], "Completed", "{err}");
+    assert_eq!(v["decision"], "complete");
+    assert_eq!(v["verdict"], "pass");
+    let doc = &v["document"];
+    let named: JobRef = doc["job_ref"]
+        .as_str()
+        .expect("job_ref")
+        .parse()
+        .expect("a job");
+    assert_eq!(
+        named,
+        job.parse().expect("job"),
+        "the document names the job"
+    );
+    assert!(
+        doc["job_ref"]
+            .as_str()
+            .expect("job_ref")
+            .starts_with("erc8183:eip155:")
+    );
+    assert_eq!(
+        format!("0x{}", doc["deliverable_hash"].as_str().expect("hash")),
+        commitment
+    );
+    assert_eq!(
+        v["reason"].as_str().expect("reason"),
+        format!(
+            "0x{}",
+            doc["signature"]["payload_sha256"].as_str().expect("sha")
+        ),
+        "the on-chain reason is the document's payload_sha256"
+    );
+    assert_eq!(
+        w.balance("escrow_provider"),
+        BUDGET,
+        "complete paid the provider"
+    );
+    assert_eq!(w.balance("escrow_client"), client0 - BUDGET);
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "one basic verdict bought"
+    );
+    let shown = w.show(&id);
+    assert_eq!(shown["status"], "Completed");
+    assert_eq!(shown["escrow_balance"], "0");
+
+    let (code, report, err) = w.audit(&out, &job, &good);
+    assert_eq!(code, 0, "{report}{err}");
+    for step in [
+        "ed25519",
+        "job_ref",
+        "commitment",
+        "onchain_reason",
+        "onchain_outcome",
+    ] {
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with("ok") && l.contains(step)),
+            "{step} not confirmed:\n{report}"
+        );
+    }
+
+    // Again: the job is decided, so nothing is bought and nothing is sent.
+    let nonce = w.evaluator_nonce();
+    let (code, again, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+    let again = json(&again);
+    assert_eq!(again["already_decided"], true, "{again}");
+    assert_eq!(again["status"], "Completed");
+    assert_eq!(
+        again["transaction"], v["transaction"],
+        "the first transaction is reported"
+    );
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the second run paid nothing"
+    );
+    assert_eq!(w.evaluator_nonce(), nonce, "the second run sent nothing");
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
+}
+
+#[test]
+fn a_failing_deliverable_is_rejected_and_the_client_refunded() {
+    let w = World::start(&[]);
+    let client0 = w.balance("escrow_client");
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let bad = w.file("bad.json", BAD);
+    w.submit(&id, &bad);
+
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &bad);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["verdict"], "fail");
+    assert_eq!(v["decision"], "reject");
+    assert_eq!(v["status"], "Rejected");
+    assert_eq!(
+        w.balance("escrow_client"),
+        client0,
+        "reject refunded the client"
+    );
+    assert_eq!(w.balance("escrow_provider"), 0);
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC);
+    assert_eq!(w.show(&id)["status"], "Rejected");
+    let (code, report, err) = w.audit(&out, &job, &bad);
+    assert_eq!(code, 0, "{report}{err}");
+
+    // An auditor holding another job's reference is told the document is not about it.
+    let (_, other) = w.funded_job();
+    let (code, report, _) = w.audit(&out, &other, &bad);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("job_ref")),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_deliverable_that_is_not_the_commitment_is_refused_before_any_payment() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    let other = w.file("other.json", r##"{"text":"# Report\nsomething else"}"##);
+
+    // Not submitted yet: nothing to evaluate.
+    let nonce = w.evaluator_nonce();
+    let (code, _, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("has not submitted"), "{err}");
+
+    w.submit(&id, &good);
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &other);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("does not match the provider's commitment"),
+        "{err}"
+    );
+    assert!(out.trim().is_empty(), "nothing printed as a result: {out}");
+
+    // Someone who is not the job's evaluator is refused too.
+    let client_key = w.devnet.get("escrow_client_private_key");
+    let (code, _, err) = w.evaluate_as(
+        &job,
+        "basic",
+        &spec,
+        &good,
+        &[("UMPIRE_EVALUATOR_KEY", client_key.as_str())],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not the job's evaluator"), "{err}");
+
+    assert_eq!(w.balance("payer"), payer0, "no refusal paid anything");
+    assert_eq!(w.evaluator_nonce(), nonce, "no refusal sent anything");
+    assert_eq!(w.show(&id)["status"], "Submitted");
+    assert_eq!(w.balance("escrow_provider"), 0);
+}
+
+#[test]
+fn a_sworn_evaluation_waits_for_the_final_document_and_completes_with_it() {
+    let w = World::start(&[("UMPIRE_SWORN_DELAY_SECONDS", "1")]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+
+    let (code, out, err) = w.evaluate(&job, "sworn", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("waiting for pass 2"), "{err}");
+    let v = json(&out);
+    assert_eq!(v["status"], "Completed");
+    assert_eq!(
+        v["document"]["tier"], "sworn",
+        "the final, signed sworn document"
+    );
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_SWORN,
+        "one sworn verdict bought"
+    );
+    let (code, report, err) = w.audit(&out, &job, &good);
+    assert_eq!(code, 0, "{report}{err}");
+}
+
+#[test]
+fn an_evaluation_interrupted_after_buying_reuses_the_purchase_and_pays_once() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+
+    // The purchase an evaluation makes, as if it died before its transaction: the
+    // job's own job_ref, under the job's own Idempotency-Key.
+    let r: JobRef = job.parse().expect("job");
+    let base = format!("http://{}", w.server.addr);
+    let key = w.devnet.get("payer_private_key");
+    let (code, _, err) = run_umpire(
+        &[
+            "buy",
+            "basic",
+            "--spec",
+            &spec,
+            "--deliverable",
+            &good,
+            "--job-ref",
+            &r.job_ref(),
+            "--idempotency-key",
+            &r.idempotency_key(),
+            "--base",
+            &base,
+        ],
+        &[("UMPIRE_WALLET_KEY", key.as_str())],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC);
+
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the purchase was reused, not repeated"
+    );
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
+}
