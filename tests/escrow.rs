@@ -406,3 +406,110 @@ fn an_evaluation_interrupted_after_buying_reuses_the_purchase_and_pays_once() {
     );
     assert_eq!(w.balance("escrow_provider"), BUDGET);
 }
+
+#[test]
+fn a_watching_evaluator_judges_the_jobs_it_is_named_for_from_their_descriptions() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let good = w.file("good.json", GOOD);
+    // The provider publishes its deliverable (not yet at the first fetch); the brief
+    // names where, by commitment.
+    let site = umpire_blackbox::Scripted::start(vec![(503, "not yet"), (200, GOOD)]);
+    let brief = format!(
+        r#"{{"umpire":{{"tier":"basic","spec":{SPEC},"deliverable_url":"http://{}/deliverables/{{commitment}}.json"}}}}"#,
+        site.addr
+    );
+    let create = |description: &str, evaluator: Option<&str>| {
+        let mut args = vec![
+            "create",
+            "--budget",
+            "10000000",
+            "--description",
+            description,
+        ];
+        if let Some(e) = evaluator {
+            args.extend_from_slice(&["--evaluator", e]);
+        }
+        let v = w.escrow(&args);
+        v["job_id"].as_str().expect("job_id").to_owned()
+    };
+    let ours = create(&brief, None);
+    let unbriefed = create("build me a landing page", None);
+    let someone_else = w.devnet.get("escrow_client");
+    let not_ours = create(&brief, Some(&someone_else));
+    let commitment = w.submit(&ours, &good);
+    for id in [&unbriefed, &not_ours] {
+        w.submit(id, &good);
+    }
+
+    let contract = format!(
+        "eip155:{}:{}",
+        w.devnet.get("chain_id"),
+        w.devnet.get("escrow")
+    );
+    let watch = || {
+        let base = format!("http://{}", w.server.addr);
+        let rpc = w.devnet.get("rpc_url");
+        let key = w.devnet.get("payer_private_key");
+        run_umpire(
+            &[
+                "evaluate",
+                "--watch",
+                "--contract",
+                &contract,
+                "--rpc",
+                &rpc,
+                "--once",
+                "--from-block",
+                "0",
+                "--base",
+                &base,
+            ],
+            &[
+                ("UMPIRE_WALLET_KEY", key.as_str()),
+                ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+            ],
+        )
+    };
+    // The deliverable is not there yet: nothing is paid, and the job is left for later.
+    let (code, out, err) = watch();
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.trim().is_empty(), "{out}");
+    assert!(err.contains("trying again"), "{err}");
+    assert_eq!(w.balance("payer"), payer0);
+    assert_eq!(w.show(&ours)["status"], "Submitted");
+
+    let (code, out, err) = watch();
+    assert_eq!(code, 0, "{err}");
+    let paths: Vec<String> = site.received().into_iter().map(|r| r.path).collect();
+    let at = format!("/deliverables/{commitment}.json");
+    assert_eq!(
+        paths,
+        [at.clone(), at],
+        "only our job's deliverable, by its commitment"
+    );
+    let lines: Vec<Value> = out.lines().map(json).collect();
+    assert_eq!(lines.len(), 1, "one job judged: {out}\n{err}");
+    assert_eq!(lines[0]["status"], "Completed");
+    let judged: umpire_escrow::JobRef =
+        lines[0]["job"].as_str().expect("job").parse().expect("job");
+    assert_eq!(judged.job_id.to_string(), ours);
+    assert!(err.contains("not evaluated, nothing paid"), "{err}");
+    assert!(err.contains("not us; skipped"), "{err}");
+    assert_eq!(w.show(&ours)["status"], "Completed");
+    assert_eq!(w.show(&unbriefed)["status"], "Submitted");
+    assert_eq!(w.show(&not_ours)["status"], "Submitted");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "one verdict bought"
+    );
+
+    // Watching again finds nothing left to do and pays nothing.
+    let nonce = w.evaluator_nonce();
+    let (code, out, err) = watch();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim().is_empty(), "{out}");
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC);
+    assert_eq!(w.evaluator_nonce(), nonce);
+}

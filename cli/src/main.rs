@@ -141,20 +141,40 @@ enum Command {
     /// nothing twice.
     Evaluate {
         /// The job: eip155:CHAIN_ID:CONTRACT:JOB_ID.
-        #[arg(long)]
-        job: String,
+        #[arg(long, required_unless_present = "watch", conflicts_with = "watch")]
+        job: Option<String>,
         /// The RPC of the job's chain.
         #[arg(long)]
         rpc: String,
-        /// witness, basic, probe or sworn (sworn waits for the final document).
+        /// witness, basic, probe or sworn (sworn waits for the final document). With
+        /// --watch, for jobs whose description names no tier.
         #[arg(long, default_value = "basic")]
         tier: String,
         /// File holding the spec: {"checks":[...]}.
-        #[arg(long)]
-        spec: PathBuf,
+        #[arg(long, required_unless_present = "watch", conflicts_with = "watch")]
+        spec: Option<PathBuf>,
         /// File holding the deliverable the provider committed to: {"text"?, "json"?}.
-        #[arg(long)]
-        deliverable: PathBuf,
+        #[arg(long, required_unless_present = "watch", conflicts_with = "watch")]
+        deliverable: Option<PathBuf>,
+        /// Follow the contract's JobSubmitted events and evaluate every job whose
+        /// evaluator is our wallet; each job's description names its spec and where
+        /// its deliverable is (docs/erc8183.md). Needs --contract.
+        #[arg(long, requires = "contract")]
+        watch: bool,
+        /// With --watch: the escrow, eip155:CHAIN_ID:CONTRACT.
+        #[arg(long, requires = "watch")]
+        contract: Option<String>,
+        /// With --watch: the first block to read events from. Default: --lookback-blocks
+        /// before the latest.
+        #[arg(long, requires = "watch")]
+        from_block: Option<u64>,
+        /// With --watch: seconds between polls.
+        #[arg(long, default_value_t = 5, requires = "watch")]
+        poll_seconds: u64,
+        /// With --watch: evaluate the jobs submitted so far, then stop (exit 2 if one
+        /// could not be finished, to be tried again).
+        #[arg(long, requires = "watch")]
+        once: bool,
         /// File holding the evaluator wallet's key (it signs complete/reject). Default:
         /// $UMPIRE_EVALUATOR_KEY, else the paying wallet (--key-file, $UMPIRE_WALLET_KEY).
         #[arg(long)]
@@ -345,18 +365,41 @@ fn main() -> ExitCode {
                 tier,
                 spec,
                 deliverable,
+                watch,
+                contract,
+                from_block,
+                poll_seconds,
+                once,
                 evaluator_key_file,
                 umpire_key,
                 lookback_blocks,
                 remote,
                 pay,
             } => {
+                use commands::evaluate::{Target, WatchArgs};
+                let target = match (watch, contract, job, spec, deliverable) {
+                    (true, Some(contract), ..) => Target::Watch(WatchArgs {
+                        contract,
+                        from_block,
+                        poll_seconds,
+                        once,
+                    }),
+                    (false, _, Some(job), Some(spec), Some(deliverable)) => Target::Job {
+                        job,
+                        spec,
+                        deliverable,
+                    },
+                    _ => {
+                        return fail(
+                            2,
+                            "evaluate needs --job, --spec and --deliverable, or --watch --contract",
+                        );
+                    }
+                };
                 let args = commands::evaluate::EvaluateArgs {
-                    job,
+                    target,
                     rpc,
                     tier,
-                    spec,
-                    deliverable,
                     pay: pay.into_args(),
                     evaluator_key_file,
                     umpire_key,

@@ -131,7 +131,7 @@ pub async fn run(
 /// on-chain reason is the document's payload_sha256, with the outcome its verdict.
 async fn job_steps(doc: &Value, check: &JobCheck) -> Result<Vec<Step>, String> {
     let job: JobRef = check.job.parse().map_err(|e| format!("--job: {e}"))?;
-    let escrow = Escrow::connect(&check.rpc, &job, None)
+    let escrow = Escrow::connect(&check.rpc, &job.contract_ref(), None)
         .await
         .map_err(|e| format!("escrow: {e}"))?;
     let mut steps = Vec::new();

@@ -42,6 +42,82 @@ impl JobRef {
     }
 }
 
+/// An escrow contract on a chain: `eip155:<chain id>:<contract>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContractRef {
+    pub chain_id: u64,
+    pub contract: Address,
+}
+
+impl ContractRef {
+    pub fn job(&self, job_id: U256) -> JobRef {
+        JobRef {
+            chain_id: self.chain_id,
+            contract: self.contract,
+            job_id,
+        }
+    }
+}
+
+impl FromStr for ContractRef {
+    type Err = JobRefError;
+
+    fn from_str(s: &str) -> Result<ContractRef, JobRefError> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [ns, chain, contract] = parts[..] else {
+            return Err(JobRefError {
+                given: s.to_owned(),
+                problem: "a contract is three parts separated by colons: eip155:<chain id>:<0x contract>",
+            });
+        };
+        contract_parts(s, ns, chain, contract)
+    }
+}
+
+impl fmt::Display for ContractRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "eip155:{}:{}",
+            self.chain_id,
+            self.contract.to_checksum(None)
+        )
+    }
+}
+
+fn contract_parts(
+    given: &str,
+    ns: &str,
+    chain: &str,
+    contract: &str,
+) -> Result<ContractRef, JobRefError> {
+    let bad = |problem| JobRefError {
+        given: given.to_owned(),
+        problem,
+    };
+    if ns != "eip155" {
+        return Err(bad("ERC-8183 jobs live on EVM chains (eip155)"));
+    }
+    if !is_decimal(chain) {
+        return Err(bad("the chain id is not a decimal number"));
+    }
+    let chain_id = chain
+        .parse()
+        .map_err(|_| bad("the chain id is too large"))?;
+    let hex = contract.strip_prefix("0x").unwrap_or("");
+    if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad("the contract is not 0x and 40 hex digits"));
+    }
+    let contract = contract
+        .parse()
+        .map_err(|_| bad("the contract is not an address"))?;
+    Ok(ContractRef { chain_id, contract })
+}
+
+fn is_decimal(t: &str) -> bool {
+    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
+}
+
 impl FromStr for JobRef {
     type Err = JobRefError;
 
@@ -53,43 +129,26 @@ impl FromStr for JobRef {
             problem,
         };
         let rest = s.strip_prefix(JOB_REF_PREFIX).unwrap_or(s);
-        let mut parts = rest.split(':');
-        let (Some(ns), Some(chain), Some(contract), Some(id), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
+        let parts: Vec<&str> = rest.split(':').collect();
+        let [ns, chain, contract, id] = parts[..] else {
             return Err(bad("it needs four parts separated by colons"));
         };
-        if ns != "eip155" {
-            return Err(bad("ERC-8183 jobs live on EVM chains (eip155)"));
-        }
-        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-        if !digits(chain) {
-            return Err(bad("the chain id is not a decimal number"));
-        }
-        let chain_id = chain
-            .parse()
-            .map_err(|_| bad("the chain id is too large"))?;
-        let hex = contract.strip_prefix("0x").unwrap_or("");
-        if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad("the contract is not 0x and 40 hex digits"));
-        }
-        let contract = contract
-            .parse()
-            .map_err(|_| bad("the contract is not an address"))?;
-        if !digits(id) {
+        let on = contract_parts(s, ns, chain, contract)?;
+        if !is_decimal(id) {
             return Err(bad("the job id is not a decimal number"));
         }
         let job_id =
             U256::from_str_radix(id, 10).map_err(|_| bad("the job id does not fit in 256 bits"))?;
-        Ok(JobRef {
-            chain_id,
-            contract,
-            job_id,
-        })
+        Ok(on.job(job_id))
+    }
+}
+
+impl JobRef {
+    pub fn contract_ref(&self) -> ContractRef {
+        ContractRef {
+            chain_id: self.chain_id,
+            contract: self.contract,
+        }
     }
 }
 
@@ -130,6 +189,16 @@ mod tests {
             ..a
         };
         assert_ne!(a.idempotency_key(), other.idempotency_key());
+        let on: ContractRef = "eip155:31337:0x9fe46736679d2d9a65f0992f2272de9f3c7fa6e0"
+            .parse()
+            .expect("contract");
+        assert_eq!(on, a.contract_ref());
+        assert_eq!(on.job(U256::from(7)), a);
+        assert!(
+            "eip155:31337:0x9fe46736679d2d9a65f0992f2272de9f3c7fa6e0:7"
+                .parse::<ContractRef>()
+                .is_err()
+        );
     }
 
     #[test]

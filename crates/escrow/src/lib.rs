@@ -11,7 +11,7 @@
 
 mod job_ref;
 
-pub use job_ref::{JobRef, JobRefError};
+pub use job_ref::{ContractRef, JobRef, JobRefError};
 
 use std::time::Duration;
 
@@ -182,10 +182,10 @@ pub struct Escrow {
 }
 
 impl Escrow {
-    /// Connects to `rpc_url` and checks that it serves the job's chain.
+    /// Connects to `rpc_url` and checks that it serves the contract's chain.
     pub async fn connect(
         rpc_url: &str,
-        job: &JobRef,
+        on: &ContractRef,
         evaluator: Option<PrivateKeySigner>,
     ) -> Result<Escrow, EscrowError> {
         let url: alloy::transports::http::reqwest::Url = rpc_url
@@ -203,15 +203,15 @@ impl Escrow {
             None => (ProviderBuilder::new().connect_http(url).erased(), None),
         };
         let served = timed("eth_chainId", provider.get_chain_id()).await?;
-        if served != job.chain_id {
+        if served != on.chain_id {
             return Err(EscrowError::Config(format!(
-                "the RPC serves chain {served}, the job is on chain {}",
-                job.chain_id
+                "the RPC serves chain {served}, the escrow is on chain {}",
+                on.chain_id
             )));
         }
         Ok(Escrow {
             provider,
-            contract: job.contract,
+            contract: on.contract,
             evaluator,
             lookback_blocks: DEFAULT_LOOKBACK_BLOCKS,
         })
@@ -328,6 +328,38 @@ impl Escrow {
             }
             to = from - 1;
         }
+    }
+
+    /// The latest block number.
+    pub async fn head(&self) -> Result<u64, EscrowError> {
+        timed("eth_blockNumber", self.provider.get_block_number()).await
+    }
+
+    /// The ids of jobs submitted in blocks `from..=to`, in the order they were.
+    pub async fn submitted_between(&self, from: u64, to: u64) -> Result<Vec<U256>, EscrowError> {
+        let mut ids = Vec::new();
+        let mut start = from;
+        while start <= to {
+            let end = start.saturating_add(LOG_CHUNK_BLOCKS - 1).min(to);
+            let filter = Filter::new()
+                .address(self.contract)
+                .event_signature(IAgenticCommerce::JobSubmitted::SIGNATURE_HASH)
+                .from_block(start)
+                .to_block(end);
+            for log in timed("eth_getLogs", self.provider.get_logs(&filter)).await? {
+                let e = IAgenticCommerce::JobSubmitted::decode_log(&log.inner)
+                    .map_err(|e| rpc("JobSubmitted")(e.to_string()))?;
+                ids.push(e.jobId);
+            }
+            start = end + 1;
+        }
+        Ok(ids)
+    }
+
+    /// Where `--watch` starts by default: far enough back to find jobs submitted while
+    /// no watcher ran.
+    pub fn lookback(&self) -> u64 {
+        self.lookback_blocks
     }
 
     /// The provider's commitment (`JobSubmitted`), if it has submitted.
