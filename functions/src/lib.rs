@@ -19,7 +19,7 @@ use bytes::Bytes;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, RequestExt, service_fn};
 use umpire_api::plumbing::respond;
-use umpire_api::{AppState, ClientIp, Config, Route, handle_route};
+use umpire_api::{AppState, ClientIp, Config, Published, Route, handle_route};
 use umpire_aws::{Service, for_service};
 use umpire_checker::{CheckerPool, Judge, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
@@ -27,7 +27,7 @@ use umpire_core::signer::{LocalSigner, PublicKey, PublicKeyOnly, Signer};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
-use umpire_store::{JobQueue, NoStore, Store};
+use umpire_store::{JobQueue, Store};
 
 /// What a function does, and so what its cold start builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,22 +98,46 @@ pub trait Needs {
 /// An API function: its role and its one handler, called statically (no routing
 /// table in the binary, so other routes' handlers are not linked either).
 pub trait Function: Needs {
+    /// What the function holds from its cold start on: [`Published`] for the routes
+    /// that store nothing, [`AppState`] for the rest.
+    type State: ColdStart;
+
     fn handle(
-        state: &AppState,
+        state: &Self::State,
         req: umpire_api::Request,
     ) -> impl std::future::Future<Output = umpire_api::Response> + Send;
 }
 
+/// A function's state, built once per cold start for the role `N`.
+pub trait ColdStart: Sized + Send + Sync + 'static {
+    fn cold_start<N: Needs>() -> impl Future<Output = Result<Self, lambda_http::Error>> + Send;
+}
+
+impl ColdStart for AppState {
+    fn cold_start<N: Needs>() -> impl Future<Output = Result<AppState, lambda_http::Error>> + Send {
+        state_from_env::<N>()
+    }
+}
+
+impl ColdStart for Published {
+    fn cold_start<N: Needs>() -> impl Future<Output = Result<Published, lambda_http::Error>> + Send
+    {
+        published_from_env::<N>()
+    }
+}
+
 macro_rules! api_function {
-    ($(#[$doc:meta])* $name:ident, $route:ident, |$state:ident, $req:ident| $body:expr) => {
+    ($(#[$doc:meta])* $name:ident, $route:ident, $state_ty:ty, |$state:ident, $req:ident| $body:expr) => {
         $(#[$doc])*
         pub struct $name;
         impl Needs for $name {
             const ROLE: Role = Role::Api(Route::$route);
         }
         impl Function for $name {
+            type State = $state_ty;
+
             #[allow(unused_variables)]
-            async fn handle($state: &AppState, $req: umpire_api::Request) -> umpire_api::Response {
+            async fn handle($state: &$state_ty, $req: umpire_api::Request) -> umpire_api::Response {
                 $body
             }
         }
@@ -126,21 +150,28 @@ pub mod fns {
     use umpire_api::free::{handlers, lookup};
     use umpire_api::merchant::{feedback, reputation};
     use umpire_api::paid::buy;
-    use umpire_api::{AppState, Route, mcp};
+    use umpire_api::{AppState, Published, Route, mcp};
 
-    api_function!(Health, Health, |s, r| handlers::health(s));
-    api_function!(Key, Key, |s, r| handlers::key(s));
-    api_function!(Quote, Quote, |s, r| handlers::quote(s, &r).await);
-    api_function!(Validate, Validate, |s, r| handlers::validate(s, &r).await);
-    api_function!(Status, Status, |s, r| lookup::status(s, &r).await);
-    api_function!(Find, Find, |s, r| lookup::find(s, &r).await);
-    api_function!(Buy, Buy, |s, r| buy::buy(s, &r).await);
-    api_function!(Feedback, Feedback, |s, r| feedback::submit(s, &r).await);
-    api_function!(Reputation, Reputation, |s, r| reputation::reputation(s, &r)
+    api_function!(Health, Health, Published, |s, r| handlers::health(s));
+    api_function!(Key, Key, Published, |s, r| handlers::key(s));
+    api_function!(Quote, Quote, AppState, |s, r| handlers::quote(s, &r).await);
+    api_function!(Validate, Validate, AppState, |s, r| handlers::validate(
+        s, &r
+    )
+    .await);
+    api_function!(Status, Status, AppState, |s, r| lookup::status(s, &r).await);
+    api_function!(Find, Find, AppState, |s, r| lookup::find(s, &r).await);
+    api_function!(Buy, Buy, AppState, |s, r| buy::buy(s, &r).await);
+    api_function!(Feedback, Feedback, AppState, |s, r| feedback::submit(s, &r)
         .await);
-    api_function!(Mcp, Mcp, |s, r| mcp::mcp(s, &r).await);
-    api_function!(OpenApi, OpenApi, |s, r| handlers::openapi());
-    api_function!(VerifyPage, VerifyPage, |s, r| handlers::verify_page(s));
+    api_function!(Reputation, Reputation, AppState, |s, r| {
+        reputation::reputation(s, &r).await
+    });
+    api_function!(Mcp, Mcp, AppState, |s, r| mcp::mcp(s, &r).await);
+    api_function!(OpenApi, OpenApi, Published, |s, r| handlers::openapi());
+    api_function!(VerifyPage, VerifyPage, Published, |s, r| {
+        handlers::verify_page(s)
+    });
 
     /// The SQS worker (sworn pass 2, webhooks).
     pub struct Worker;
@@ -383,6 +414,18 @@ fn payments_for<'a, N: Needs>(
     })
 }
 
+/// The state of a function whose route stores nothing: the configuration and the
+/// published keys, no AWS client at all.
+pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Error> {
+    let config = Config::from_env()?;
+    let (signer, retired_keys) = signer_from_env::<N>(None).await?;
+    Ok(Published {
+        config,
+        signer,
+        retired_keys,
+    })
+}
+
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
@@ -407,7 +450,7 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
         None
     };
     let (store, queue): (Arc<dyn Store>, Option<Arc<dyn JobQueue>>) = match &aws {
-        Some(aws) if const { N::ROLE.stores() } => (
+        Some(aws) => (
             Arc::new(DynamoStore::from_config(
                 &for_service(aws, Service::DynamoDb),
                 TableNames::from_env(),
@@ -420,7 +463,14 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
                 Err(_) => None,
             },
         ),
-        _ => (Arc::new(NoStore), None),
+        // Functions whose route stores nothing hold a `Published`, not an AppState.
+        None => {
+            return Err(format!(
+                "{:?} stores nothing: its function holds the published keys, not a store",
+                N::ROLE
+            )
+            .into());
+        }
     };
     // The MCP function's paid tools invoke the paid routes' own functions.
     let paid_routes: Option<Arc<dyn umpire_api::mcp::PaidRoutes>> = match &aws {
@@ -469,7 +519,7 @@ pub async fn invoke(
 
 /// [`invoke`] for the one function `F`.
 pub async fn invoke_function<F: Function>(
-    state: &AppState,
+    state: &F::State,
     req: lambda_http::Request,
 ) -> lambda_http::Response<Body> {
     convert(req, |r| F::handle(state, r)).await
@@ -539,7 +589,7 @@ pub fn init_logging() {
 /// The whole life of an API function: log setup, cold start, then serve events.
 pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
     init_logging();
-    let state = Arc::new(state_from_env::<F>().await?);
+    let state = Arc::new(F::State::cold_start::<F>().await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(invoke_function::<F>(&state, req).await) }

@@ -66,6 +66,52 @@ pub struct AppState {
     pub paid_routes: Option<Arc<dyn mcp::PaidRoutes>>,
 }
 
+/// What the routes that store nothing read (health, the key document, the verify
+/// page): the configuration and the published keys. A function serving one of those
+/// holds this, not an [`AppState`], so it has no store, payments or checker to reach
+/// for by mistake, and links none of them.
+pub struct Published {
+    pub config: Config,
+    pub signer: Arc<dyn Signer>,
+    /// Keys that signed earlier documents and are still published for verification.
+    pub retired_keys: Vec<PublicKey>,
+}
+
+/// Read access to what [`Published`] holds, from it or from a whole [`AppState`].
+pub trait Keys {
+    fn config(&self) -> &Config;
+    fn signer(&self) -> &dyn Signer;
+    fn retired_keys(&self) -> &[PublicKey];
+}
+
+impl Keys for Published {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn signer(&self) -> &dyn Signer {
+        self.signer.as_ref()
+    }
+
+    fn retired_keys(&self) -> &[PublicKey] {
+        &self.retired_keys
+    }
+}
+
+impl Keys for AppState {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn signer(&self) -> &dyn Signer {
+        self.signer.as_ref()
+    }
+
+    fn retired_keys(&self) -> &[PublicKey] {
+        &self.retired_keys
+    }
+}
+
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the
 /// details stay in the log.
 pub fn internal(e: impl std::fmt::Display) -> ApiError {

@@ -16,27 +16,30 @@ use umpire_core::spec::{
 use umpire_core::{ApiError, ErrorCode};
 
 use crate::purchase::{Envelope, assess};
-use crate::{AppState, Request, Response, respond};
+use crate::{AppState, Keys, Request, Response, respond};
 
-pub fn health(state: &AppState) -> Response {
+pub fn health(state: &impl Keys) -> Response {
     respond::json(
         200,
         &Value::object()
             .with("status", "ok")
             .with("service", "umpire")
             .with("version", env!("CARGO_PKG_VERSION"))
-            .with("key_id", state.signer.key_id())
-            .with("time", umpire_core::time::rfc3339(state.config.clock.now())),
+            .with("key_id", state.signer().key_id())
+            .with(
+                "time",
+                umpire_core::time::rfc3339(state.config().clock.now()),
+            ),
     )
 }
 
 /// The published key document: the active key, then the retired ones.
-fn published_keys(state: &AppState) -> Value {
-    let active = umpire_core::signer::PublicKey::of(state.signer.as_ref());
-    key_document(&state.config.issuer, &active, &state.retired_keys)
+fn published_keys(state: &impl Keys) -> Value {
+    let active = umpire_core::signer::PublicKey::of(state.signer());
+    key_document(&state.config().issuer, &active, state.retired_keys())
 }
 
-pub fn key(state: &AppState) -> Response {
+pub fn key(state: &impl Keys) -> Response {
     respond::cache(
         respond::json(200, &published_keys(state)),
         "public, max-age=300",
@@ -277,7 +280,7 @@ pub fn openapi() -> Response {
 const VERIFY_PAGE: &str = include_str!("../verify.html");
 
 /// `GET /verify`: one self-contained HTML page (no external assets, no network).
-pub fn verify_page(state: &AppState) -> Response {
+pub fn verify_page(state: &impl Keys) -> Response {
     let keys = published_keys(state).to_canonical_string();
     // Inside <script>, "</" could end the element; "<\/" is the same JSON string.
     let page = VERIFY_PAGE.replace("__PUBLISHED_KEYS__", &keys.replace("</", "<\\/"));
