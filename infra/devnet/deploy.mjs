@@ -17,6 +17,7 @@ import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, http, toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { compile } from "./compile.mjs";
+import { devnetChain } from "./chain.mjs";
 
 export const MNEMONIC = "test test test test test test test test test test test junk";
 
@@ -41,12 +42,7 @@ const { abi, bytecode } = compile("TestUSDC.sol", "TestUSDC");
 const transport = http(args.rpc);
 const pub = createPublicClient({ transport });
 const chainId = await pub.getChainId();
-const chain = {
-  id: chainId,
-  name: "devnet",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [args.rpc] } },
-};
+const chain = devnetChain(chainId, args.rpc);
 const deployer = createWalletClient({ account: account(0), chain, transport });
 const deployHash = await deployer.deployContract({ abi, bytecode, args: [args.name, args.version] });
 const receipt = await pub.waitForTransactionReceipt({ hash: deployHash });

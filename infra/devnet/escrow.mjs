@@ -16,6 +16,7 @@ import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, http, parseAbi } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { compile } from "./compile.mjs";
+import { devnetChain } from "./chain.mjs";
 
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,
@@ -46,12 +47,7 @@ const erc20 = parseAbi([
   "function balanceOf(address owner) view returns (uint256)",
 ]);
 const transport = http(devnet.rpc_url);
-const chain = {
-  id: devnet.chain_id,
-  name: "devnet",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [devnet.rpc_url] } },
-};
+const chain = devnetChain(devnet.chain_id, devnet.rpc_url);
 const pub = createPublicClient({ chain, transport });
 const wallet = (key) => createWalletClient({ account: privateKeyToAccount(key), chain, transport });
 const jobRef = (id) => `eip155:${devnet.chain_id}:${devnet.escrow}:${id}`;

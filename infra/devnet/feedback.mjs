@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, http, parseAbi } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
+import { devnetChain } from "./chain.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -25,12 +26,7 @@ if (!args.devnet || !args.merchant) {
   process.exit(2);
 }
 const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
-const chain = {
-  id: devnet.chain_id,
-  name: "devnet",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [devnet.rpc_url] } },
-};
+const chain = devnetChain(devnet.chain_id, devnet.rpc_url);
 const transport = http(devnet.rpc_url);
 const payer = privateKeyToAccount(devnet.payer_private_key);
 const wallet = createWalletClient({ account: payer, chain, transport });

@@ -22,6 +22,7 @@ import { registerExactSvmScheme } from "@x402/svm/exact/facilitator";
 import { createKeyPairSignerFromBytes } from "@solana/kit";
 import { createWalletClient, http, publicActions } from "viem";
 import { nonceManager, privateKeyToAccount } from "viem/accounts";
+import { devnetChain } from "../../infra/devnet/chain.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -36,12 +37,7 @@ const { values: args } = parseArgs({
 const facilitator = new x402Facilitator();
 if (args.devnet) {
   const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
-  const chain = {
-    id: devnet.chain_id,
-    name: "devnet",
-    nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-    rpcUrls: { default: { http: [devnet.rpc_url] } },
-  };
+  const chain = devnetChain(devnet.chain_id, devnet.rpc_url);
   const client = createWalletClient({
     account: privateKeyToAccount(devnet.facilitator_private_key, args.tuned ? { nonceManager } : {}),
     chain,

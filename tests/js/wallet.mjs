@@ -14,6 +14,7 @@ import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, encodeFunctionData, http, parseAbi, parseSignature, toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { compile } from "../../infra/devnet/compile.mjs";
+import { devnetChain } from "../../infra/devnet/chain.mjs";
 
 const MNEMONIC = "test test test test test test test test test test test junk";
 const { values: args } = parseArgs({
@@ -29,12 +30,7 @@ const { values: args } = parseArgs({
 });
 const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
 const transport = http(devnet.rpc_url);
-const chain = {
-  id: devnet.chain_id,
-  name: "devnet",
-  nativeCurrency: { name: "Ether", symbol: "ETH", decimals: 18 },
-  rpcUrls: { default: { http: [devnet.rpc_url] } },
-};
+const chain = devnetChain(devnet.chain_id, devnet.rpc_url);
 const pub = createPublicClient({ transport, chain });
 const ownerAccount = mnemonicToAccount(MNEMONIC, { addressIndex: Number(args["owner-index"]) });
 const deployer = createWalletClient({ account: mnemonicToAccount(MNEMONIC, { addressIndex: 0 }), chain, transport });

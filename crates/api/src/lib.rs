@@ -84,33 +84,26 @@ pub trait Keys {
     fn retired_keys(&self) -> &[PublicKey];
 }
 
-impl Keys for Published {
-    fn config(&self) -> &Config {
-        &self.config
-    }
+/// Both states hold the same three fields under the same names.
+macro_rules! keys_from_fields {
+    ($($state:ty),*) => {$(
+        impl Keys for $state {
+            fn config(&self) -> &Config {
+                &self.config
+            }
 
-    fn signer(&self) -> &dyn Signer {
-        self.signer.as_ref()
-    }
+            fn signer(&self) -> &dyn Signer {
+                self.signer.as_ref()
+            }
 
-    fn retired_keys(&self) -> &[PublicKey] {
-        &self.retired_keys
-    }
+            fn retired_keys(&self) -> &[PublicKey] {
+                &self.retired_keys
+            }
+        }
+    )*};
 }
 
-impl Keys for AppState {
-    fn config(&self) -> &Config {
-        &self.config
-    }
-
-    fn signer(&self) -> &dyn Signer {
-        self.signer.as_ref()
-    }
-
-    fn retired_keys(&self) -> &[PublicKey] {
-        &self.retired_keys
-    }
-}
+keys_from_fields!(Published, AppState);
 
 /// Our own failure, reported as `500 internal` (safe to retry) and logged; the
 /// details stay in the log.

@@ -362,55 +362,53 @@ impl Escrow {
         self.lookback_blocks
     }
 
-    /// The provider's commitment (`JobSubmitted`), if it has submitted.
-    pub async fn submission(&self, id: U256) -> Result<Option<Submission>, EscrowError> {
-        let Some(log) = self
-            .latest_log(IAgenticCommerce::JobSubmitted::SIGNATURE_HASH, id)
-            .await?
-        else {
+    /// The job's latest `E` event, decoded, and the transaction that emitted it.
+    async fn last_event<E: SolEvent>(
+        &self,
+        id: U256,
+    ) -> Result<Option<(E, Option<B256>)>, EscrowError> {
+        let Some(log) = self.latest_log(E::SIGNATURE_HASH, id).await? else {
             return Ok(None);
         };
-        let tx = log.transaction_hash;
-        let e = IAgenticCommerce::JobSubmitted::decode_log(&log.inner)
-            .map_err(|e| rpc("JobSubmitted")(e.to_string()))?;
-        Ok(Some(Submission {
-            deliverable: e.deliverable,
-            provider: e.provider,
-            transaction: tx,
-        }))
+        let event = E::decode_log(&log.inner)
+            .map_err(|e| rpc("decoding an event")(format!("{}: {e}", E::SIGNATURE)))?;
+        Ok(Some((event.data, log.transaction_hash)))
+    }
+
+    /// The provider's commitment (`JobSubmitted`), if it has submitted.
+    pub async fn submission(&self, id: U256) -> Result<Option<Submission>, EscrowError> {
+        Ok(self
+            .last_event::<IAgenticCommerce::JobSubmitted>(id)
+            .await?
+            .map(|(e, transaction)| Submission {
+                deliverable: e.deliverable,
+                provider: e.provider,
+                transaction,
+            }))
     }
 
     /// How the job was decided (`JobCompleted` or `JobRejected`), if it was.
     pub async fn outcome(&self, id: U256) -> Result<Option<Outcome>, EscrowError> {
-        if let Some(log) = self
-            .latest_log(IAgenticCommerce::JobCompleted::SIGNATURE_HASH, id)
+        if let Some((e, transaction)) = self
+            .last_event::<IAgenticCommerce::JobCompleted>(id)
             .await?
         {
-            let tx = log.transaction_hash;
-            let e = IAgenticCommerce::JobCompleted::decode_log(&log.inner)
-                .map_err(|e| rpc("JobCompleted")(e.to_string()))?;
             return Ok(Some(Outcome {
                 status: Status::Completed,
                 reason: e.reason,
                 by: e.evaluator,
-                transaction: tx,
+                transaction,
             }));
         }
-        if let Some(log) = self
-            .latest_log(IAgenticCommerce::JobRejected::SIGNATURE_HASH, id)
+        Ok(self
+            .last_event::<IAgenticCommerce::JobRejected>(id)
             .await?
-        {
-            let tx = log.transaction_hash;
-            let e = IAgenticCommerce::JobRejected::decode_log(&log.inner)
-                .map_err(|e| rpc("JobRejected")(e.to_string()))?;
-            return Ok(Some(Outcome {
+            .map(|(e, transaction)| Outcome {
                 status: Status::Rejected,
                 reason: e.reason,
                 by: e.rejector,
-                transaction: tx,
-            }));
-        }
-        Ok(None)
+                transaction,
+            }))
     }
 
     /// Sends `complete` or `reject` with `reason` from the evaluator's key, after a
