@@ -162,19 +162,25 @@ mod tests {
 
     /// A refused connection reaches the SDK as an I/O failure, which its standard retry
     /// strategy (set by `sdk_config_from`) tries three times in all.
+    /// The SDK configured as a function's environment configures it, pointed at a
+    /// port on this machine.
+    fn local_config(port: u16) -> crate::SdkConfig {
+        crate::sdk_config_from(&|name| match name {
+            "AWS_REGION" => Some("us-east-1".into()),
+            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("test".into()),
+            "AWS_ENDPOINT_URL" => Some(format!("http://127.0.0.1:{port}")),
+            _ => None,
+        })
+        .expect("config")
+    }
+
     #[tokio::test]
     async fn a_refused_connection_is_transient() {
         let port = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
             listener.local_addr().expect("addr").port()
         };
-        let config = crate::sdk_config_from(&|name| match name {
-            "AWS_REGION" => Some("us-east-1".into()),
-            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("test".into()),
-            "AWS_ENDPOINT_URL" => Some(format!("http://127.0.0.1:{port}")),
-            _ => None,
-        })
-        .expect("config");
+        let config = local_config(port);
         assert_eq!(
             config.retry_config().map(|r| r.max_attempts()),
             Some(3),
@@ -208,13 +214,7 @@ mod tests {
                 let _ = stream.write_all(b"this is not HTTP at all\r\n\r\n");
             }
         });
-        let config = crate::sdk_config_from(&|name| match name {
-            "AWS_REGION" => Some("us-east-1".into()),
-            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("test".into()),
-            "AWS_ENDPOINT_URL" => Some(format!("http://127.0.0.1:{port}")),
-            _ => None,
-        })
-        .expect("config");
+        let config = local_config(port);
         let sqs = aws_sdk_sqs::Client::new(&config);
         let err = sqs.list_queues().send().await.expect_err("garbage");
         assert!(

@@ -106,6 +106,18 @@ pub struct StoredResponse {
     pub body: String,
 }
 
+impl StoredResponse {
+    /// The text both stores keep it as.
+    pub fn encode(&self) -> Result<String> {
+        serde_json::to_string(self).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    /// Reads [`StoredResponse::encode`]'s text back; anything else is corrupt.
+    pub fn decode(text: &str) -> Result<StoredResponse> {
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdempotencyState {
     /// Claimed by a request still running; others wait until `until`.

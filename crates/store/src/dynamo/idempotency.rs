@@ -55,8 +55,7 @@ impl IdempotencyStore for DynamoStore {
         response: &StoredResponse,
         expires_at: Unix,
     ) -> Result<()> {
-        let text =
-            serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let text = response.encode()?;
         let r = self
             .client
             .update_item()

@@ -464,10 +464,7 @@ fn idempotency_from_item(item: &Item) -> Result<IdempotencyRecord> {
     let key = get_s(item, "idem_key")?;
     let state = if get_s(item, "status")? == "COMPLETED" {
         let text = get_s(item, "response")?;
-        IdempotencyState::Completed(
-            serde_json::from_str::<StoredResponse>(&text)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        )
+        IdempotencyState::Completed(StoredResponse::decode(&text)?)
     } else {
         IdempotencyState::InProgress {
             until: get_n(item, "in_progress_until")?,
@@ -491,8 +488,7 @@ fn payment_from_item(item: &Item) -> Result<PaymentEntry> {
         },
         Some(PaymentPhase::Settled) => PaymentState::Settled {
             transaction: get_s(item, "tx_hash")?,
-            response: serde_json::from_str(&get_s(item, "response")?)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            response: StoredResponse::decode(&get_s(item, "response")?)?,
         },
         Some(PaymentPhase::Voided) => PaymentState::Voided {
             reason: opt_s(item, "reason").unwrap_or_default(),
@@ -522,11 +518,7 @@ fn payment_attributes(state: &PaymentState) -> Result<Vec<(&'static str, Attribu
             response,
         } => vec![
             ("tx_hash", s(transaction)),
-            (
-                "response",
-                s(serde_json::to_string(response)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?),
-            ),
+            ("response", s(response.encode()?)),
         ],
         PaymentState::Voided { reason } => vec![("reason", s(reason))],
     })

@@ -55,8 +55,7 @@ impl IdempotencyStore for SqliteStore {
         response: &StoredResponse,
         expires_at: Unix,
     ) -> Result<()> {
-        let text =
-            serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let text = response.encode()?;
         let (k, h) = (key.to_owned(), request_hash.to_owned());
         self.run(move |c| {
             c.execute(

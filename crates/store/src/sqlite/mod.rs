@@ -250,10 +250,7 @@ fn idempotency_record(
     let state = if status == "COMPLETED" {
         let text = response
             .ok_or_else(|| StoreError::Corrupt(format!("{key}: completed without a response")))?;
-        IdempotencyState::Completed(
-            serde_json::from_str::<StoredResponse>(&text)
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        )
+        IdempotencyState::Completed(StoredResponse::decode(&text)?)
     } else {
         IdempotencyState::InProgress { until }
     };
@@ -306,8 +303,9 @@ impl PaymentRow {
             },
             Some(PaymentPhase::Settled) => PaymentState::Settled {
                 transaction: self.tx_hash.ok_or_else(|| missing("transaction"))?,
-                response: serde_json::from_str(&self.response.ok_or_else(|| missing("response"))?)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                response: StoredResponse::decode(
+                    &self.response.ok_or_else(|| missing("response"))?,
+                )?,
             },
             Some(PaymentPhase::Voided) => PaymentState::Voided {
                 reason: self.reason.unwrap_or_default(),
@@ -347,7 +345,7 @@ fn payment_columns(state: &PaymentState) -> Result<PaymentColumns> {
         } => (
             None,
             Some(transaction.clone()),
-            Some(serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?),
+            Some(response.encode()?),
             None,
         ),
         PaymentState::Voided { reason } => (None, None, None, Some(reason.clone())),
