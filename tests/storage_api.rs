@@ -21,7 +21,7 @@ fn record(
 ) -> VerdictRecord {
     VerdictRecord {
         verdict_id: id.into(),
-        tier: "sworn".into(),
+        tier: umpire_core::product::Tier::Sworn,
         status,
         document: (status == VerdictStatus::Final)
             .then(|| r#"{"verdict":"pass","verdict_id":"x"}"#.into()),

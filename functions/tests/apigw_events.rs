@@ -173,7 +173,7 @@ async fn status_and_find_read_path_query_and_bearer_from_the_event() {
         .store
         .put_verdict(&VerdictRecord {
             verdict_id: "vrd_0123456789abcdef0123456789abcdef".into(),
-            tier: "sworn".into(),
+            tier: umpire_core::product::Tier::Sworn,
             status: VerdictStatus::Pending,
             document: None,
             preview: Some("{\"pass\":1}".into()),

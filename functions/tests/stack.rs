@@ -195,7 +195,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
     store
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
-            tier: "sworn".into(),
+            tier: umpire_core::product::Tier::Sworn,
             status: VerdictStatus::Pending,
             document: None,
             preview: None,

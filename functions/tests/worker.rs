@@ -111,7 +111,7 @@ async fn bought(
     setup
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
-            tier: "sworn".into(),
+            tier: umpire_core::product::Tier::Sworn,
             status: VerdictStatus::Pending,
             document: None,
             preview: Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
@@ -469,7 +469,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
     store
         .put_verdict(&VerdictRecord {
             verdict_id: verdict_id.clone(),
-            tier: "sworn".into(),
+            tier: umpire_core::product::Tier::Sworn,
             status: VerdictStatus::Pending,
             document: None,
             preview: None,

@@ -65,7 +65,10 @@ pub const RATE_LIMITS: &[(&str, u32)] = &[
     ("replay", 120),
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// On the wire and in storage as [`Tier::as_str`] spells it (serde's lowercase names
+/// are the same words; a unit test holds them equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Tier {
     Witness,
     Basic,
@@ -186,6 +189,17 @@ impl Price {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiers_serialize_as_they_are_spelled() {
+        for t in Tier::ALL {
+            let json = serde_json::to_value(t).expect("json");
+            assert_eq!(json, t.as_str());
+            assert_eq!(serde_json::from_value::<Tier>(json).expect("reads"), t);
+            assert_eq!(Tier::parse(t.as_str()), Some(t));
+        }
+        assert!(serde_json::from_value::<Tier>(serde_json::json!("gold")).is_err());
+    }
 
     #[test]
     fn prices_match_the_contract() {

@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};
 use umpire_pay::client::sign_exact_evm;
 use umpire_pay::evm::Eip3009Payment;
-use umpire_pay::types::EvmExactPayload;
+use umpire_pay::types::{EvmExactPayload, Scheme};
 use umpire_pay::{PaymentPayload, PaymentRequired, Rail, RailPricing, decode_header};
 
 const NOW: u64 = 1_800_000_000;
@@ -19,7 +19,7 @@ fn rail() -> Rail {
     extra.insert("name".into(), json!("USD Coin"));
     extra.insert("version".into(), json!("2"));
     Rail {
-        scheme: "exact".into(),
+        scheme: Scheme::Exact,
         network: "eip155:8453".parse().expect("valid fixture"),
         v1_network: Some("base".into()),
         asset: umpire_core::product::BASE_USDC

@@ -12,7 +12,7 @@ use umpire_core::signer::{LocalSigner, Signer as _};
 
 use crate::evm::{TransferWithAuthorization, token_domain};
 use crate::svm;
-use crate::types::{Asset, Namespace, PaymentRequired, PaymentRequirements};
+use crate::types::{Asset, Namespace, PaymentRequired, PaymentRequirements, Scheme};
 
 /// How far back `validAfter` is set, as the reference client does (clock skew).
 const VALID_AFTER_SLACK_SECS: u64 = 600;
@@ -20,7 +20,7 @@ const VALID_AFTER_SLACK_SECS: u64 = 600;
 /// The first `exact` EVM option we can pay, in the server's order of preference.
 pub fn pick_evm(required: &PaymentRequired) -> Option<&PaymentRequirements> {
     required.accepts.iter().find(|r| {
-        r.scheme == "exact"
+        r.scheme == Scheme::Exact
             && r.network.chain_id().is_some()
             && r.extra.get("name").and_then(|v| v.as_str()).is_some()
             && r.extra.get("version").and_then(|v| v.as_str()).is_some()
@@ -90,13 +90,13 @@ pub fn pick(required: &PaymentRequired, choice: RailChoice) -> Option<&PaymentRe
     match choice {
         RailChoice::Evm => pick_evm(required),
         RailChoice::SolanaUsdc => required.accepts.iter().find(|r| {
-            r.scheme == "exact"
+            r.scheme == Scheme::Exact
                 && r.network.namespace() == Namespace::Solana
                 && r.asset != Asset::NativeSol
                 && r.extra.get("feePayer").and_then(|v| v.as_str()).is_some()
         }),
         RailChoice::NativeSol => required.accepts.iter().find(|r| {
-            r.scheme == "exact"
+            r.scheme == Scheme::Exact
                 && r.network.namespace() == Namespace::Solana
                 && r.asset == Asset::NativeSol
         }),

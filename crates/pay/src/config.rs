@@ -33,7 +33,7 @@ use crate::evm::EvmChain;
 use crate::price::{DEFAULT_SOL_PRICE_URL, SolPriceFeed};
 use crate::rails::{Rail, RailPricing, Rails};
 use crate::settle::{FacilitatorClient, Payments, SelfSettler, Settler};
-use crate::types::{Account, Asset, Namespace, Network};
+use crate::types::{Account, Asset, Namespace, Network, Scheme};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
@@ -121,7 +121,7 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
         extra.insert("name".into(), Value::String(name));
         extra.insert("version".into(), Value::String(version));
         rails.push(Rail {
-            scheme: "exact".into(),
+            scheme: Scheme::Exact,
             v1_network: get("UMPIRE_EVM_V1_NETWORK")
                 .or_else(|| v1_network_name(network.as_str()).map(str::to_owned)),
             network,
@@ -161,7 +161,7 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
             let mut extra = Map::new();
             extra.insert("feePayer".into(), Value::String(fee_payer));
             rails.push(Rail {
-                scheme: "exact".into(),
+                scheme: Scheme::Exact,
                 v1_network: v1_network_name(network.as_str()).map(str::to_owned),
                 network: network.clone(),
                 asset: mint,
@@ -171,7 +171,7 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
             });
             if get("UMPIRE_SOL_NATIVE").as_deref() == Some("on") {
                 rails.push(Rail {
-                    scheme: "exact".into(),
+                    scheme: Scheme::Exact,
                     // Native SOL is our extension of the exact scheme; v1 clients cannot use it.
                     v1_network: None,
                     network,

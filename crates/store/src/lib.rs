@@ -15,6 +15,7 @@ pub mod sqs;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use umpire_core::product::Tier;
 
 /// Seconds since the Unix epoch.
 pub type Unix = u64;
@@ -64,7 +65,7 @@ impl VerdictStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerdictRecord {
     pub verdict_id: String,
-    pub tier: String,
+    pub tier: Tier,
     pub status: VerdictStatus,
     /// The final signed document (stable JSON text), once there is one.
     pub document: Option<String>,

@@ -22,7 +22,7 @@ const NOW: u64 = 1_796_223_845;
 fn verdict(id: &str, spec_hash: &str, webhook: Option<&str>, expires_at: u64) -> VerdictRecord {
     VerdictRecord {
         verdict_id: id.into(),
-        tier: "sworn".into(),
+        tier: umpire_core::product::Tier::Sworn,
         status: VerdictStatus::Pending,
         document: None,
         preview: Some(r#"{"pass":1}"#.into()),

@@ -146,7 +146,7 @@ impl Paid<'_, '_> {
     fn record(&self, purchase: &Purchase, now: u64) -> VerdictRecord {
         VerdictRecord {
             verdict_id: self.verdict_id.to_owned(),
-            tier: purchase.tier.as_str().to_owned(),
+            tier: purchase.tier,
             status: VerdictStatus::Final,
             document: None,
             preview: None,

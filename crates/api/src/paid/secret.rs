@@ -106,7 +106,7 @@ mod tests {
 
         let record = VerdictRecord {
             verdict_id: "vrd_a".into(),
-            tier: "sworn".into(),
+            tier: umpire_core::product::Tier::Sworn,
             status: umpire_store::VerdictStatus::Final,
             document: None,
             preview: None,

@@ -351,6 +351,7 @@ impl Eip3009Payment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Scheme;
     use alloy::signers::SignerSync;
     use serde_json::{Map, json};
 
@@ -364,7 +365,7 @@ mod tests {
         extra.insert("name".into(), json!("USD Coin"));
         extra.insert("version".into(), json!("2"));
         Rail {
-            scheme: "exact".into(),
+            scheme: Scheme::Exact,
             network: "eip155:8453".parse().expect("valid fixture"),
             v1_network: Some("base".into()),
             asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
@@ -378,7 +379,7 @@ mod tests {
 
     fn requirements() -> PaymentRequirements {
         PaymentRequirements {
-            scheme: "exact".into(),
+            scheme: Scheme::Exact,
             network: "eip155:8453".parse().expect("valid fixture"),
             amount: "1000000".parse().expect("valid fixture"),
             asset: rail().asset,

@@ -9,7 +9,7 @@ use umpire_core::signer::Signer;
 use crate::reason::FailureReason;
 use crate::types::{
     Account, Asset, EvmExactPayload, Namespace, Network, PaymentPayload, PaymentRequired,
-    PaymentRequirements, PaymentRequirementsV1, ResourceInfo, TokenAmount, X402Version,
+    PaymentRequirements, PaymentRequirementsV1, ResourceInfo, Scheme, TokenAmount, X402Version,
 };
 
 /// How a rail prices a product.
@@ -23,8 +23,7 @@ pub enum RailPricing {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rail {
-    /// `exact`.
-    pub scheme: String,
+    pub scheme: Scheme,
     pub network: Network,
     /// The v1 name of the network (`base`, `base-sepolia`, `solana`), if v1 clients may use it.
     pub v1_network: Option<String>,
@@ -343,7 +342,7 @@ impl Rails {
         };
         let mut candidates = self.rails.iter().filter(on_network).peekable();
         let first = *candidates.peek().ok_or_else(|| MatchError::UnknownRail {
-            scheme: scheme.clone(),
+            scheme: scheme.to_string(),
             network: network.to_owned(),
         })?;
         match payment {
@@ -384,7 +383,7 @@ impl Rails {
                 .find(|(r, _)| *r == rail)
                 .map(|(_, req)| req)
                 .ok_or_else(|| MatchError::UnknownRail {
-                    scheme: rail.scheme.clone(),
+                    scheme: rail.scheme.to_string(),
                     network: rail.network.to_string(),
                 })?,
         };
@@ -405,7 +404,7 @@ impl Rails {
             }
         }
         match family {
-            Family::Evm if rail.scheme == "exact" => {
+            Family::Evm if rail.scheme == Scheme::Exact => {
                 let evm: EvmExactPayload = serde_json::from_value(payment.scheme_payload().clone())
                     .map_err(|e| MatchError::Malformed(e.to_string()))?;
                 let a = &evm.authorization;

@@ -29,7 +29,7 @@ fn rails() -> Rails {
     Rails {
         rails: vec![
             Rail {
-                scheme: "exact".into(),
+                scheme: Scheme::Exact,
                 network: "eip155:8453".parse().expect("valid fixture"),
                 v1_network: Some("base".into()),
                 asset: USDC.parse().expect("valid fixture"),
@@ -38,7 +38,7 @@ fn rails() -> Rails {
                 pricing: RailPricing::Stablecoin { decimals: 6 },
             },
             Rail {
-                scheme: "exact".into(),
+                scheme: Scheme::Exact,
                 network: SOLANA.parse().expect("valid fixture"),
                 v1_network: Some("solana".into()),
                 asset: SOL_USDC.parse().expect("valid fixture"),
@@ -47,7 +47,7 @@ fn rails() -> Rails {
                 pricing: RailPricing::Stablecoin { decimals: 6 },
             },
             Rail {
-                scheme: "exact".into(),
+                scheme: Scheme::Exact,
                 network: SOLANA.parse().expect("valid fixture"),
                 v1_network: None,
                 asset: svm::NATIVE_SOL_ASSET.parse().expect("valid fixture"),

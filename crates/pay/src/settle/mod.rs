@@ -24,7 +24,7 @@ use crate::rails::{Family, Rail};
 use crate::reason::FailureReason;
 use crate::svm;
 use crate::types::{
-    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1,
+    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, Scheme,
     SettlementResponse, X402Version,
 };
 
@@ -93,7 +93,7 @@ pub struct PaymentContext {
 impl PaymentContext {
     /// The EVM authorization, for `exact` payments on eip155 rails.
     pub fn eip3009(&self) -> Option<Result<Eip3009Payment, PaymentFailure>> {
-        if !(self.rail.is_evm() && self.rail.scheme == "exact") {
+        if !(self.rail.is_evm() && self.rail.scheme == Scheme::Exact) {
             return None;
         }
         Some(
@@ -343,7 +343,7 @@ impl Payments {
         for rail in ours {
             let kind = kinds.iter().find(|k| {
                 k.x402_version == X402Version::V2.number()
-                    && k.scheme == rail.scheme
+                    && k.scheme == rail.scheme.as_str()
                     && k.network == rail.network.as_str()
             });
             match kind {

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::reason::FailureReason;
 
 mod values;
-pub use values::{Account, Asset, Namespace, Network, TokenAmount};
+pub use values::{Account, Asset, Namespace, Network, Scheme, TokenAmount};
 
 /// The protocol version a message is written in: `x402Version` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,7 +81,7 @@ pub struct ResourceInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirements {
-    pub scheme: String,
+    pub scheme: Scheme,
     /// CAIP-2: `eip155:8453`, `solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp`.
     pub network: Network,
     pub amount: TokenAmount,
@@ -108,7 +108,7 @@ pub struct PaymentRequired {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentRequirementsV1 {
-    pub scheme: String,
+    pub scheme: Scheme,
     /// The v1 name of the network (`base`, `solana-devnet`), not CAIP-2.
     pub network: String,
     pub max_amount_required: TokenAmount,
@@ -133,7 +133,7 @@ pub enum PaymentPayload {
         payload: Value,
     },
     V1 {
-        scheme: String,
+        scheme: Scheme,
         network: String,
         payload: Value,
     },
@@ -150,7 +150,7 @@ struct V2Wire {
 
 #[derive(Deserialize)]
 struct V1Wire {
-    scheme: String,
+    scheme: Scheme,
     network: String,
     payload: Value,
 }

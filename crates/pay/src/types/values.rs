@@ -40,6 +40,42 @@ macro_rules! serde_as_string {
     };
 }
 
+/// How a payment is made: `exact` (a transfer of exactly the amount asked), the one
+/// scheme we sell on; other names (a client's, a facilitator's) are kept as spelled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    Exact,
+    Other(String),
+}
+
+impl Scheme {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Scheme::Exact => "exact",
+            Scheme::Other(name) => name,
+        }
+    }
+}
+
+impl FromStr for Scheme {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Scheme, Self::Err> {
+        Ok(match s {
+            "exact" => Scheme::Exact,
+            other => Scheme::Other(other.to_owned()),
+        })
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+serde_as_string!(Scheme);
+
 /// A CAIP-2 chain id: `namespace:reference`, as in `eip155:8453` or
 /// `solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -285,6 +321,18 @@ serde_as_string!(Asset);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schemes_other_than_exact_are_kept_as_spelled() {
+        assert_eq!("exact".parse::<Scheme>(), Ok(Scheme::Exact));
+        let upto: Scheme = "upto".parse().expect("infallible");
+        assert_eq!(upto, Scheme::Other("upto".into()));
+        assert_eq!(serde_json::to_value(&upto).expect("json"), "upto");
+        assert_eq!(
+            serde_json::from_value::<Scheme>(serde_json::json!("exact")).expect("reads"),
+            Scheme::Exact
+        );
+    }
 
     #[test]
     fn networks_parse_as_caip2_and_refuse_the_rest() {

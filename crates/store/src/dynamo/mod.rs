@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::types::{
     KeyType, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
     ScalarAttributeType, TimeToLiveSpecification,
 };
+use umpire_core::product::Tier;
 
 use crate::{
     Claim, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
@@ -443,7 +444,11 @@ fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
     let status = get_s(item, "status")?;
     Ok(VerdictRecord {
         verdict_id: get_s(item, "verdict_id")?,
-        tier: get_s(item, "tier")?,
+        tier: {
+            let text = get_s(item, "tier")?;
+            Tier::parse(&text)
+                .ok_or_else(|| StoreError::Corrupt(format!("{text:?} is not a tier")))?
+        },
         status: VerdictStatus::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("verdict status {status:?}")))?,
         document: opt_s(item, "document"),

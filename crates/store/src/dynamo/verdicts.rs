@@ -7,7 +7,7 @@ impl VerdictStore for DynamoStore {
     async fn put_verdict(&self, rec: &VerdictRecord) -> Result<()> {
         let mut item: Item = HashMap::from([
             ("verdict_id".into(), s(&rec.verdict_id)),
-            ("tier".into(), s(&rec.tier)),
+            ("tier".into(), s(rec.tier.as_str())),
             ("status".into(), s(rec.status.as_str())),
             ("secret_hash".into(), s(&rec.secret_hash)),
             ("spec_hash".into(), s(&rec.spec_hash)),

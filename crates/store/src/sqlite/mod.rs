@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use umpire_core::product::Tier;
 
 use crate::{
     Claim, Delivery, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
@@ -200,12 +201,23 @@ impl SqliteStore {
     }
 }
 
+/// A stored tier name; anything else is a corrupt row.
+fn tier_of(text: String) -> rusqlite::Result<Tier> {
+    Tier::parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            1,
+            rusqlite::types::Type::Text,
+            format!("{text:?} is not a tier").into(),
+        )
+    })
+}
+
 fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, String)> {
     let status: String = r.get(2)?;
     Ok((
         VerdictRecord {
             verdict_id: r.get(0)?,
-            tier: r.get(1)?,
+            tier: tier_of(r.get(1)?)?,
             status: VerdictStatus::Pending,
             document: r.get(3)?,
             preview: r.get(4)?,

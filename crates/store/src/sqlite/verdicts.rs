@@ -12,7 +12,7 @@ impl VerdictStore for SqliteStore {
                     &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
                     params![
                         r.verdict_id,
-                        r.tier,
+                        r.tier.as_str(),
                         r.status.as_str(),
                         r.document,
                         r.preview,
