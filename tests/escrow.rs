@@ -90,7 +90,11 @@ impl World {
         let base = format!("http://{}", self.server.addr);
         let rpc = self.devnet.get("rpc_url");
         let key = self.devnet.get("payer_private_key");
-        let mut all = vec![("UMPIRE_WALLET_KEY", key.as_str())];
+        let records = self.files.path().to_string_lossy().into_owned();
+        let mut all = vec![
+            ("UMPIRE_WALLET_KEY", key.as_str()),
+            ("UMPIRE_DATA_DIR", records.as_str()),
+        ];
         all.extend_from_slice(env);
         run_umpire(
             &[
@@ -131,6 +135,41 @@ impl World {
                 &rpc,
             ],
             &[],
+        )
+    }
+
+    /// `umpire evaluate --watch --once` over the devnet's escrow, from block 0.
+    fn watch(&self, extra: &[&str]) -> (i32, String, String) {
+        let contract = format!(
+            "eip155:{}:{}",
+            self.devnet.get("chain_id"),
+            self.devnet.get("escrow")
+        );
+        let base = format!("http://{}", self.server.addr);
+        let rpc = self.devnet.get("rpc_url");
+        let key = self.devnet.get("payer_private_key");
+        let records = self.files.path().to_string_lossy().into_owned();
+        let mut args = vec![
+            "evaluate",
+            "--watch",
+            "--contract",
+            &contract,
+            "--rpc",
+            &rpc,
+            "--once",
+            "--from-block",
+            "0",
+            "--base",
+            &base,
+        ];
+        args.extend_from_slice(extra);
+        run_umpire(
+            &args,
+            &[
+                ("UMPIRE_WALLET_KEY", key.as_str()),
+                ("UMPIRE_DATA_DIR", records.as_str()),
+                ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+            ],
         )
     }
 
@@ -442,35 +481,8 @@ fn a_watching_evaluator_judges_the_jobs_it_is_named_for_from_their_descriptions(
         w.submit(id, &good);
     }
 
-    let contract = format!(
-        "eip155:{}:{}",
-        w.devnet.get("chain_id"),
-        w.devnet.get("escrow")
-    );
-    let watch = || {
-        let base = format!("http://{}", w.server.addr);
-        let rpc = w.devnet.get("rpc_url");
-        let key = w.devnet.get("payer_private_key");
-        run_umpire(
-            &[
-                "evaluate",
-                "--watch",
-                "--contract",
-                &contract,
-                "--rpc",
-                &rpc,
-                "--once",
-                "--from-block",
-                "0",
-                "--base",
-                &base,
-            ],
-            &[
-                ("UMPIRE_WALLET_KEY", key.as_str()),
-                ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
-            ],
-        )
-    };
+    let client = w.devnet.get("escrow_client");
+    let watch = || w.watch(&["--client", &client]);
     // The deliverable is not there yet: nothing is paid, and the job is left for later.
     let (code, out, err) = watch();
     assert_eq!(code, 2, "{out}{err}");
@@ -494,8 +506,8 @@ fn a_watching_evaluator_judges_the_jobs_it_is_named_for_from_their_descriptions(
     let judged: umpire_escrow::JobRef =
         lines[0]["job"].as_str().expect("job").parse().expect("job");
     assert_eq!(judged.job_id.to_string(), ours);
-    assert!(err.contains("not evaluated, nothing paid"), "{err}");
-    assert!(err.contains("not us; skipped"), "{err}");
+    assert!(err.contains("the description is not JSON"), "{err}");
+    assert!(err.contains("not us; skipped, nothing paid"), "{err}");
     assert_eq!(w.show(&ours)["status"], "Completed");
     assert_eq!(w.show(&unbriefed)["status"], "Submitted");
     assert_eq!(w.show(&not_ours)["status"], "Submitted");
@@ -512,4 +524,165 @@ fn a_watching_evaluator_judges_the_jobs_it_is_named_for_from_their_descriptions(
     assert!(out.trim().is_empty(), "{out}");
     assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC);
     assert_eq!(w.evaluator_nonce(), nonce);
+}
+
+#[test]
+fn a_watcher_pays_only_for_its_clients_jobs_at_its_own_tier() {
+    let w = World::start(&[]);
+    let good = w.file("good.json", GOOD);
+    let site = umpire_blackbox::Scripted::start(vec![(200, GOOD)]);
+    let brief = |tier: &str| {
+        format!(
+            r#"{{"umpire":{{"tier":"{tier}","spec":{SPEC},"deliverable_url":"http://{}/d.json"}}}}"#,
+            site.addr
+        )
+    };
+    // A stranger names us as the evaluator of its own job: we would pay if we let it.
+    let stranger_key = w.devnet.get("payer_private_key");
+    let strangers = w.escrow(&[
+        "create",
+        "--budget",
+        "1",
+        "--description",
+        &brief("basic"),
+        "--client-key",
+        &stranger_key,
+    ]);
+    let strangers = strangers["job_id"].as_str().expect("id").to_owned();
+    // Our client asks for a dearer verdict than we buy.
+    let dear = w.escrow(&["create", "--description", &brief("sworn")]);
+    let dear = dear["job_id"].as_str().expect("id").to_owned();
+    for id in [&strangers, &dear] {
+        w.submit(id, &good);
+    }
+    // (The stranger's budget came from the payer's wallet: count from here.)
+    let payer0 = w.balance("payer");
+
+    // Without a client list the watcher refuses to start.
+    let (code, _, err) = w.watch(&[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--client"), "{err}");
+
+    let client = w.devnet.get("escrow_client");
+    let (code, out, err) = w.watch(&["--client", &client, "--tier", "basic"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim().is_empty(), "nothing judged: {out}");
+    assert!(err.contains("is not one we evaluate for"), "{err}");
+    assert!(err.contains("dearer than --tier basic"), "{err}");
+    assert!(
+        site.received().is_empty(),
+        "nothing fetched for jobs we skip"
+    );
+    assert_eq!(w.balance("payer"), payer0, "nothing paid");
+    assert_eq!(w.show(&strangers)["status"], "Submitted");
+    assert_eq!(w.show(&dear)["status"], "Submitted");
+}
+
+#[test]
+fn an_expired_job_is_not_evaluated() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let v = w.escrow(&["create", "--expires-in", "60"]);
+    let id = v["job_id"].as_str().expect("id").to_owned();
+    let job = v["job"].as_str().expect("job").to_owned();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    w.devnet.rpc("evm_increaseTime", serde_json::json!([120]));
+    w.devnet.rpc("evm_mine", serde_json::json!([]));
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("expired"), "{err}");
+    assert_eq!(
+        w.balance("payer"),
+        payer0,
+        "nothing paid for an expired job"
+    );
+    assert_eq!(w.show(&id)["status"], "Submitted");
+}
+
+#[test]
+fn a_verdict_that_did_not_decide_the_job_fails_the_audit() {
+    let w = World::start(&[]);
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let (code, _, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+
+    // Another verdict on the same job and bytes: the same job_ref and commitment, but
+    // the chain's reason is the first document's digest, not this one's.
+    let r: JobRef = job.parse().expect("job");
+    let base = format!("http://{}", w.server.addr);
+    let key = w.devnet.get("payer_private_key");
+    let (code, other, err) = run_umpire(
+        &[
+            "buy",
+            "basic",
+            "--spec",
+            &spec,
+            "--deliverable",
+            &good,
+            "--job-ref",
+            &r.job_ref(),
+            "--base",
+            &base,
+        ],
+        &[("UMPIRE_WALLET_KEY", key.as_str())],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, report, err) = w.audit(&other, &job, &good);
+    assert_eq!(code, 1, "{report}{err}");
+    for (verdict, step) in [
+        ("ok", "job_ref"),
+        ("ok", "commitment"),
+        ("FAIL", "onchain_reason"),
+    ] {
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with(verdict) && l.contains(step)),
+            "{step} is not {verdict}:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn a_decision_that_could_not_be_sent_is_finished_later_without_buying_again() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    // An evaluator wallet with no ETH for gas: the verdict is bought, `complete`
+    // cannot be sent.
+    const EVALUATOR_KEY: &str =
+        "0x0000000000000000000000000000000000000000000000000000000000000001";
+    const EVALUATOR: &str = "0x7E5F4552091A69125d5DfCb7b8C2659029395Bdf";
+    let v = w.escrow(&["create", "--evaluator", EVALUATOR]);
+    let id = v["job_id"].as_str().expect("id").to_owned();
+    let job = v["job"].as_str().expect("job").to_owned();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let as_evaluator = [("UMPIRE_EVALUATOR_KEY", EVALUATOR_KEY)];
+    let (code, out, err) = w.evaluate_as(&job, "basic", &spec, &good, &as_evaluator);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("run again later"), "{err}");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the verdict was bought"
+    );
+    assert_eq!(w.show(&id)["status"], "Submitted");
+
+    // With gas, the next run reads the verdict back from its record and decides.
+    w.devnet.rpc(
+        "anvil_setBalance",
+        serde_json::json!([EVALUATOR, "0xDE0B6B3A7640000"]),
+    );
+    let (code, out, err) = w.evaluate_as(&job, "basic", &spec, &good, &as_evaluator);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("reading back verdict"), "{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC, "bought once");
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
 }

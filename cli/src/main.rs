@@ -175,6 +175,17 @@ enum Command {
         /// could not be finished, to be tried again).
         #[arg(long, requires = "watch")]
         once: bool,
+        /// With --watch: a client (0x address) whose jobs we evaluate; repeatable.
+        /// Anyone can name us as a job's evaluator, and every evaluation is paid.
+        #[arg(long = "client", requires = "watch")]
+        clients: Vec<String>,
+        /// With --watch: evaluate the jobs of any client (every one costs a verdict).
+        #[arg(long, requires = "watch", conflicts_with = "clients")]
+        any_client: bool,
+        /// Where purchases are recorded, so a rerun reads a bought verdict back instead
+        /// of buying again. Default: $UMPIRE_DATA_DIR, else ~/.local/share/umpire.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// File holding the evaluator wallet's key (it signs complete/reject). Default:
         /// $UMPIRE_EVALUATOR_KEY, else the paying wallet (--key-file, $UMPIRE_WALLET_KEY).
         #[arg(long)]
@@ -370,6 +381,9 @@ fn main() -> ExitCode {
                 from_block,
                 poll_seconds,
                 once,
+                clients,
+                any_client,
+                data_dir,
                 evaluator_key_file,
                 umpire_key,
                 lookback_blocks,
@@ -377,12 +391,21 @@ fn main() -> ExitCode {
                 pay,
             } => {
                 use commands::evaluate::{Target, WatchArgs};
+                let mut client_addresses = Vec::new();
+                for c in &clients {
+                    match c.parse::<alloy::primitives::Address>() {
+                        Ok(a) => client_addresses.push(a),
+                        Err(_) => return fail(2, &format!("--client {c}: not a 0x address")),
+                    }
+                }
                 let target = match (watch, contract, job, spec, deliverable) {
                     (true, Some(contract), ..) => Target::Watch(WatchArgs {
                         contract,
                         from_block,
                         poll_seconds,
                         once,
+                        clients: client_addresses,
+                        any_client,
                     }),
                     (false, _, Some(job), Some(spec), Some(deliverable)) => Target::Job {
                         job,
@@ -404,6 +427,7 @@ fn main() -> ExitCode {
                     evaluator_key_file,
                     umpire_key,
                     lookback_blocks,
+                    data_dir,
                 };
                 remote_call(remote, |api| async move {
                     commands::evaluate::evaluate(&api, args).await

@@ -3,9 +3,10 @@
 // Prints one line of JSON.
 //
 //   node infra/devnet/escrow.mjs create --devnet devnet.json [--budget 10000000]
-//        [--description TEXT] [--expires-in 3600] [--evaluator 0x…]
-//     the client creates a job for the demo provider, sets its budget (base units of
-//     the test token), approves the escrow and funds it: {"job_id", "job"}
+//        [--description TEXT] [--expires-in 3600] [--evaluator 0x…] [--client-key 0x…]
+//     the client (the demo client, or the key given) creates a job for the demo
+//     provider, sets its budget (base units of the test token), approves the escrow and
+//     funds it: {"job_id", "job"}
 //   node infra/devnet/escrow.mjs submit --devnet devnet.json --job-id N --commitment 0x…
 //     the provider submits its commitment (for an Umpire evaluation, the deliverable's
 //     hash: `umpire commitment deliverable.json`)
@@ -13,7 +14,7 @@
 //     the job as the chain holds it, and the client's and provider's balances
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { createPublicClient, createWalletClient, http, parseAbi } from "viem";
+import { createPublicClient, createWalletClient, http, parseAbi, parseEventLogs } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { compile } from "./compile.mjs";
 import { devnetChain } from "./chain.mjs";
@@ -26,6 +27,7 @@ const { values: args, positionals } = parseArgs({
     description: { type: "string", default: "" },
     "expires-in": { type: "string", default: "3600" },
     evaluator: { type: "string" },
+    "client-key": { type: "string" },
     "job-id": { type: "string" },
     commitment: { type: "string" },
   },
@@ -65,14 +67,14 @@ async function send(key, address, callAbi, functionName, fnArgs) {
   const hash = await w.writeContract(request);
   const receipt = await pub.waitForTransactionReceipt({ hash });
   if (receipt.status !== "success") throw new Error(`${functionName} reverted in ${hash}`);
-  return { hash, result };
+  return { hash, result, receipt };
 }
 
 const STATUS = ["Open", "Funded", "Submitted", "Completed", "Rejected", "Expired"];
 
 try {
   if (command === "create") {
-    const key = devnet.escrow_client_private_key;
+    const key = args["client-key"] ?? devnet.escrow_client_private_key;
     const budget = BigInt(args.budget);
     const block = await pub.getBlock();
     const expiredAt = block.timestamp + BigInt(args["expires-in"]);
@@ -85,7 +87,10 @@ try {
       args.description,
       zero,
     ]);
-    const id = created.result;
+    // The id the chain gave (the simulation's answer may be another's, if two clients
+    // create jobs at once).
+    const [event] = parseEventLogs({ abi, logs: created.receipt.logs, eventName: "JobCreated" });
+    const id = event.args.jobId;
     await send(key, devnet.escrow, abi, "setBudget", [id, budget, "0x"]);
     await send(key, devnet.asset, erc20, "approve", [devnet.escrow, budget]);
     const funded = await send(key, devnet.escrow, abi, "fund", [id, budget, "0x"]);

@@ -1,6 +1,6 @@
 //! `umpire buy`: a verdict paid with x402, waited for (sworn) unless --no-wait.
 
-use super::client::{Api, Local, print_json, refused};
+use super::client::{Answer, Api, Local, print_json, refused};
 use super::pay::{PayArgs, Payer};
 use super::read_json;
 use reqwest::Method;
@@ -43,13 +43,41 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
                 print_json(&answer);
                 ExitCode::SUCCESS
             }
-            Err(code) => code,
+            Err(_) => ExitCode::from(1),
         },
     )
 }
 
+/// A refusal from the service, already explained on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub status: u16,
+    pub code: String,
+}
+
+impl Refused {
+    fn of(a: &Answer) -> Refused {
+        refused(a);
+        Refused {
+            status: a.status,
+            code: a.error_code().unwrap_or("").to_owned(),
+        }
+    }
+
+    /// A refusal that says "not now" rather than "no": the service, its store or the
+    /// chain failed, or asked us to slow down. Asking again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        self.status >= 500
+            || self.status == 429
+            || matches!(
+                self.code.as_str(),
+                "chain_unavailable" | "in_flight" | "rate_limited" | "unavailable"
+            )
+    }
+}
+
 /// Buys a verdict of `tier` for `body` under `key`: the answer (a sworn one waited for
-/// to its final document when `wait`), or the refusal, already explained on stderr.
+/// to its final document when `wait`), or the refusal.
 pub async fn purchase(
     api: &Api,
     tier: &str,
@@ -57,13 +85,39 @@ pub async fn purchase(
     payer: &Payer,
     key: &str,
     wait: bool,
-) -> Result<Result<Value, ExitCode>, Local> {
+) -> Result<Result<Value, Refused>, Local> {
+    let a = match buy_once(api, tier, body, payer, key).await? {
+        Ok(a) => a,
+        Err(r) => return Ok(Err(r)),
+    };
+    let s = |k: &str| {
+        a.body
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    if a.status == 201 || !wait {
+        return Ok(Ok(a.body));
+    }
+    wait_final(api, &s("verdict_id"), &s("secret"), None).await
+}
+
+/// One purchase under `key`: the `201` (synchronous tiers) or `202` (sworn, pass 1)
+/// answer, or the refusal.
+pub async fn buy_once(
+    api: &Api,
+    tier: &str,
+    body: &Value,
+    payer: &Payer,
+    key: &str,
+) -> Result<Result<Answer, Refused>, Local> {
     let path = format!("/v1/verdicts/{tier}");
     let a = api
         .paid(Method::POST, &path, Some(body), payer, key)
         .await?;
     if a.status != 201 && a.status != 202 {
-        return Ok(Err(refused(&a)));
+        return Ok(Err(Refused::of(&a)));
     }
     let s = |k: &str| {
         a.body
@@ -85,18 +139,28 @@ pub async fn purchase(
         "secret {secret}  (shown once: keep it to read the verdict at {})",
         s("status_url")
     );
-    if a.status == 201 || !wait {
-        return Ok(Ok(a.body));
+    if a.status == 202 {
+        eprintln!(
+            "pass 2 due {}",
+            a.body
+                .get("final_due_at")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+        );
     }
-    // Sworn: wait for pass 2 and its signed final document.
-    let due = a
-        .body
-        .get("final_due_at")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    Ok(Ok(a))
+}
+
+/// Waits for a sworn verdict's pass 2 and its signed final document (at most `limit`,
+/// when given): `{verdict_id, secret, status: "final", document}`.
+pub async fn wait_final(
+    api: &Api,
+    id: &str,
+    secret: &str,
+    limit: Option<Duration>,
+) -> Result<Result<Value, Refused>, Local> {
     eprintln!(
-        "waiting for pass 2 (due {due}); Ctrl-C is safe: `umpire status {id} --secret ...` reads it later"
+        "waiting for pass 2; Ctrl-C is safe: `umpire status {id} --secret ...` reads it later"
     );
     let started = std::time::Instant::now();
     loop {
@@ -110,7 +174,7 @@ pub async fn purchase(
             )
             .await?;
         if st.status != 200 {
-            return Ok(Err(refused(&st)));
+            return Ok(Err(Refused::of(&st)));
         }
         if st.body.get("status").and_then(Value::as_str) == Some("final") {
             eprintln!();
@@ -123,10 +187,17 @@ pub async fn purchase(
                     .unwrap_or("?")
             );
             return Ok(Ok(Value::object()
-                .with("verdict_id", id.as_str())
-                .with("secret", secret.as_str())
+                .with("verdict_id", id)
+                .with("secret", secret)
                 .with("status", "final")
                 .with("document", final_doc)));
+        }
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            eprintln!();
+            return Err(Local(format!(
+                "verdict {id} is not final after {} s; the purchase is kept: run again to read it",
+                started.elapsed().as_secs()
+            )));
         }
         eprint!(
             "\r  waiting for pass 2... {} s",

@@ -108,9 +108,17 @@ fn contract_parts(
     if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad("the contract is not 0x and 40 hex digits"));
     }
-    let contract = contract
-        .parse()
-        .map_err(|_| bad("the contract is not an address"))?;
+    // A mixed-case spelling claims to be the EIP-55 checksum: a typo must not pass.
+    let mixed =
+        hex.bytes().any(|b| b.is_ascii_uppercase()) && hex.bytes().any(|b| b.is_ascii_lowercase());
+    let contract = if mixed {
+        Address::parse_checksummed(contract, None)
+            .map_err(|_| bad("the contract's mixed-case spelling is not its EIP-55 checksum"))?
+    } else {
+        contract
+            .parse()
+            .map_err(|_| bad("the contract is not an address"))?
+    };
     Ok(ContractRef { chain_id, contract })
 }
 
@@ -217,6 +225,10 @@ mod tests {
                 "chain id",
             ),
             ("eip155:1:0x9fe4:1", "40 hex"),
+            (
+                "eip155:1:0x9fE46736679d2D9a65F0992F2272dE9f3c7fa6E0:1",
+                "EIP-55",
+            ),
             (
                 "eip155:1:0x9fe46736679d2d9a65f0992f2272de9f3c7fa6e0:-1",
                 "job id",

@@ -154,6 +154,25 @@ pub enum EscrowError {
     UnknownJob(U256),
     #[error("the chain refused {what}: {message}")]
     Refused { what: &'static str, message: String },
+    /// A transaction from the evaluator is not mined yet: sending another could decide
+    /// the job twice (the second one reverting, and costing gas).
+    #[error("a transaction from the evaluator {0} is still pending; wait for it, then run again")]
+    Pending(Address),
+}
+
+impl EscrowError {
+    /// Worth trying again later: the chain did not answer, or is still busy with us.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, EscrowError::Rpc { .. } | EscrowError::Pending(_))
+    }
+}
+
+/// Whether an RPC error is the EVM's revert (JSON-RPC code 3, revert data, or a node's
+/// "execution reverted" message), not a failure of the node itself.
+fn is_revert(e: &alloy::transports::RpcError<alloy::transports::TransportErrorKind>) -> bool {
+    e.as_error_resp().is_some_and(|r| {
+        r.code == 3 || r.as_revert_data().is_some() || r.message.contains("revert")
+    })
 }
 
 fn rpc(what: &'static str) -> impl Fn(String) -> EscrowError {
@@ -246,7 +265,9 @@ impl Escrow {
             Ok(Ok(out)) => C::abi_decode_returns(&out)
                 .map(Ok)
                 .map_err(|e| rpc(what)(format!("undecodable answer: {e}"))),
-            Ok(Err(e)) if e.as_error_resp().is_some() => Ok(Err(e.to_string())),
+            // A revert is the contract's answer; any other error answer (a rate limit,
+            // a missing block) is the RPC's failure.
+            Ok(Err(e)) if is_revert(&e) => Ok(Err(e.to_string())),
             Ok(Err(e)) => Err(rpc(what)(e.to_string())),
             Err(_) => Err(rpc(what)(format!(
                 "no answer within {} s",
@@ -450,6 +471,19 @@ impl Escrow {
         };
         if let Err(message) = simulated {
             return Err(EscrowError::Refused { what, message });
+        }
+        let pending = timed(
+            "eth_getTransactionCount",
+            self.provider.get_transaction_count(from).pending(),
+        )
+        .await?;
+        let mined = timed(
+            "eth_getTransactionCount",
+            self.provider.get_transaction_count(from).latest(),
+        )
+        .await?;
+        if pending > mined {
+            return Err(EscrowError::Pending(from));
         }
         let tx = TransactionRequest::default()
             .with_from(from)

@@ -99,9 +99,23 @@ pub struct PaymentRequired {
     pub x402_version: X402Version,
     pub error: String,
     pub resource: ResourceInfo,
+    /// Read leniently: an entry this code cannot parse (another chain's address form,
+    /// a scheme's own amount syntax) is left out, so one odd option does not make the
+    /// whole 402 unreadable to a client that can pay another.
+    #[serde(deserialize_with = "the_readable_entries")]
     pub accepts: Vec<PaymentRequirements>,
     #[serde(default)]
     pub extensions: Map<String, Value>,
+}
+
+fn the_readable_entries<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<PaymentRequirements>, D::Error> {
+    let entries = Vec::<Value>::deserialize(d)?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|e| serde_json::from_value(e).ok())
+        .collect())
 }
 
 /// One entry of `accepts` (v1): plain network names and `maxAmountRequired`.
@@ -278,6 +292,24 @@ mod tests {
         assert!(PaymentPayload::from_json(serde_json::json!({"scheme": "exact"})).is_err());
         assert!(decode_header::<Value>("not base64 !!").is_err());
         assert!(decode_header::<Value>("aGVsbG8=").is_err()); // "hello": not JSON
+    }
+
+    #[test]
+    fn a_402_with_an_option_this_client_cannot_read_keeps_the_others() {
+        let required = serde_json::json!({
+            "x402Version": 2, "error": "payment required",
+            "resource": {"url": "http://127.0.0.1/v1/verdicts/basic"},
+            "accepts": [
+                {"scheme": "exact", "network": "aptos:1", "amount": "1000000",
+                 "asset": "0x1::aptos_coin::AptosCoin", "payTo": "0x1", "maxTimeoutSeconds": 60},
+                {"scheme": "exact", "network": "eip155:8453", "amount": "1000000",
+                 "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+                 "payTo": "0x1111111111111111111111111111111111111111", "maxTimeoutSeconds": 60}
+            ]
+        });
+        let r: PaymentRequired = serde_json::from_value(required).expect("readable");
+        assert_eq!(r.accepts.len(), 1);
+        assert_eq!(r.accepts[0].network.chain_id(), Some(8453));
     }
 
     #[test]

@@ -228,11 +228,11 @@ impl Account {
     }
 }
 
-/// `0x` and 40 hex digits (any casing; the checksum is not required).
+/// `0x` (or `0X`) and 40 hex digits (any casing; the checksum is not required).
 fn evm_address(s: &str) -> Option<Address> {
-    let hex = s.strip_prefix("0x")?;
+    let hex = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
     (hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| s.parse().ok())
+        .then(|| hex.parse().ok())
         .flatten()
 }
 
@@ -240,7 +240,7 @@ impl FromStr for Account {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Account, String> {
-        if s.starts_with("0x") {
+        if s.starts_with("0x") || s.starts_with("0X") {
             evm_address(s)
                 .map(Account::Evm)
                 .ok_or_else(|| format!("{s:?} is not an EVM address (0x and 40 hex digits)"))
@@ -385,6 +385,10 @@ mod tests {
             .parse()
             .expect("evm");
         assert_eq!(lower, checksummed);
+        let upper_prefix: Account = "0X833589FCD6EDB6E08F4C7C32D4F71B54BDA02913"
+            .parse()
+            .expect("0X");
+        assert_eq!(upper_prefix, checksummed);
         assert_eq!(
             lower.to_string(),
             "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
