@@ -295,11 +295,15 @@ async fn serve_one(
                     Ok(response) => response,
                     Err(e) => {
                         tracing::error!(error = %e, "a paid request's task failed");
-                        respond::error(&ApiError::new(
-                            ErrorCode::Internal,
-                            "the request failed inside the server",
-                            "Resend the identical request with the same payment: you are never charged twice.",
-                        ))
+                        // As every `internal` answer: safe to retry, and says when.
+                        respond::error(
+                            &ApiError::new(
+                                ErrorCode::Internal,
+                                "the request failed inside the server",
+                                "Resend the identical request with the same payment: you are never charged twice.",
+                            )
+                            .with_retry_after(1),
+                        )
                     }
                 }
             } else {
