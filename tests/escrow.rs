@@ -686,3 +686,31 @@ fn a_decision_that_could_not_be_sent_is_finished_later_without_buying_again() {
     assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC, "bought once");
     assert_eq!(w.balance("escrow_provider"), BUDGET);
 }
+
+#[test]
+fn a_second_evaluation_of_a_job_waits_for_the_first_instead_of_racing_it() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    // The first evaluation, as another process holding the job's lock.
+    let key = job.parse::<JobRef>().expect("job").idempotency_key();
+    let folder = w.files.path().join("evaluations");
+    std::fs::create_dir_all(&folder).expect("folder");
+    let held = std::fs::File::create(folder.join(format!("{key}.lock"))).expect("lock file");
+    held.lock().expect("locked");
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("another evaluation of job"), "{err}");
+    assert_eq!(
+        w.balance("payer"),
+        payer0,
+        "nothing paid while the first runs"
+    );
+    drop(held);
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+}

@@ -414,6 +414,15 @@ impl Evaluator<'_> {
             );
         }
         eprintln!("job {job_ref}: Submitted, commitment 0x{committed} matches the deliverable");
+        let _lock = match record::lock(&self.data_dir, &job_ref.idempotency_key()) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                return Step::Again(format!(
+                    "another evaluation of job {job_ref} is running on this machine"
+                ));
+            }
+            Err(e) => return Step::Again(e.0),
+        };
 
         // 3. The verdict, bought once per job.
         let body = Value::object()

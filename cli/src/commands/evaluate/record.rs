@@ -25,6 +25,30 @@ fn path(dir: &Path, key: &str) -> PathBuf {
     dir.join("evaluations").join(format!("{key}.json"))
 }
 
+/// Held while one process evaluates one job: a second evaluation of the job on this
+/// machine (a manual run beside a watcher, two watchers) waits its turn instead of
+/// racing the first to the escrow. The operating system releases it when the process
+/// ends, however it ends.
+pub struct JobLock(#[allow(dead_code)] std::fs::File);
+
+/// The job's lock, or `None` while another process holds it.
+pub fn lock(dir: &Path, key: &str) -> Result<Option<JobLock>, Local> {
+    let folder = dir.join("evaluations");
+    std::fs::create_dir_all(&folder).map_err(|e| Local(format!("{}: {e}", folder.display())))?;
+    let p = folder.join(format!("{key}.lock"));
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| Local(format!("{}: {e}", p.display())))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(JobLock(f))),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(Local(format!("{}: {e}", p.display()))),
+    }
+}
+
 /// The record kept under `key`, if any (an unreadable one is ignored, with a warning).
 pub fn load(dir: &Path, key: &str) -> Option<Record> {
     let p = path(dir, key);
