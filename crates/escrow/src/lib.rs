@@ -192,6 +192,12 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
+fn decode<E: SolEvent>(log: &Log) -> Result<E, EscrowError> {
+    E::decode_log(&log.inner)
+        .map(|e| e.data)
+        .map_err(|e| rpc("decoding an event")(format!("{}: {e}", E::SIGNATURE)))
+}
+
 /// One ERC-8183 contract on one chain, read (and, with an evaluator key, written).
 pub struct Escrow {
     provider: DynProvider,
@@ -226,6 +232,19 @@ impl Escrow {
             return Err(EscrowError::Config(format!(
                 "the RPC serves chain {served}, the escrow is on chain {}",
                 on.chain_id
+            )));
+        }
+        // Once, here: an address with no code answers every call with nothing, which
+        // would read as "no such job" for every job.
+        let code = timed(
+            "eth_getCode",
+            provider.get_code_at(on.contract).into_future(),
+        )
+        .await?;
+        if code.is_empty() {
+            return Err(EscrowError::Config(format!(
+                "no contract at {} on chain {}",
+                on.contract, on.chain_id
             )));
         }
         Ok(Escrow {
@@ -277,17 +296,6 @@ impl Escrow {
     }
 
     pub async fn job(&self, id: U256) -> Result<Job, EscrowError> {
-        let code = timed(
-            "eth_getCode",
-            self.provider.get_code_at(self.contract).into_future(),
-        )
-        .await?;
-        if code.is_empty() {
-            return Err(EscrowError::Config(format!(
-                "no contract at {} on this chain",
-                self.contract
-            )));
-        }
         // getJob reverts for a job that does not exist (or answers a zeroed one).
         let Ok(j) = self
             .call("getJob", &IAgenticCommerce::getJobCall { jobId: id }, None)
@@ -327,8 +335,8 @@ impl Escrow {
         Ok(block.header.timestamp)
     }
 
-    /// The latest log of `event` for the job, looking back in chunks.
-    async fn latest_log(&self, event: B256, id: U256) -> Result<Option<Log>, EscrowError> {
+    /// The job's latest log of any of `events`, looking back in chunks.
+    async fn latest_log(&self, events: &[B256], id: U256) -> Result<Option<Log>, EscrowError> {
         let head = timed("eth_blockNumber", self.provider.get_block_number()).await?;
         let floor = head.saturating_sub(self.lookback_blocks);
         let mut to = head;
@@ -336,7 +344,7 @@ impl Escrow {
             let from = to.saturating_sub(LOG_CHUNK_BLOCKS - 1).max(floor);
             let filter = Filter::new()
                 .address(self.contract)
-                .event_signature(event)
+                .event_signature(events.to_vec())
                 .topic1(id)
                 .from_block(from)
                 .to_block(to);
@@ -383,53 +391,48 @@ impl Escrow {
         self.lookback_blocks
     }
 
-    /// The job's latest `E` event, decoded, and the transaction that emitted it.
-    async fn last_event<E: SolEvent>(
-        &self,
-        id: U256,
-    ) -> Result<Option<(E, Option<B256>)>, EscrowError> {
-        let Some(log) = self.latest_log(E::SIGNATURE_HASH, id).await? else {
-            return Ok(None);
-        };
-        let event = E::decode_log(&log.inner)
-            .map_err(|e| rpc("decoding an event")(format!("{}: {e}", E::SIGNATURE)))?;
-        Ok(Some((event.data, log.transaction_hash)))
-    }
-
     /// The provider's commitment (`JobSubmitted`), if it has submitted.
     pub async fn submission(&self, id: U256) -> Result<Option<Submission>, EscrowError> {
-        Ok(self
-            .last_event::<IAgenticCommerce::JobSubmitted>(id)
-            .await?
-            .map(|(e, transaction)| Submission {
-                deliverable: e.deliverable,
-                provider: e.provider,
-                transaction,
-            }))
+        use IAgenticCommerce::JobSubmitted;
+        let Some(log) = self.latest_log(&[JobSubmitted::SIGNATURE_HASH], id).await? else {
+            return Ok(None);
+        };
+        let e = decode::<JobSubmitted>(&log)?;
+        Ok(Some(Submission {
+            deliverable: e.deliverable,
+            provider: e.provider,
+            transaction: log.transaction_hash,
+        }))
     }
 
-    /// How the job was decided (`JobCompleted` or `JobRejected`), if it was.
+    /// How the job was decided (`JobCompleted` or `JobRejected`), if it was: one scan
+    /// for both, since a job is decided once.
     pub async fn outcome(&self, id: U256) -> Result<Option<Outcome>, EscrowError> {
-        if let Some((e, transaction)) = self
-            .last_event::<IAgenticCommerce::JobCompleted>(id)
-            .await?
-        {
-            return Ok(Some(Outcome {
-                status: Status::Completed,
-                reason: e.reason,
-                by: e.evaluator,
-                transaction,
-            }));
-        }
-        Ok(self
-            .last_event::<IAgenticCommerce::JobRejected>(id)
-            .await?
-            .map(|(e, transaction)| Outcome {
-                status: Status::Rejected,
-                reason: e.reason,
-                by: e.rejector,
-                transaction,
-            }))
+        use IAgenticCommerce::{JobCompleted, JobRejected};
+        let events = [JobCompleted::SIGNATURE_HASH, JobRejected::SIGNATURE_HASH];
+        let Some(log) = self.latest_log(&events, id).await? else {
+            return Ok(None);
+        };
+        let transaction = log.transaction_hash;
+        Ok(Some(
+            if log.topic0() == Some(&JobCompleted::SIGNATURE_HASH) {
+                let e = decode::<JobCompleted>(&log)?;
+                Outcome {
+                    status: Status::Completed,
+                    reason: e.reason,
+                    by: e.evaluator,
+                    transaction,
+                }
+            } else {
+                let e = decode::<JobRejected>(&log)?;
+                Outcome {
+                    status: Status::Rejected,
+                    reason: e.reason,
+                    by: e.rejector,
+                    transaction,
+                }
+            },
+        ))
     }
 
     /// Sends `complete` or `reject` with `reason` from the evaluator's key, after a

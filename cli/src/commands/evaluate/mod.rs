@@ -326,7 +326,79 @@ impl Evaluator<'_> {
 
     /// One job, steps 1 to 5 of the module's list.
     async fn judge(&self, job_ref: &JobRef, tier: Tier, spec: Value, deliverable: Value) -> Step {
-        let (escrow, me) = (&self.escrow, self.me);
+        // 1. The job.
+        let job: Job = match self.escrow.job(job_ref.job_id).await {
+            Ok(j) => j,
+            Err(EscrowError::UnknownJob(id)) => {
+                return no(
+                    format!("job {id} does not exist on {}", job_ref.contract),
+                    "check the job id and the contract address",
+                );
+            }
+            Err(e) => return chain_step(e),
+        };
+        if job.evaluator != self.me {
+            return no(
+                format!(
+                    "this wallet ({}) is not the job's evaluator ({})",
+                    self.me, job.evaluator
+                ),
+                "run with the evaluator's key (--evaluator-key-file or UMPIRE_EVALUATOR_KEY)",
+            );
+        }
+        let commitment = match self.submitted(job_ref, &job).await {
+            Ok(c) => c,
+            Err(step) => return step,
+        };
+        self.judge_submitted(job_ref, commitment, tier, spec, deliverable)
+            .await
+    }
+
+    /// The rest of step 1 for a job already read and found ours: it must be Submitted
+    /// and unexpired. Its commitment (the provider's `JobSubmitted`), read once.
+    async fn submitted(&self, job_ref: &JobRef, job: &Job) -> Result<B256, Step> {
+        if job.status.is_terminal() {
+            return Err(self.report_decided(job_ref, job.status, false).await);
+        }
+        if job.status != Status::Submitted {
+            return Err(no(
+                format!(
+                    "job {job_ref} is {}: the provider has not submitted its work yet",
+                    job.status.name()
+                ),
+                "run again after the provider's submit (JobSubmitted); nothing was paid",
+            ));
+        }
+        let now = self.escrow.chain_time().await.map_err(chain_step)?;
+        if U256::from(now) >= job.expired_at {
+            return Err(no(
+                format!(
+                    "job {job_ref} expired at {} (chain time {now}): anyone may claim its refund, so no verdict is bought for it",
+                    job.expired_at
+                ),
+                "nothing was paid; the client can call claimRefund",
+            ));
+        }
+        match self.escrow.submission(job_ref.job_id).await {
+            Ok(Some(s)) => Ok(s.deliverable),
+            Ok(None) => Err(no(
+                format!("job {job_ref} is Submitted but no JobSubmitted event was found"),
+                "look further back with --lookback-blocks N; nothing was paid",
+            )),
+            Err(e) => Err(chain_step(e)),
+        }
+    }
+
+    /// Steps 2 to 5, for a job that is ours, Submitted, and committed to `commitment`.
+    async fn judge_submitted(
+        &self,
+        job_ref: &JobRef,
+        commitment: B256,
+        tier: Tier,
+        spec: Value,
+        deliverable: Value,
+    ) -> Step {
+        let escrow = &self.escrow;
         let job_ref = *job_ref;
         let parsed: Deliverable = match parse_deliverable(&deliverable, "deliverable") {
             Ok(d) => d,
@@ -346,65 +418,10 @@ impl Evaluator<'_> {
                 "nothing was paid",
             );
         };
-        // 1. The job.
-        let job: Job = match escrow.job(job_ref.job_id).await {
-            Ok(j) => j,
-            Err(EscrowError::UnknownJob(id)) => {
-                return no(
-                    format!("job {id} does not exist on {}", job_ref.contract),
-                    "check the job id and the contract address",
-                );
-            }
-            Err(e) => return chain_step(e),
-        };
-        if job.evaluator != me {
-            return no(
-                format!(
-                    "this wallet ({me}) is not the job's evaluator ({})",
-                    job.evaluator
-                ),
-                "run with the evaluator's key (--evaluator-key-file or UMPIRE_EVALUATOR_KEY)",
-            );
-        }
-        if job.status.is_terminal() {
-            return self.report_decided(&job_ref, job.status, false).await;
-        }
-        if job.status != Status::Submitted {
-            return no(
-                format!(
-                    "job {job_ref} is {}: the provider has not submitted its work yet",
-                    job.status.name()
-                ),
-                "run again after the provider's submit (JobSubmitted); nothing was paid",
-            );
-        }
-        let now = match escrow.chain_time().await {
-            Ok(t) => t,
-            Err(e) => return chain_step(e),
-        };
-        if U256::from(now) >= job.expired_at {
-            return no(
-                format!(
-                    "job {job_ref} expired at {} (chain time {now}): anyone may claim its refund, so no verdict is bought for it",
-                    job.expired_at
-                ),
-                "nothing was paid; the client can call claimRefund",
-            );
-        }
 
         // 2. The provider's commitment against the deliverable in hand.
-        let submission = match escrow.submission(job_ref.job_id).await {
-            Ok(Some(s)) => s,
-            Ok(None) => {
-                return no(
-                    format!("job {job_ref} is Submitted but no JobSubmitted event was found"),
-                    "look further back with --lookback-blocks N; nothing was paid",
-                );
-            }
-            Err(e) => return chain_step(e),
-        };
         let ours = parsed.hash();
-        let committed = alloy::hex::encode(submission.deliverable);
+        let committed = alloy::hex::encode(commitment);
         if ours != committed {
             return no(
                 format!(

@@ -94,10 +94,6 @@ fn brief(description: &str) -> Result<Brief, String> {
 /// A body fetched through the SSRF-safe fetcher (public addresses only, bounded in
 /// time and size), as the service fetches.
 async fn fetch(fetcher: &umpire_fetch::Fetcher, url: &str) -> Result<Vec<u8>, String> {
-    fetcher
-        .policy()
-        .check_url(url)
-        .map_err(|e| format!("{url}: {}", e.message))?;
     let fetched = fetcher.fetch(url).await;
     let Some(body) = fetched.body else {
         let why = fetched.observation.error.unwrap_or_default();
@@ -163,11 +159,25 @@ impl Evaluator<'_> {
                 None => return skip(format!("its brief names no tier we sell ({name:?})")),
             },
         };
-        let commitment = match self.escrow.submission(id).await {
-            Ok(Some(s)) => bytes32_hex(&s.deliverable),
-            Ok(None) => return Step::Again("no JobSubmitted event found yet".into()),
-            Err(e) => return super::chain_step(e),
+        let commitment = match self.submitted(&job_ref, &job).await {
+            Ok(c) => c,
+            Err(step) => return step,
         };
+        let deliverable_url = brief
+            .deliverable_url
+            .replace("{job_id}", &id.to_string())
+            .replace("{commitment}", &bytes32_hex(&commitment));
+        // The URL policy, as the service applies it when a spec is validated: a URL it
+        // refuses is refused for good (the fetcher applies it again to every hop).
+        let urls = match &brief.spec {
+            SpecSource::Url { url, .. } => vec![url.as_str(), deliverable_url.as_str()],
+            SpecSource::Inline(_) => vec![deliverable_url.as_str()],
+        };
+        for u in urls {
+            if let Err(e) = fetcher.policy().check_url(u) {
+                return skip(format!("{u}: {}", e.message));
+            }
+        }
         let spec = match brief.spec {
             SpecSource::Inline(v) => v,
             SpecSource::Url { url, sha256 } => {
@@ -187,10 +197,7 @@ impl Evaluator<'_> {
                 }
             }
         };
-        let url = brief
-            .deliverable_url
-            .replace("{job_id}", &id.to_string())
-            .replace("{commitment}", &commitment);
+        let url = deliverable_url;
         let deliverable = match fetch(fetcher, &url).await {
             Ok(bytes) => match json(&url, &bytes) {
                 Ok(v) => v,
@@ -199,7 +206,8 @@ impl Evaluator<'_> {
             },
             Err(e) => return Step::Again(format!("the deliverable: {e}")),
         };
-        self.judge(&job_ref, tier, spec, deliverable).await
+        self.judge_submitted(&job_ref, commitment, tier, spec, deliverable)
+            .await
     }
 }
 
