@@ -28,23 +28,12 @@ impl ReqwestHttpClient {
     /// set-up (the platform's roots) happens at cold start, not in the first request.
     pub fn prepared(timeouts: Timeouts) -> ReqwestHttpClient {
         let client = ReqwestHttpClient::default();
-        let connector = SharedHttpConnector::new(Connector::new(timeouts));
-        client
-            .connectors
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push((timeouts, connector));
+        client.connector_for(timeouts);
         client
     }
-}
 
-impl HttpClient for ReqwestHttpClient {
-    fn http_connector(
-        &self,
-        settings: &HttpConnectorSettings,
-        _components: &RuntimeComponents,
-    ) -> SharedHttpConnector {
-        let timeouts = (settings.connect_timeout(), settings.read_timeout());
+    /// The connector for `timeouts`, built the first time they are asked for.
+    fn connector_for(&self, timeouts: Timeouts) -> SharedHttpConnector {
         let mut connectors = self
             .connectors
             .lock()
@@ -55,6 +44,16 @@ impl HttpClient for ReqwestHttpClient {
         let connector = SharedHttpConnector::new(Connector::new(timeouts));
         connectors.push((timeouts, connector.clone()));
         connector
+    }
+}
+
+impl HttpClient for ReqwestHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        self.connector_for((settings.connect_timeout(), settings.read_timeout()))
     }
 }
 

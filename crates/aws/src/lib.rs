@@ -57,13 +57,16 @@ impl Service {
 /// `AWS_SESSION_TOKEN` (the function's role); and, when set, `AWS_ENDPOINT_URL` (local
 /// AWS in tests), `AWS_MAX_ATTEMPTS`, `AWS_USE_FIPS_ENDPOINT` and
 /// `AWS_USE_DUALSTACK_ENDPOINT`. Errors name the variable.
+/// A variable's value, trimmed (a stray newline in a secret would fail every
+/// signature); unset and blank are the same.
+fn nonempty(var: &dyn Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    var(name)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
 pub fn sdk_config_from(var: &dyn Fn(&str) -> Option<String>) -> Result<SdkConfig, String> {
-    // Values are read trimmed: a stray newline in a secret would fail every signature.
-    let nonempty = |name: &str| {
-        var(name)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
+    let nonempty = |name: &str| nonempty(var, name);
     let region = nonempty("AWS_REGION")
         .or_else(|| nonempty("AWS_DEFAULT_REGION"))
         .ok_or("AWS_REGION is not set (Lambda sets it for every function)")?;
@@ -78,40 +81,38 @@ pub fn sdk_config_from(var: &dyn Fn(&str) -> Option<String>) -> Result<SdkConfig
         "lambda-environment",
     );
     let flag = |name: &str| -> Result<Option<bool>, String> {
-        match nonempty(name)
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref()
-        {
+        match nonempty(name).map(|v| v.to_ascii_lowercase()).as_deref() {
             None => Ok(None),
             Some("true") => Ok(Some(true)),
             Some("false") => Ok(Some(false)),
             Some(other) => Err(format!("{name} must be true or false, not {other:?}")),
         }
     };
-    let max_attempts = match nonempty("AWS_MAX_ATTEMPTS") {
-        None => DEFAULT_MAX_ATTEMPTS,
-        Some(v) => v
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n >= 1)
-            .ok_or_else(|| format!("AWS_MAX_ATTEMPTS must be a whole number from 1, not {v:?}"))?,
-    };
+    let max_attempts =
+        match nonempty("AWS_MAX_ATTEMPTS") {
+            None => DEFAULT_MAX_ATTEMPTS,
+            Some(v) => v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                format!("AWS_MAX_ATTEMPTS must be a whole number from 1, not {v:?}")
+            })?,
+        };
+    // What aws-config sets and the SDK clients do not: standard retries (throttling,
+    // 5xx, I/O errors) and a connect timeout, so that a black-holed connection fails in
+    // seconds, inside the function's own timeout.
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build();
     let mut builder = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region))
         .credentials_provider(SharedCredentialsProvider::new(credentials))
-        // Its connector for these timeouts (no read timeout) is built here, at cold start.
-        .http_client(ReqwestHttpClient::prepared((Some(CONNECT_TIMEOUT), None)))
-        // What aws-config sets and the SDK clients do not: standard retries (throttling,
-        // 5xx, I/O errors) and a connect timeout, so that a black-holed connection fails
-        // in seconds, inside the function's own timeout.
+        // The connector for exactly these timeouts is built here, at cold start, so the
+        // SDK's first request finds it.
+        .http_client(ReqwestHttpClient::prepared((
+            timeouts.connect_timeout(),
+            timeouts.read_timeout(),
+        )))
         .retry_config(RetryConfig::standard().with_max_attempts(max_attempts))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .build(),
-        );
+        .timeout_config(timeouts);
     if let Some(url) = nonempty("AWS_ENDPOINT_URL") {
         builder = builder.endpoint_url(url);
     }
@@ -140,10 +141,7 @@ fn for_service_with(
     service: Service,
     var: &dyn Fn(&str) -> Option<String>,
 ) -> SdkConfig {
-    let url = var(&format!("AWS_ENDPOINT_URL_{}", service.env_id()))
-        .map(|v| v.trim().to_owned())
-        .filter(|v| !v.is_empty());
-    match url {
+    match nonempty(var, &format!("AWS_ENDPOINT_URL_{}", service.env_id())) {
         Some(url) => config.to_builder().endpoint_url(url).build(),
         None => config.clone(),
     }

@@ -233,18 +233,17 @@ pub async fn serve(
 /// an x402 payment, or an MCP call carrying one (a paid tool), the work that may move
 /// money. Anything else stays cancellable.
 fn carries_payment(req: &umpire_api::Request) -> bool {
+    use umpire_api::Route;
     let h = req.headers();
-    let path = req.uri().path();
-    match *req.method() {
-        http::Method::POST if path == "/mcp" => req
+    // The route as the router reads it, and the payment headers by their one name.
+    match umpire_api::plumbing::routes::route_for(req.method(), req.uri().path()) {
+        Ok(Route::Mcp) => req
             .body()
             .windows(umpire_api::mcp::PAYMENT_META_KEY.len())
             .any(|w| w == umpire_api::mcp::PAYMENT_META_KEY.as_bytes()),
-        http::Method::POST if path.starts_with("/v1/verdicts/") => {
-            h.contains_key("payment-signature") || h.contains_key("x-payment")
-        }
-        http::Method::GET if path == "/v1/reputation" => {
-            h.contains_key("payment-signature") || h.contains_key("x-payment")
+        Ok(Route::Buy | Route::Reputation) => {
+            h.contains_key(umpire_pay::HEADER_PAYMENT_SIGNATURE)
+                || h.contains_key(umpire_pay::HEADER_X_PAYMENT)
         }
         _ => false,
     }

@@ -1,6 +1,7 @@
-//! Persistence behind two traits, implemented twice: DynamoDB + SQS for AWS, and an
-//! embedded SQLite database for `umpire serve`. One conformance suite
-//! (`tests/conformance.rs`) holds both to the same behaviour.
+//! Persistence behind a trait per concern (verdicts, idempotency, the purchase ledger,
+//! rate counters, feedback; `Store` is all five) and the job queue, implemented twice:
+//! DynamoDB + SQS for AWS, and an embedded SQLite database for `umpire serve`. One
+//! conformance suite (`tests/conformance.rs`) holds both to the same behaviour.
 //!
 //! Retention is enforced on read: every record with an expiry is invisible once it
 //! has passed, whatever the backend's background deletion (DynamoDB TTL runs up to days
@@ -78,7 +79,7 @@ pub struct VerdictRecord {
     pub created_at: Unix,
     pub expires_at: Unix,
     /// What the sworn webhook came to, once it did (set by
-    /// [`Store::record_webhook_outcome`], never by `put_verdict`).
+    /// [`VerdictStore::record_webhook_outcome`], never by `put_verdict`).
     pub webhook_outcome: Option<WebhookOutcome>,
     /// Sworn, while pending: the data key (hex) its pass-2 job's deliverable is sealed
     /// under (`umpire_core::seal`). `finalize_verdict` removes it, and deleting the
