@@ -27,8 +27,8 @@ use umpire_store::dynamo::DynamoStore;
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
-    Job, JobQueue, PaymentClaim, PaymentMove, PaymentPhase, PaymentState, Store, StoredResponse,
-    VerdictRecord, VerdictStatus,
+    Job, JobQueue, PaymentClaim, PaymentHold, PaymentMove, PaymentPhase, PaymentState, Store,
+    StoredResponse, VerdictRecord, VerdictStatus,
 };
 use umpire_store::{LedgerStore, VerdictStore};
 
@@ -130,7 +130,15 @@ async fn bought(
         umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
     assert_eq!(
         setup
-            .claim_payment(&payment_key, "h", now, now + 60, now + 86_400)
+            .claim_payment(
+                &payment_key,
+                "h",
+                &PaymentHold {
+                    now,
+                    held_until: now + 60,
+                    expires_at: now + 86_400
+                }
+            )
             .await
             .expect("claim the payment"),
         PaymentClaim::Won
@@ -488,7 +496,15 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
     assert_eq!(
         store
-            .claim_payment(&payment_key, "h", now, now + 600, now + 86_400)
+            .claim_payment(
+                &payment_key,
+                "h",
+                &PaymentHold {
+                    now,
+                    held_until: now + 600,
+                    expires_at: now + 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Won

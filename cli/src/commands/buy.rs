@@ -1,6 +1,7 @@
 //! `umpire buy`: a verdict paid with x402, waited for (sworn) unless --no-wait.
 
-use super::client::{Answer, Api, Local, print_json, refused};
+use super::Local;
+use super::client::{Answer, Api, print_json, refused};
 use super::pay::{PayArgs, Payer};
 use super::read_json;
 use reqwest::Method;

@@ -13,20 +13,12 @@ use std::time::Duration;
 use umpire_core::json::{Value, parse};
 use umpire_pay::{HEADER_PAYMENT_SIGNATURE, PaymentRequired, decode_header};
 
+use super::Local;
 use super::pay::Payer;
 
 pub const DEFAULT_BASE: &str = "http://127.0.0.1:8080";
 /// Transport retries of one paid request (same key, same payment: safe to repeat).
 const RETRIES: u32 = 3;
-
-/// A problem on our side of the wire (exit 2).
-pub struct Local(pub String);
-
-impl<E: std::fmt::Display> From<E> for Local {
-    fn from(e: E) -> Self {
-        Local(e.to_string())
-    }
-}
 
 pub struct Api {
     base: String,

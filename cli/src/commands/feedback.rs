@@ -1,6 +1,7 @@
 //! `umpire feedback`: payment-verified feedback, signed by the paying wallet.
 
-use super::client::{Api, Local, print_json, refused};
+use super::Local;
+use super::client::{Api, print_json, refused};
 use super::pay::wallet;
 use alloy::primitives::{Address, B256};
 use alloy::signers::SignerSync as _;

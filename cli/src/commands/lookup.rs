@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use reqwest::Method;
 use umpire_core::urlenc::component;
 
-use super::client::{Api, Local, free};
+use super::Local;
+use super::client::{Api, free};
 
 /// A verdict by id, with the secret its purchase returned.
 pub async fn status(api: &Api, id: &str, secret: &str) -> Result<ExitCode, Local> {

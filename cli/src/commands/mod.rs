@@ -27,11 +27,20 @@ use umpire_store::sqlite::SqliteStore;
 
 use crate::Remote;
 
+/// A problem on our side of the wire (exit 2).
+pub struct Local(pub String);
+
+impl<E: std::fmt::Display> From<E> for Local {
+    fn from(e: E) -> Self {
+        Local(e.to_string())
+    }
+}
+
 /// Runs a client command against the service; local problems exit 2.
 pub async fn remote_call<F, Fut>(remote: Remote, f: F) -> ExitCode
 where
     F: FnOnce(client::Api) -> Fut,
-    Fut: std::future::Future<Output = Result<ExitCode, client::Local>>,
+    Fut: std::future::Future<Output = Result<ExitCode, Local>>,
 {
     let api = match client::Api::new(remote.base) {
         Ok(a) => a,

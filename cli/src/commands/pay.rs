@@ -1,7 +1,7 @@
 //! How paid commands pay: an EVM wallet (USDC on Base) or a Solana keypair (USDC or
 //! native SOL), and the keys they are read from.
 
-use super::client::Local;
+use super::Local;
 use alloy::signers::local::PrivateKeySigner;
 use std::path::{Path, PathBuf};
 use umpire_core::signer::LocalSigner;

@@ -1,6 +1,7 @@
 //! `umpire reputation`: a merchant's report, paid with x402.
 
-use super::client::{Api, Local, print_json, print_readable, refused};
+use super::Local;
+use super::client::{Api, print_json, print_readable, refused};
 use super::pay::{PayArgs, Payer};
 use reqwest::Method;
 use std::process::ExitCode;

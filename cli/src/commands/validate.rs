@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use reqwest::Method;
 use umpire_core::json::Value;
 
-use super::client::{Api, Local, print_json, refused};
+use super::Local;
+use super::client::{Api, print_json, refused};
 use super::read_json;
 
 pub struct ValidateArgs {

@@ -13,8 +13,8 @@ use umpire_server::datadir::{default_data_dir, load_signer};
 use umpire_core::document::Step;
 use umpire_escrow::{Escrow, JobRef, Status};
 
-use super::evaluate::{bytes32_hex, bytes32_of};
 use super::{fail, read_json};
+use umpire_escrow::{bytes32_hex, bytes32_of};
 
 pub(crate) async fn load_keys(
     key: Option<&str>,

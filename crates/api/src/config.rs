@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use umpire_core::product::{DEFAULT_ISSUER, SWORN_PASS2_DELAY_SECS};
 
+use crate::plumbing::limits::{RateLimits, WINDOW};
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The identity documents name as issuer, and the base of links (status URLs).
@@ -11,7 +13,7 @@ pub struct Config {
     /// Wall-clock limit for one check in the isolated checker.
     pub check_limit: Duration,
     /// Per-IP limits on free routes; None when switched off.
-    pub rate_limits: Option<crate::limits::RateLimits>,
+    pub rate_limits: Option<RateLimits>,
     /// The payment rails accepted, in preference order (empty: nothing can be bought).
     pub rails: umpire_pay::Rails,
     /// Seconds between a sworn verdict's two passes.
@@ -47,14 +49,14 @@ impl Default for Config {
         Config {
             issuer: DEFAULT_ISSUER.to_owned(),
             check_limit: umpire_checker::DEFAULT_CHECK_LIMIT,
-            rate_limits: Some(crate::limits::RateLimits::default()),
+            rate_limits: Some(RateLimits::default()),
             rails: umpire_pay::Rails {
                 rails: Vec::new(),
                 max_timeout_seconds: 60,
             },
             sworn_delay_secs: SWORN_PASS2_DELAY_SECS as u32,
             webhook_retry_base: Duration::from_secs(30),
-            in_progress_secs: crate::idempotency::IN_PROGRESS_SECS as u32,
+            in_progress_secs: crate::paid::idempotency::IN_PROGRESS_SECS as u32,
             request_budget: DEFAULT_REQUEST_BUDGET,
             clock: umpire_host::Clock::system(),
         }
@@ -164,7 +166,7 @@ impl Config {
             c.issuer = v;
         }
         c.check_limit = millis("UMPIRE_CHECK_LIMIT_MS", 50..=60_000, c.check_limit)?;
-        c.rate_limits = crate::limits::RateLimits::from_env()?;
+        c.rate_limits = rate_limits_from_env()?;
         let secs = |name: &'static str, range: std::ops::RangeInclusive<u32>, default: u32| {
             match std::env::var(name) {
                 Err(_) => Ok(default),
@@ -209,6 +211,27 @@ impl Config {
         c.check_budget()?;
         Ok(c)
     }
+}
+
+/// The contract's values, each overridable with `UMPIRE_RATE_LIMIT_<BUCKET>`;
+/// `UMPIRE_RATE_LIMITS=off` returns None (local benchmarking, tests not about limits).
+fn rate_limits_from_env() -> Result<Option<RateLimits>, ConfigError> {
+    if std::env::var("UMPIRE_RATE_LIMITS").is_ok_and(|v| v == "off") {
+        return Ok(None);
+    }
+    let mut limits = RateLimits::default();
+    for (bucket, n) in limits.per_minute.iter_mut() {
+        let name = format!("UMPIRE_RATE_LIMIT_{}", bucket.to_ascii_uppercase());
+        if let Ok(v) = std::env::var(&name) {
+            *n = v.parse().ok().filter(|n| *n > 0).ok_or(ConfigError {
+                name: "UMPIRE_RATE_LIMIT_<BUCKET>",
+                value: format!("{name}={v}"),
+                problem: "must be a positive number of requests per minute".into(),
+            })?;
+        }
+    }
+    limits.window = millis("UMPIRE_RATE_LIMIT_WINDOW_MS", 100..=3_600_000, WINDOW)?;
+    Ok(Some(limits))
 }
 
 #[cfg(test)]

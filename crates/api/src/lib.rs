@@ -10,11 +10,10 @@ pub mod paid;
 pub mod plumbing;
 pub mod sworn;
 
-// Inside the crate, modules name their neighbours by these short paths.
 use free::{handlers, lookup};
 use merchant::{feedback, reputation};
-use paid::{buy, checkout, discovery, idempotency, ledger, payment, purchase, secret, verdict};
-use plumbing::{cpu, limits, metrics, respond, routes};
+use paid::buy;
+use plumbing::{respond, routes};
 
 use std::net::IpAddr;
 use std::sync::Arc;

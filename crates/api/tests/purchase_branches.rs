@@ -105,7 +105,7 @@ impl FakeChain {
         SettlementResponse {
             success: true,
             transaction: tx,
-            network: ctx.rail.network.to_string(),
+            network: Some(ctx.rail.network.clone()),
             payer: ctx.claimed_payer(),
             error_reason: None,
         }
@@ -128,7 +128,7 @@ impl Settler for FakeChain {
         match self.spent_by(ctx) {
             Some(_) => Err(nonce_used()),
             None => Ok(Verified {
-                payer: ctx.claimed_payer().unwrap_or_default(),
+                payer: ctx.claimed_payer().expect("the payment names its payer"),
             }),
         }
     }
@@ -351,7 +351,7 @@ fn ledger_key(state: &AppState, header: &str) -> String {
         requirements,
         requirements_v1: None,
     };
-    umpire_api::paid::ledger::payment_key(&ctx)
+    umpire_api::paid::ledger::payment_key(&ctx).to_string()
 }
 
 /// The same authorization spelled another way: nonce and signature in upper-case hex.

@@ -2,6 +2,7 @@
 //! so the Lambdas, the local server, the isolated checker and `umpire judge` all
 //! judge and sign identically.
 
+pub mod check_type;
 pub mod document;
 pub mod errors;
 pub mod eval;

@@ -1,6 +1,6 @@
 //! What Umpire sells and the limits it sells it under: the contract's numbers, once.
 
-use crate::spec::CheckType;
+use crate::check_type::CheckType;
 
 /// The public identity documents name as their issuer (overridable per deployment).
 pub const DEFAULT_ISSUER: &str = "https://umpire.vimabrosta.com";

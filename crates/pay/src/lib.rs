@@ -19,8 +19,8 @@ pub mod types;
 
 pub use codec::{CodecError, decode_header, encode_header};
 pub use rails::{Rail, RailPricing, Rails};
-pub use reason::FailureReason;
-pub use settle::{FailureKind, PaymentContext, PaymentFailure, Payments, Settler};
+pub use reason::{FailureKind, FailureReason, PaymentFailure};
+pub use settle::{PaymentContext, Payments, Settler};
 pub use types::{
     EvmAuthorization, EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
     PaymentRequirementsV1, ResourceInfo, SettlementResponse, X402Version,

@@ -132,6 +132,52 @@ impl<'de> Deserialize<'de> for FailureReason {
     }
 }
 
+/// Whose fault a failed payment is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The payment itself is wrong (signature, amount, nonce, funds): the payer can fix it.
+    Invalid,
+    /// The chain or the facilitator could not be asked; nothing was charged.
+    Unavailable,
+    /// Our own configuration is wrong.
+    Config,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct PaymentFailure {
+    pub kind: FailureKind,
+    /// The x402 `invalidReason` / `errorReason` code.
+    pub reason: FailureReason,
+    pub message: String,
+}
+
+impl PaymentFailure {
+    pub fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Invalid,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Unavailable,
+            reason: FailureReason::UnexpectedError,
+            message: message.into(),
+        }
+    }
+
+    pub fn config(message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Config,
+            reason: FailureReason::UnexpectedError,
+            message: message.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

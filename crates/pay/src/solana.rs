@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
-use crate::reason::FailureReason;
-use crate::settle::{PaymentContext, PaymentFailure, Settler, Verified};
+use crate::reason::{FailureReason, PaymentFailure};
+use crate::settle::{PaymentContext, Settler, Verified};
 use crate::svm::{self, Transaction};
+use crate::types::Account;
 use crate::types::SettlementResponse;
 
 /// A Solana JSON-RPC endpoint.
@@ -227,8 +228,8 @@ fn settled(ctx: &PaymentContext, tx: &Transaction) -> SettlementResponse {
     SettlementResponse {
         success: true,
         transaction: tx.id(),
-        network: ctx.rail.network.to_string(),
-        payer: Some(tx.message.fee_payer().to_base58()),
+        network: Some(ctx.rail.network.clone()),
+        payer: Some(Account::Solana(tx.message.fee_payer())),
         error_reason: None,
     }
 }
@@ -244,7 +245,7 @@ fn failed_on_chain(err: &Value) -> PaymentFailure {
 impl Settler for NativeSolSettler {
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure> {
         let tx = transaction_of(ctx)?;
-        let payer = tx.message.fee_payer().to_base58();
+        let payer = Account::Solana(tx.message.fee_payer());
         match self.rpc.simulate(&tx.to_base64()).await? {
             Ok(()) => Ok(Verified { payer }),
             // Broadcast already (by the payer, or by whoever saw the header): it paid

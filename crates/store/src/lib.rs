@@ -245,6 +245,16 @@ pub enum PaymentClaim {
     Held(PaymentEntry),
 }
 
+/// The terms of a new claim on a payment: when it is made, until when its request holds
+/// the payment, and when the entry expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaymentHold {
+    pub now: Unix,
+    /// Past this the request is gone and another may take the payment over.
+    pub held_until: Unix,
+    pub expires_at: Unix,
+}
+
 /// A conditional step of a payment held for `request_hash`: applied only when the
 /// entry is in phase `from` (and, with `lapsed_at`, its holder's time has run out).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -392,9 +402,7 @@ pub trait LedgerStore: Send + Sync {
         &self,
         payment_key: &str,
         request_hash: &str,
-        now: Unix,
-        held_until: Unix,
-        expires_at: Unix,
+        hold: &PaymentHold,
     ) -> Result<PaymentClaim>;
     /// Moves a payment held for `request_hash` one step; `false` when its entry is not
     /// in the state the move starts from (another request took it over, or it moved).

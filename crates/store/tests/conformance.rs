@@ -13,8 +13,8 @@ use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
     Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PayerSpread, PaymentClaim,
-    PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord,
-    VerdictStatus, WebhookOutcome,
+    PaymentHold, PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse,
+    VerdictRecord, VerdictStatus, WebhookOutcome,
 };
 
 const NOW: u64 = 1_796_223_845;
@@ -394,13 +394,29 @@ async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
     assert!(store.get_payment(k, NOW).await.expect("get").is_none());
     assert_eq!(
         store
-            .claim_payment(k, "h1", NOW, NOW + 30, NOW + 86_400)
+            .claim_payment(
+                k,
+                "h1",
+                &PaymentHold {
+                    now: NOW,
+                    held_until: NOW + 30,
+                    expires_at: NOW + 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Won
     );
     let held = store
-        .claim_payment(k, "h2", NOW + 1, NOW + 31, NOW + 86_400)
+        .claim_payment(
+            k,
+            "h2",
+            &PaymentHold {
+                now: NOW + 1,
+                held_until: NOW + 31,
+                expires_at: NOW + 86_400,
+            },
+        )
         .await
         .expect("claim");
     let PaymentClaim::Held(entry) = held else {
@@ -477,7 +493,15 @@ async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
     );
     // A settled payment is never taken again, not even once its holder's time is past.
     let again = store
-        .claim_payment(k, "h1", NOW + 100, NOW + 130, NOW + 86_400)
+        .claim_payment(
+            k,
+            "h1",
+            &PaymentHold {
+                now: NOW + 100,
+                held_until: NOW + 130,
+                expires_at: NOW + 86_400,
+            },
+        )
         .await
         .expect("claim");
     assert!(
@@ -494,7 +518,15 @@ async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .claim_payment(k, "h3", NOW + 86_400, NOW + 86_430, NOW + 2 * 86_400)
+            .claim_payment(
+                k,
+                "h3",
+                &PaymentHold {
+                    now: NOW + 86_400,
+                    held_until: NOW + 86_430,
+                    expires_at: NOW + 2 * 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Won
@@ -506,7 +538,15 @@ async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
 async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
     let k = "evm:8453:0xtoken:0xpayer:0xnonce-2";
     store
-        .claim_payment(k, "h1", NOW, NOW + 30, NOW + 86_400)
+        .claim_payment(
+            k,
+            "h1",
+            &PaymentHold {
+                now: NOW,
+                held_until: NOW + 30,
+                expires_at: NOW + 86_400,
+            },
+        )
         .await
         .expect("claim");
     let voided = PaymentState::Voided {
@@ -529,7 +569,15 @@ async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .claim_payment(k, "h2", NOW + 1, NOW + 31, NOW + 86_400)
+            .claim_payment(
+                k,
+                "h2",
+                &PaymentHold {
+                    now: NOW + 1,
+                    held_until: NOW + 31,
+                    expires_at: NOW + 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Won,
@@ -557,7 +605,15 @@ async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
     assert!(!store.move_payment(k, "h2", &retake).await.expect("retake"));
     assert!(matches!(
         store
-            .claim_payment(k, "h3", NOW + 10, NOW + 40, NOW + 86_400)
+            .claim_payment(
+                k,
+                "h3",
+                &PaymentHold {
+                    now: NOW + 10,
+                    held_until: NOW + 40,
+                    expires_at: NOW + 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Held(_)
@@ -577,7 +633,15 @@ async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
     // Lapsed again: any request may claim it afresh (the answer goes).
     assert_eq!(
         store
-            .claim_payment(k, "h3", NOW + 61, NOW + 91, NOW + 86_400)
+            .claim_payment(
+                k,
+                "h3",
+                &PaymentHold {
+                    now: NOW + 61,
+                    held_until: NOW + 91,
+                    expires_at: NOW + 86_400
+                }
+            )
             .await
             .expect("claim"),
         PaymentClaim::Won
@@ -602,9 +666,11 @@ async fn fifty_concurrent_payment_claims_have_one_winner(store: Arc<dyn Store>) 
                     .claim_payment(
                         "evm:race",
                         &format!("h{}", i % 3),
-                        NOW,
-                        NOW + 60,
-                        NOW + 3600,
+                        &PaymentHold {
+                            now: NOW,
+                            held_until: NOW + 60,
+                            expires_at: NOW + 3600,
+                        },
                     )
                     .await
             })

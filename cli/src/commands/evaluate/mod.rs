@@ -33,12 +33,14 @@ use umpire_core::signer::PublicKey;
 use umpire_core::spec::{Deliverable, parse_deliverable, parse_spec};
 use umpire_escrow::{
     ContractRef, Decision, Escrow, EscrowError, Job, JobRef, JobRefError, Outcome, Status,
+    bytes32_hex, bytes32_of,
 };
 
 use super::buy::{Refused, buy_once, wait_final};
-use super::client::{Api, Local, print_json};
+use super::client::{Api, print_json};
 use super::pay::{PayArgs, Payer, RailArg, wallet};
 use super::read_json;
+use crate::commands::Local;
 use record::Record;
 pub use watch::WatchArgs;
 
@@ -91,18 +93,6 @@ fn chain_step(e: EscrowError) -> Step {
     } else {
         no(format!("escrow: {e}"), "")
     }
-}
-
-/// `0x` and the 64 hex digits of a 32-byte value.
-pub fn bytes32_hex(b: &B256) -> String {
-    format!("0x{}", alloy::hex::encode(b))
-}
-
-/// The bytes32 a sha256 hex string (a `deliverable_hash`, a `payload_sha256`) is.
-pub fn bytes32_of(hex: &str) -> Option<B256> {
-    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| hex.parse().ok())
-        .flatten()
 }
 
 /// The evaluator's key: --evaluator-key-file, else $UMPIRE_EVALUATOR_KEY, else the EVM

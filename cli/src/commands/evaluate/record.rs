@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use umpire_core::json::{Value, parse};
 
-use crate::commands::client::Local;
+use crate::commands::Local;
 
 /// One purchase made for one job.
 #[derive(Debug, Clone, PartialEq, Eq)]

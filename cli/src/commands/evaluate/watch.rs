@@ -15,8 +15,10 @@ use umpire_core::json::Value;
 use umpire_core::product::Tier;
 use umpire_escrow::Status;
 
-use super::{Evaluator, Step, bytes32_hex};
-use crate::commands::client::Local;
+use umpire_escrow::bytes32_hex;
+
+use super::{Evaluator, Step};
+use crate::commands::Local;
 
 /// How often a job whose evaluation failed on the way is tried before it is given up.
 const MAX_ATTEMPTS: u32 = 10;

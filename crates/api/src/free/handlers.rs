@@ -15,8 +15,9 @@ use umpire_core::spec::{
 };
 use umpire_core::{ApiError, ErrorCode};
 
-use crate::purchase::{Envelope, assess};
-use crate::{AppState, Keys, Request, Response, respond};
+use crate::paid::purchase::{Envelope, assess};
+use crate::plumbing::respond;
+use crate::{AppState, Keys, Request, Response};
 
 pub fn health(state: &impl Keys) -> Response {
     respond::json(
@@ -47,7 +48,7 @@ pub fn key(state: &impl Keys) -> Response {
 }
 
 pub async fn quote(state: &AppState, req: &Request) -> Response {
-    if let Err(e) = crate::limits::enforce_for(state, "quote", req).await {
+    if let Err(e) = crate::plumbing::limits::enforce_for(state, "quote", req).await {
         return respond::error(&e);
     }
     let tiers: Vec<Value> = Tier::ALL
@@ -179,28 +180,28 @@ pub fn json_bytes(body: &[u8]) -> Result<Value, ApiError> {
 /// `POST /v1/validate`: every problem of a would-be purchase, the URL-policy verdict
 /// of each URL, the normalized spec and its spec_hash. Nothing is fetched or charged.
 pub async fn validate(state: &AppState, req: &Request) -> Response {
-    if let Err(e) = crate::limits::enforce_for(state, "validate", req).await {
+    if let Err(e) = crate::plumbing::limits::enforce_for(state, "validate", req).await {
         return respond::error(&e);
     }
     let (body, policy) = (req.body().clone(), state.fetch_policy());
-    let (tier, mut a) = match crate::cpu::off_thread(move || validate_assess(&body, &policy)).await
-    {
-        Ok(assessed) => assessed,
-        Err(e) => return respond::error(&e),
-    };
+    let (tier, mut a) =
+        match crate::plumbing::cpu::off_thread(move || validate_assess(&body, &policy)).await {
+            Ok(assessed) => assessed,
+            Err(e) => return respond::error(&e),
+        };
     if let Some(f) = &state.fetcher {
         a.resolve_urls(f).await;
     }
     // The answer echoes the normalized spec and hashes the deliverable: as large as
     // the request, so built (and the assessment dropped) off the async threads too.
-    crate::cpu::off_thread(move || respond::json(200, &validate_answer(tier, &a))).await
+    crate::plumbing::cpu::off_thread(move || respond::json(200, &validate_answer(tier, &a))).await
 }
 
 /// The CPU part of validate: the body read and assessed, nothing looked up.
 fn validate_assess(
     body: &[u8],
     policy: &umpire_fetch::Policy,
-) -> Result<(Tier, crate::purchase::Assessment), ApiError> {
+) -> Result<(Tier, crate::paid::purchase::Assessment), ApiError> {
     let body = json_bytes(body)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::new(
@@ -236,7 +237,7 @@ fn validate_assess(
     Ok((tier, assess(tier, obj, Envelope::Validate, policy)))
 }
 
-fn validate_answer(tier: Tier, a: &crate::purchase::Assessment) -> Value {
+fn validate_answer(tier: Tier, a: &crate::paid::purchase::Assessment) -> Value {
     let price = tier.price();
     Value::object()
         .with("valid", a.problems.is_empty())

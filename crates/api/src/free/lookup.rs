@@ -4,7 +4,9 @@
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
-use crate::{AppState, Request, Response, limits, respond};
+use crate::plumbing::limits;
+use crate::plumbing::respond;
+use crate::{AppState, Request, Response};
 
 /// Verdict ids as minted: `vrd_` and 32 lowercase hex digits.
 pub fn is_verdict_id(id: &str) -> bool {
@@ -37,7 +39,7 @@ pub async fn status(state: &AppState, req: &Request) -> Response {
 
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
     limits::enforce_for(state, "status", req).await?;
-    let id = crate::routes::last_segment(req);
+    let id = crate::plumbing::routes::last_segment(req);
     let bearer = req
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -67,7 +69,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .await
         .map_err(crate::internal)?
         .ok_or_else(not_found)?;
-    if !crate::secret::matches(&rec.secret_hash, &secret) {
+    if !crate::paid::secret::matches(&rec.secret_hash, &secret) {
         return Err(not_found());
     }
     let embed = |text: &Option<String>| -> Result<Value, ApiError> {

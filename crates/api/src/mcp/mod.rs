@@ -26,15 +26,12 @@ use tools::{TOOLS, tools_list};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
-use umpire_chain::claim::Outcome;
-use umpire_core::json::{Value, parse, parse_str};
-use umpire_core::product::Tier;
-use umpire_core::spec::parse_deliverable;
+use umpire_core::json::{Value, parse};
 
-use crate::cpu::off_thread;
-use crate::limits;
-use crate::{AppState, ClientIp, Request, Response, respond};
-use umpire_core::signer::PublicKey;
+use crate::plumbing::cpu::off_thread;
+use crate::plumbing::limits;
+use crate::plumbing::respond;
+use crate::{AppState, ClientIp, Request, Response};
 
 /// Protocol revisions we speak, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
@@ -305,11 +302,11 @@ async fn call_tool(
         "validate" => {
             let body = body_of(args).await;
             let r = internal(req, Method::POST, "/v1/validate", &[json], Some(body))?;
-            crate::handlers::validate(state, &r).await
+            crate::free::handlers::validate(state, &r).await
         }
         "quote" => {
             let r = internal(req, Method::GET, "/v1/quote", &[], None)?;
-            crate::handlers::quote(state, &r).await
+            crate::free::handlers::quote(state, &r).await
         }
         "get_verdict" => {
             let id = string_arg(&args, "verdict_id")?;
@@ -321,7 +318,7 @@ async fn call_tool(
                 &[("authorization", format!("Bearer {secret}"))],
                 None,
             )?;
-            crate::lookup::status(state, &r).await
+            crate::free::lookup::status(state, &r).await
         }
         "find" => {
             let uri = format!(
@@ -330,12 +327,12 @@ async fn call_tool(
                 umpire_core::urlenc::component(string_arg(&args, "webhook")?)
             );
             let r = internal(req, Method::GET, &uri, &[], None)?;
-            crate::lookup::find(state, &r).await
+            crate::free::lookup::find(state, &r).await
         }
         "submit_feedback" => {
             let body = body_of(args).await;
             let r = internal(req, Method::POST, "/v1/feedback", &[json], Some(body))?;
-            crate::feedback::submit(state, &r).await
+            crate::merchant::feedback::submit(state, &r).await
         }
         "verify_document" => {
             let ours = state.public_keys();

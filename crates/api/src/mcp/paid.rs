@@ -1,7 +1,19 @@
 //! Paid tools over MCP: x402 payments in `_meta` (the x402 MCP transport), routed to the
 //! same paid handlers as HTTP; and offline document verification.
 
-use super::*;
+use bytes::Bytes;
+use http::Method;
+
+use umpire_core::json::Value;
+use umpire_core::product::Tier;
+use umpire_core::signer::PublicKey;
+use umpire_core::spec::parse_deliverable;
+
+use crate::plumbing::cpu::off_thread;
+use crate::plumbing::respond;
+use crate::{AppState, Request, Response};
+
+use super::{internal, route_result, string_arg};
 
 /// x402's MCP transport: where a tool call carries its payment, and where the result
 /// carries the settlement.
@@ -28,8 +40,8 @@ pub struct InProcess;
 impl PaidRoutes for InProcess {
     async fn call(&self, state: &AppState, route: crate::Route, req: Request) -> Response {
         match route {
-            crate::Route::Reputation => crate::reputation::reputation(state, &req).await,
-            _ => crate::buy::buy(state, &req).await,
+            crate::Route::Reputation => crate::merchant::reputation::reputation(state, &req).await,
+            _ => crate::paid::buy::buy(state, &req).await,
         }
     }
 }
@@ -71,7 +83,7 @@ pub(super) async fn paid_tool(
         };
         // Checked here as the header is: a key the route could not read is refused,
         // never dropped on the way (a purchase without its key could be paid twice).
-        if let Err(e) = crate::idempotency::IdempotencyKey::parse(key) {
+        if let Err(e) = crate::paid::idempotency::IdempotencyKey::parse(key) {
             return Ok(route_result(respond::error(&e)));
         }
         headers.push(("idempotency-key", key.to_owned()));

@@ -1,6 +1,8 @@
 //! The tools the MCP endpoint lists: names, descriptions and input schemas.
 
-use super::*;
+use umpire_chain::claim::Outcome;
+use umpire_core::json::{Value, parse_str};
+use umpire_core::product::Tier;
 
 /// (name, title, description, input schema as JSON text).
 pub(super) const TOOLS: &[(&str, &str, &str, &str)] = &[

@@ -10,8 +10,10 @@ use umpire_core::spec::problems_value;
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{FeedbackRow, StoreError};
 
-use crate::handlers::json_body;
-use crate::{AppState, Request, Response, limits, respond};
+use crate::free::handlers::json_body;
+use crate::plumbing::limits;
+use crate::plumbing::respond;
+use crate::{AppState, Request, Response};
 
 pub async fn submit(state: &AppState, req: &Request) -> Response {
     match submit_inner(state, req).await {

@@ -19,9 +19,10 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_host::random_id;
 use umpire_store::{FeedbackRow, PayerSpread, Store, StoreError};
 
-use crate::checkout::{self, Prepared, Product};
-use crate::feedback::usdc_decimal;
-use crate::{AppState, Request, Response, respond};
+use crate::merchant::feedback::usdc_decimal;
+use crate::paid::checkout::{self, Prepared, Product};
+use crate::plumbing::respond;
+use crate::{AppState, Request, Response};
 
 pub const REPUTATION_DOCUMENT: &str = "umpire.reputation.v1";
 
@@ -294,7 +295,7 @@ pub async fn reputation(state: &AppState, req: &Request) -> Response {
     let report = signed_report(state, &merchant, &ledger, now);
     let receipt = Value::object()
         .with("price_usd", REPUTATION_PRICE.usd_decimal())
-        .with("payer", checkout.payer.as_str());
+        .with("payer", checkout.payer.to_string());
     let body = Value::object()
         .with("report", report)
         .with("receipt", receipt);

@@ -12,14 +12,16 @@ use umpire_host::random_id;
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
 
-use crate::checkout::{self, Checkout, Prepared, Product, Void};
-use crate::cpu::{DropOffThread, off_thread};
-use crate::handlers::json_bytes;
-use crate::purchase::{Envelope, Purchase, assess};
-use crate::{AppState, Request, Response, respond, sworn, verdict};
+use crate::free::handlers::json_bytes;
+use crate::paid::checkout::{self, Checkout, Prepared, Product, Void};
+use crate::paid::purchase::{Envelope, Purchase, assess};
+use crate::paid::verdict;
+use crate::plumbing::cpu::{DropOffThread, off_thread};
+use crate::plumbing::respond;
+use crate::{AppState, Request, Response, sworn};
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
-    let name = crate::routes::last_segment(req);
+    let name = crate::plumbing::routes::last_segment(req);
     let tiers = Tier::ALL.map(Tier::as_str).join(", ");
     Tier::parse(name).ok_or_else(|| {
         ApiError::new(
@@ -111,7 +113,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let verdict_id = random_id("vrd");
     // Derived, not stored: the answer reveals it once the verdict is stored, and a
     // replay derives it again (see `secret`).
-    let Some(secret) = crate::secret::mint(state.signer.as_ref(), &verdict_id) else {
+    let Some(secret) = crate::paid::secret::mint(state.signer.as_ref(), &verdict_id) else {
         return Err(checkout
             .abandon(crate::internal(
                 "this function holds no seed to derive secrets",
@@ -150,7 +152,7 @@ impl Paid<'_, '_> {
             status: VerdictStatus::Final,
             document: None,
             preview: None,
-            secret_hash: crate::secret::check_of(self.secret),
+            secret_hash: crate::paid::secret::check_of(self.secret),
             spec_hash: purchase.spec.hash.clone(),
             webhook_url: purchase.webhook_url.clone(),
             created_at: now,
@@ -194,10 +196,10 @@ impl Paid<'_, '_> {
             // Given when the answer is delivered with its verdict stored.
             .with("secret", Value::Null)
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
-            .with("payer", self.checkout.payer.as_str());
+            .with("payer", self.checkout.payer.to_string());
         let prepared = self.prepared(201, &body, Some(record));
         let settlement = self.checkout.settle(&prepared).await?;
-        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
+        crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
         Ok((prepared, settlement))
     }
 
@@ -265,7 +267,7 @@ impl Paid<'_, '_> {
             .with("webhook_url", purchase.webhook_url.clone())
             .with("final_due_at", umpire_core::time::rfc3339(due))
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
-            .with("payer", self.checkout.payer.as_str());
+            .with("payer", self.checkout.payer.to_string());
         let prepared = self.prepared(202, &body, None);
         let settlement = match self.checkout.settle(&prepared).await {
             Ok(s) => s,
@@ -276,7 +278,7 @@ impl Paid<'_, '_> {
                 return Err(v);
             }
         };
-        crate::metrics::record(crate::metrics::Metric::VerdictIssued);
+        crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
         Ok((prepared, settlement))
     }
 

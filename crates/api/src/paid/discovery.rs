@@ -60,7 +60,7 @@ impl Listing {
 /// The OpenAPI document, parsed once.
 fn openapi() -> &'static Value {
     static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| serde_json::from_str(crate::handlers::OPENAPI).unwrap_or(Value::Null))
+    DOC.get_or_init(|| serde_json::from_str(crate::free::handlers::OPENAPI).unwrap_or(Value::Null))
 }
 
 /// `v` with every `{"$ref":"#/components/schemas/X"}` replaced by that schema

@@ -7,10 +7,14 @@
 //! verified (one conditional write: one winner), then [`complete`] with the response,
 //! or [`release`] when the purchase is voided so the key can be used again.
 
+use std::fmt;
+use std::ops::Deref;
+
 use umpire_core::hash::sha256_hex;
 use umpire_core::product::{IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_MIN};
 use umpire_core::signer::Signer;
 use umpire_core::{ApiError, ErrorCode};
+use umpire_pay::types::Account;
 use umpire_store::{Claim, IdempotencyRecord, IdempotencyState, StoredResponse};
 
 use crate::{AppState, Response};
@@ -69,11 +73,11 @@ impl IdempotencyKey {
 
     /// The stored key: scoped to the paying wallet when the payment names one, so two
     /// wallets using the same key string never collide.
-    pub fn scoped(&self, wallet: Option<&str>) -> String {
-        match wallet {
-            Some(w) => format!("{}|{}", w.to_ascii_lowercase(), self.0),
+    pub fn scoped(&self, wallet: Option<&Account>) -> ScopedKey {
+        ScopedKey(match wallet {
+            Some(w) => format!("{}|{}", w.to_string().to_ascii_lowercase(), self.0),
             None => format!("anon|{}", self.0),
-        }
+        })
     }
 
     pub fn as_str(&self) -> &str {
@@ -81,15 +85,65 @@ impl IdempotencyKey {
     }
 }
 
+/// An Idempotency-Key as stored: the wallet it is scoped to, and the key
+/// (`<wallet lowercase>|<key>`, or `anon|<key>`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScopedKey(String);
+
+impl ScopedKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for ScopedKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for ScopedKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl fmt::Display for ScopedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What identifies "the same request" (hex sha256 of its method, path and exact body
+/// bytes): a key or a payment replays only for the request it was used with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestHash(String);
+
+impl RequestHash {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for RequestHash {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// What identifies "the same request": method, path and exact body bytes.
-pub fn request_hash(method: &http::Method, path: &str, body: &[u8]) -> String {
+pub fn request_hash(method: &http::Method, path: &str, body: &[u8]) -> RequestHash {
     let mut bytes = Vec::with_capacity(body.len() + path.len() + 8);
     bytes.extend_from_slice(method.as_str().as_bytes());
     bytes.push(b' ');
     bytes.extend_from_slice(path.as_bytes());
     bytes.push(b'\n');
     bytes.extend_from_slice(body);
-    sha256_hex(&bytes)
+    RequestHash(sha256_hex(&bytes))
 }
 
 /// What to do with a request whose key has a record.
@@ -104,11 +158,11 @@ pub enum Decision {
 fn conflict(
     state: &AppState,
     rec: &IdempotencyRecord,
-    request_hash: &str,
+    request_hash: &RequestHash,
     now: u64,
 ) -> Result<Decision, ApiError> {
     match &rec.state {
-        IdempotencyState::Completed(stored) if rec.request_hash == request_hash => Ok(
+        IdempotencyState::Completed(stored) if rec.request_hash == request_hash.as_str() => Ok(
             Decision::Replay(replay_response(stored, Some(state.signer.as_ref()))),
         ),
         IdempotencyState::Completed(_) => Err(ApiError::new(
@@ -119,7 +173,7 @@ fn conflict(
         // A claim whose holder died: free for the next request (the claim takes it over).
         IdempotencyState::InProgress { until } if *until <= now => Ok(Decision::Proceed),
         IdempotencyState::InProgress { until } => {
-            if rec.request_hash != request_hash {
+            if rec.request_hash != request_hash.as_str() {
                 return Err(ApiError::new(
                     ErrorCode::IdempotencyKeyReuse,
                     "this Idempotency-Key is in use by a different request",
@@ -140,8 +194,8 @@ fn conflict(
 /// Before the paywall: replay, refuse, or proceed.
 pub async fn check(
     state: &AppState,
-    scoped_key: &str,
-    request_hash: &str,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
 ) -> Result<Decision, ApiError> {
     let now = state.config.clock.now();
     match state
@@ -158,8 +212,8 @@ pub async fn check(
 /// Takes the key for this request (payment verified, work about to start).
 pub async fn claim(
     state: &AppState,
-    scoped_key: &str,
-    request_hash: &str,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
 ) -> Result<Decision, ApiError> {
     let now = state.config.clock.now();
     match state
@@ -182,8 +236,8 @@ pub async fn claim(
 /// Records the response so retries replay it.
 pub async fn complete(
     state: &AppState,
-    scoped_key: &str,
-    request_hash: &str,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
     response: &Response,
 ) -> Result<(), ApiError> {
     let stored = stored_answer(state, response);
@@ -227,8 +281,8 @@ pub(crate) fn stored_answer(state: &AppState, response: &Response) -> StoredResp
 /// Gives the key back: the purchase was voided and may be retried with it.
 pub async fn release(
     state: &AppState,
-    scoped_key: &str,
-    request_hash: &str,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
 ) -> Result<(), ApiError> {
     state
         .store
@@ -246,8 +300,10 @@ pub(crate) fn replay_response(stored: &StoredResponse, signer: Option<&dyn Signe
         && signer.key_id() == key_id
         && let Ok(parsed) = umpire_core::json::parse(body.as_bytes())
     {
-        body = String::from_utf8_lossy(&crate::secret::reveal(signer, parsed).to_canonical_vec())
-            .into_owned();
+        body = String::from_utf8_lossy(
+            &crate::paid::secret::reveal(signer, parsed).to_canonical_vec(),
+        )
+        .into_owned();
     }
     let mut r = http::Response::new(bytes::Bytes::from(body));
     *r.status_mut() = http::StatusCode::from_u16(stored.status).unwrap_or(http::StatusCode::OK);
@@ -310,15 +366,26 @@ mod tests {
             assert_eq!(e.code, ErrorCode::InvalidIdempotencyKey);
         }
         let k = IdempotencyKey::parse("0123456789abcdef").expect("key");
-        assert_ne!(k.scoped(Some("0xAbC")), k.scoped(Some("0xdef")));
-        assert_eq!(k.scoped(Some("0xAbC")), k.scoped(Some("0xabc")));
+        let wallet = |a: &str| a.parse::<Account>().expect("valid fixture");
+        let abc = wallet("0xAbC0000000000000000000000000000000000001");
+        let def = wallet("0xdef0000000000000000000000000000000000001");
+        assert_ne!(k.scoped(Some(&abc)), k.scoped(Some(&def)));
+        assert_eq!(
+            k.scoped(Some(&abc)),
+            k.scoped(Some(&wallet("0xabc0000000000000000000000000000000000001")))
+        );
         assert_eq!(k.scoped(None), "anon|0123456789abcdef");
     }
 
     #[tokio::test]
     async fn replay_reuse_and_in_flight() {
         let s = state();
-        let key = "0xabc|0123456789abcdef";
+        let wallet: Account = "0xabc0000000000000000000000000000000000001"
+            .parse()
+            .expect("valid fixture");
+        let key = &IdempotencyKey::parse("0123456789abcdef")
+            .expect("key")
+            .scoped(Some(&wallet));
         let h1 = request_hash(&http::Method::POST, "/v1/verdicts/basic", b"{\"a\":1}");
         let h2 = request_hash(&http::Method::POST, "/v1/verdicts/basic", b"{\"a\":2}");
         assert!(matches!(check(&s, key, &h1).await, Ok(Decision::Proceed)));
@@ -331,7 +398,7 @@ mod tests {
         );
 
         let mut original =
-            crate::respond::json(201, &umpire_core::Value::object().with("ok", true));
+            crate::plumbing::respond::json(201, &umpire_core::Value::object().with("ok", true));
         original.headers_mut().insert(
             "payment-response",
             http::HeaderValue::from_static("eyJzdWNjZXNzIjp0cnVlfQ=="),
@@ -362,7 +429,9 @@ mod tests {
         );
 
         // A claim whose holder died is free once it expires.
-        let stale = "anon|0123456789stale";
+        let stale = &IdempotencyKey::parse("0123456789-stale")
+            .expect("key")
+            .scoped(None);
         let now = s.config.clock.now();
         s.store
             .claim_idempotency(stale, &h1, now - 10, now - 1, now + COMPLETED_SECS)
@@ -372,7 +441,9 @@ mod tests {
         assert!(matches!(claim(&s, stale, &h1).await, Ok(Decision::Proceed)));
 
         // A voided purchase frees its key.
-        let other = "anon|fedcba9876543210";
+        let other = &IdempotencyKey::parse("fedcba9876543210")
+            .expect("key")
+            .scoped(None);
         assert!(matches!(claim(&s, other, &h1).await, Ok(Decision::Proceed)));
         release(&s, other, &h1).await.expect("release");
         assert!(matches!(claim(&s, other, &h2).await, Ok(Decision::Proceed)));

@@ -18,40 +18,102 @@
 //! [`Hold::retake`]). A settlement whose outcome is unknown stays prepared with its
 //! hold lapsed at once, so the retry may proceed either way.
 
+use std::fmt;
+use std::ops::Deref;
 use std::time::Duration;
 
 use umpire_core::hash::sha256_hex;
 use umpire_core::{ApiError, Value};
 use umpire_host::Deadline;
 use umpire_pay::PaymentContext;
-use umpire_store::{PaymentClaim, PaymentMove, PaymentPhase, PaymentState};
+use umpire_store::{
+    PaymentClaim, PaymentHold, PaymentMove, PaymentPhase, PaymentState, VerdictRecord,
+};
 
-use crate::checkout::Prepared;
-use crate::idempotency::{self, COMPLETED_SECS};
+use crate::paid::idempotency::{self, COMPLETED_SECS, RequestHash};
+use crate::plumbing::respond;
 use crate::{AppState, Response};
 
 /// How long a voided entry is kept (it frees the payment at once; it stays only so an
 /// operator and pass 2 can see what happened).
 const VOIDED_SECS: u64 = 3600;
 
-/// The ledger key of one payment: what the chain dedupes on, so re-encoded copies of
-/// one authorization (hex case, `from` in lower case, a leading zero, an extra field)
-/// meet on one entry. EIP-3009: (network, token, payer, nonce); other payments: their
-/// x402 `payload`.
-pub fn payment_key(ctx: &PaymentContext) -> String {
+/// The ledger key of one payment (hex sha256): what the chain dedupes on, so re-encoded
+/// copies of one authorization meet on one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PaymentKey(String);
+
+impl PaymentKey {
+    /// A key as stored elsewhere (a pass-2 job names its purchase's payment).
+    pub fn from_stored(key: String) -> PaymentKey {
+        PaymentKey(key)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for PaymentKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PaymentKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The ledger key of `ctx`'s payment: re-encoded copies of one authorization (hex
+/// case, `from` in lower case, a leading zero, an extra field) meet on one entry.
+/// EIP-3009: (network, token, payer, nonce); other payments: their x402 `payload`.
+pub fn payment_key(ctx: &PaymentContext) -> PaymentKey {
     match ctx.chain_identity() {
-        Some(identity) => sha256_hex(identity.as_bytes()),
+        Some(identity) => PaymentKey(sha256_hex(identity.as_bytes())),
         None => raw_payment_key(&ctx.raw),
     }
 }
 
 /// A payment keyed by its `payload` JSON (stable JSON, so key order and spacing do
 /// not matter).
-pub fn raw_payment_key(raw_payment: &serde_json::Value) -> String {
+pub fn raw_payment_key(raw_payment: &serde_json::Value) -> PaymentKey {
     let payload = Value::from(raw_payment.get("payload").cloned().unwrap_or_default());
     let mut bytes = b"payload|".to_vec();
     bytes.extend_from_slice(&payload.to_canonical_vec());
-    sha256_hex(&bytes)
+    PaymentKey(sha256_hex(&bytes))
+}
+
+/// A purchase's answer as it will be given, written down in its payment's entry before
+/// the payment settles: the response without its settlement, and the verdict to store
+/// once paid.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Prepared {
+    pub status: u16,
+    /// The `Location` header, if any.
+    pub location: Option<String>,
+    /// The body without the settlement (stable JSON text).
+    pub body: String,
+    /// Where the settlement goes in the body, e.g. `["settlement"]`.
+    pub settlement_at: Vec<String>,
+    /// A verdict to store once the payment settled. The body's `secret` is null here
+    /// and given on delivery once the verdict is stored (see `secret`).
+    pub record: Option<VerdictRecord>,
+}
+
+impl Prepared {
+    pub fn new(status: u16, body: &Value, settlement_at: &[&str]) -> Prepared {
+        Prepared {
+            status,
+            location: None,
+            body: String::from_utf8_lossy(&body.to_canonical_vec()).into_owned(),
+            settlement_at: settlement_at.iter().map(|s| (*s).to_owned()).collect(),
+            record: None,
+        }
+    }
 }
 
 /// Why a payment could not be claimed.
@@ -77,8 +139,8 @@ pub enum Retake {
 /// Dropping it without a final step leaves the entry to lapse (a crash does the same).
 #[must_use = "a hold ends settled, voided or left unknown"]
 pub struct Hold {
-    key: String,
-    request_hash: String,
+    key: PaymentKey,
+    request_hash: RequestHash,
     phase: PaymentPhase,
     /// The prepared answer, once there is one.
     answer: Option<String>,
@@ -93,25 +155,24 @@ impl Hold {
     /// voided, expired, or left by a request that is gone.
     pub async fn claim(
         state: &AppState,
-        key: &str,
-        request_hash: &str,
+        key: &PaymentKey,
+        request_hash: &RequestHash,
     ) -> Result<Hold, ClaimError> {
         let now = state.config.clock.now();
+        let hold = PaymentHold {
+            now,
+            held_until: held_until(state, now),
+            expires_at: now + COMPLETED_SECS,
+        };
         let claim = state
             .store
-            .claim_payment(
-                key,
-                request_hash,
-                now,
-                held_until(state, now),
-                now + COMPLETED_SECS,
-            )
+            .claim_payment(key, request_hash, &hold)
             .await
             .map_err(|e| ClaimError::Store(crate::internal(e)))?;
         match claim {
             PaymentClaim::Won => Ok(Hold {
-                key: key.to_owned(),
-                request_hash: request_hash.to_owned(),
+                key: key.clone(),
+                request_hash: request_hash.clone(),
                 phase: PaymentPhase::Claimed,
                 answer: None,
             }),
@@ -126,8 +187,8 @@ impl Hold {
     /// or the settlement's outcome was unknown), with its answer.
     pub async fn retake(
         state: &AppState,
-        key: &str,
-        request_hash: &str,
+        key: &PaymentKey,
+        request_hash: &RequestHash,
     ) -> Result<Retake, ApiError> {
         let now = state.config.clock.now();
         let Some(entry) = state
@@ -138,7 +199,7 @@ impl Hold {
         else {
             return Ok(Retake::Nothing);
         };
-        if entry.request_hash != request_hash {
+        if entry.request_hash != request_hash.as_str() {
             return Ok(Retake::Nothing);
         }
         let answer = match &entry.state {
@@ -172,15 +233,15 @@ impl Hold {
             return Ok(Retake::Busy);
         }
         let hold = Hold {
-            key: key.to_owned(),
-            request_hash: request_hash.to_owned(),
+            key: key.clone(),
+            request_hash: request_hash.clone(),
             phase: PaymentPhase::Prepared,
             answer: Some(answer.clone()),
         };
         Ok(Retake::Taken(hold, Box::new(prepared)))
     }
 
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &PaymentKey {
         &self.key
     }
 
@@ -296,8 +357,8 @@ pub enum Running {
 /// voided, lapsed, or held for another request).
 pub async fn await_purchase(
     state: &AppState,
-    key: &str,
-    request_hash: &str,
+    key: &PaymentKey,
+    request_hash: &RequestHash,
     deadline: Deadline,
     in_use: impl Fn() -> ApiError,
 ) -> Running {
@@ -307,7 +368,7 @@ pub async fn await_purchase(
     loop {
         let now = state.config.clock.now();
         match state.store.get_payment(key, now).await {
-            Ok(Some(entry)) if entry.request_hash == request_hash => match &entry.state {
+            Ok(Some(entry)) if entry.request_hash == request_hash.as_str() => match &entry.state {
                 PaymentState::Settled { response, .. } => {
                     return Running::Answered(idempotency::replay_without_secret(response));
                 }
@@ -316,10 +377,10 @@ pub async fn await_purchase(
                 _ => return Running::Gone,
             },
             Ok(_) => return Running::Gone,
-            Err(e) => return Running::Answered(crate::respond::error(&crate::internal(e))),
+            Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
         }
         if started.elapsed() >= wait {
-            return Running::Answered(crate::respond::error(&in_use()));
+            return Running::Answered(respond::error(&in_use()));
         }
         tokio::time::sleep(AWAIT_POLL).await;
     }
@@ -348,7 +409,7 @@ fn verdict_id_in(body: &str) -> Option<String> {
 
 pub async fn purchase_outcome(
     state: &AppState,
-    key: &str,
+    key: &PaymentKey,
     verdict_id: &str,
 ) -> Result<PurchaseOutcome, ApiError> {
     let now = state.config.clock.now();

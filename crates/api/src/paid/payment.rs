@@ -7,7 +7,8 @@
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_pay::{HEADER_PAYMENT_REQUIRED, PaymentRequired, PaymentRequirementsV1, encode_header};
 
-use crate::{Response, respond};
+use crate::Response;
+use crate::plumbing::respond;
 
 /// The 402 response for `required`, with a human-readable error object too.
 pub fn payment_required_response(

@@ -67,6 +67,8 @@ pub enum Envelope {
     Purchase,
 }
 
+/// Everything wrong with a purchase body (validate's or a paid route's), field by field,
+/// without fetching or paying.
 pub fn assess(
     tier: Tier,
     body: &BTreeMap<String, Value>,
@@ -88,105 +90,121 @@ pub fn assess(
             ));
         }
     }
-
-    match body.get("spec") {
-        None => a.problems.push(Problem::new(
-            "spec",
-            ProblemCode::MissingField,
-            "spec is required",
-            "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
-        )),
-        Some(v) => {
-            // Parsed once (regexes and schemas compile here): URL verdicts for every
-            // check that parsed, even when others did not.
-            let (parsed, spec_problems) = parse_spec_partial(v, Some(tier));
-            let mut url_problems = Vec::new();
-            for (at, url) in network_urls_of(parsed.iter().map(|(i, c)| (*i, c))) {
-                a.urls.push(url_verdict(policy, at, url, &mut url_problems));
-            }
-            if spec_problems.is_empty() {
-                let spec = Spec::from_checks(parsed.into_iter().map(|(_, c)| c).collect());
-                match spec.size_problem() {
-                    Some(p) => a.problems.push(p),
-                    None => a.spec = Some(spec),
-                }
-            }
-            a.problems.extend(spec_problems);
-            a.problems.extend(url_problems);
-        }
-    }
-
-    match body.get("deliverable") {
-        // A spec none of whose checks reads the deliverable (a witness's url_probe)
-        // needs none: judged against the empty deliverable.
-        None if envelope == Envelope::Purchase
-            && a.spec.as_ref().is_some_and(|s| !s.reads_deliverable()) =>
-        {
-            a.deliverable = Some(Deliverable {
-                text: None,
-                json: None,
-            });
-        }
-        None if envelope == Envelope::Purchase => a.problems.push(Problem::new(
-            "deliverable",
-            ProblemCode::MissingField,
-            "deliverable is required: the spec's checks read it",
-            "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}, as the checks read.",
-        )),
-        None => {}
-        Some(v) => match parse_deliverable(v, "deliverable") {
-            Ok(d) => {
-                if let Some(spec) = &a.spec {
-                    a.problems.extend(deliverable_problems(spec, &d));
-                }
-                a.deliverable = Some(d);
-            }
-            Err(p) => a.problems.extend(p),
-        },
-    }
-
-    match body.get("webhook_url") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(u)) if tier == Tier::Sworn => {
-            let v = url_verdict(policy, "webhook_url".into(), u.clone(), &mut a.problems);
-            a.urls.push(v);
-            a.webhook_url = Some(u.clone());
-        }
-        Some(Value::String(_)) => a.problems.push(Problem::new(
-            "webhook_url",
-            ProblemCode::UnknownField,
-            format!(
-                "webhook_url is only used by the sworn tier, not {}",
-                tier.as_str()
-            ),
-            "Remove webhook_url; witness, basic and probe verdicts are returned in the response.",
-        )),
-        Some(other) => a.problems.push(Problem::new(
-            "webhook_url",
-            ProblemCode::WrongType,
-            format!("webhook_url must be a string, not {}", other.type_name()),
-            "Send the webhook as an https URL string.",
-        )),
-    }
-
-    match body.get("job_ref") {
-        None | Some(Value::Null) => {}
-        Some(v @ Value::String(s)) if !s.is_empty() && s.chars().count() <= MAX_JOB_REF_CHARS => {
-            a.job_ref = Some(v.clone());
-        }
-        Some(v @ Value::Number(Number::Int(t)))
-            if !t.starts_with('-') && t.len() <= MAX_UINT256_DIGITS =>
-        {
-            a.job_ref = Some(v.clone());
-        }
-        Some(_) => a.problems.push(Problem::new(
-            "job_ref",
-            ProblemCode::InvalidValue,
-            format!("job_ref must be a non-empty string of at most {MAX_JOB_REF_CHARS} characters or a non-negative integer (uint256)"),
-            "Put your ERC-8183 job id (or any reference of yours) in job_ref; it is echoed in the signed document.",
-        )),
-    }
+    a.spec_from(tier, body.get("spec"), policy);
+    a.deliverable_from(body.get("deliverable"), envelope);
+    a.webhook_from(tier, body.get("webhook_url"), policy);
+    a.job_ref_from(body.get("job_ref"));
     a
+}
+
+impl Assessment {
+    fn spec_from(&mut self, tier: Tier, spec: Option<&Value>, policy: &Policy) {
+        let Some(v) = spec else {
+            self.problems.push(Problem::new(
+                "spec",
+                ProblemCode::MissingField,
+                "spec is required",
+                "Send \"spec\": {\"checks\":[...]} with 1 to 10 checks.",
+            ));
+            return;
+        };
+        // Parsed once (regexes and schemas compile here): URL verdicts for every check
+        // that parsed, even when others did not.
+        let (parsed, spec_problems) = parse_spec_partial(v, Some(tier));
+        let mut url_problems = Vec::new();
+        for (at, url) in network_urls_of(parsed.iter().map(|(i, c)| (*i, c))) {
+            self.urls
+                .push(url_verdict(policy, at, url, &mut url_problems));
+        }
+        if spec_problems.is_empty() {
+            let spec = Spec::from_checks(parsed.into_iter().map(|(_, c)| c).collect());
+            match spec.size_problem() {
+                Some(p) => self.problems.push(p),
+                None => self.spec = Some(spec),
+            }
+        }
+        self.problems.extend(spec_problems);
+        self.problems.extend(url_problems);
+    }
+
+    fn deliverable_from(&mut self, deliverable: Option<&Value>, envelope: Envelope) {
+        match deliverable {
+            // A spec none of whose checks reads the deliverable (a witness's url_probe)
+            // needs none: judged against the empty deliverable.
+            None if envelope == Envelope::Purchase
+                && self.spec.as_ref().is_some_and(|s| !s.reads_deliverable()) =>
+            {
+                self.deliverable = Some(Deliverable {
+                    text: None,
+                    json: None,
+                });
+            }
+            None if envelope == Envelope::Purchase => self.problems.push(Problem::new(
+                "deliverable",
+                ProblemCode::MissingField,
+                "deliverable is required: the spec's checks read it",
+                "Send \"deliverable\": {\"text\": \"...\"} and/or {\"json\": {...}}, as the checks read.",
+            )),
+            None => {}
+            Some(v) => match parse_deliverable(v, "deliverable") {
+                Ok(d) => {
+                    if let Some(spec) = &self.spec {
+                        self.problems.extend(deliverable_problems(spec, &d));
+                    }
+                    self.deliverable = Some(d);
+                }
+                Err(p) => self.problems.extend(p),
+            },
+        }
+    }
+
+    fn webhook_from(&mut self, tier: Tier, webhook: Option<&Value>, policy: &Policy) {
+        match webhook {
+            None | Some(Value::Null) => {}
+            Some(Value::String(u)) if tier == Tier::Sworn => {
+                let v = url_verdict(policy, "webhook_url".into(), u.clone(), &mut self.problems);
+                self.urls.push(v);
+                self.webhook_url = Some(u.clone());
+            }
+            Some(Value::String(_)) => self.problems.push(Problem::new(
+                "webhook_url",
+                ProblemCode::UnknownField,
+                format!(
+                    "webhook_url is only used by the sworn tier, not {}",
+                    tier.as_str()
+                ),
+                "Remove webhook_url; witness, basic and probe verdicts are returned in the response.",
+            )),
+            Some(other) => self.problems.push(Problem::new(
+                "webhook_url",
+                ProblemCode::WrongType,
+                format!("webhook_url must be a string, not {}", other.type_name()),
+                "Send the webhook as an https URL string.",
+            )),
+        }
+    }
+
+    fn job_ref_from(&mut self, job_ref: Option<&Value>) {
+        match job_ref {
+            None | Some(Value::Null) => {}
+            Some(v @ Value::String(s))
+                if !s.is_empty() && s.chars().count() <= MAX_JOB_REF_CHARS =>
+            {
+                self.job_ref = Some(v.clone());
+            }
+            Some(v @ Value::Number(Number::Int(t)))
+                if !t.starts_with('-') && t.len() <= MAX_UINT256_DIGITS =>
+            {
+                self.job_ref = Some(v.clone());
+            }
+            Some(_) => self.problems.push(Problem::new(
+                "job_ref",
+                ProblemCode::InvalidValue,
+                format!("job_ref must be a non-empty string of at most {MAX_JOB_REF_CHARS} characters or a non-negative integer (uint256)"),
+                "Put your ERC-8183 job id (or any reference of yours) in job_ref; it is echoed in the signed document.",
+            )),
+        }
+    }
 }
 
 fn url_verdict(

@@ -10,7 +10,7 @@ use umpire_core::eval::FetchedBody;
 use umpire_fetch::Fetched;
 
 use crate::AppState;
-use crate::purchase::Purchase;
+use crate::paid::purchase::Purchase;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {

@@ -17,8 +17,8 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// Requests per window per bucket; `None` switches limiting off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimits {
-    per_minute: BTreeMap<&'static str, u64>,
-    window: Duration,
+    pub(crate) per_minute: BTreeMap<&'static str, u64>,
+    pub(crate) window: Duration,
 }
 
 impl Default for RateLimits {
@@ -34,32 +34,6 @@ impl Default for RateLimits {
 }
 
 impl RateLimits {
-    /// The contract's values, each overridable with `UMPIRE_RATE_LIMIT_<BUCKET>`;
-    /// `UMPIRE_RATE_LIMITS=off` returns None (local benchmarking, tests not about limits).
-    pub fn from_env() -> Result<Option<RateLimits>, crate::config::ConfigError> {
-        if std::env::var("UMPIRE_RATE_LIMITS").is_ok_and(|v| v == "off") {
-            return Ok(None);
-        }
-        let mut limits = RateLimits::default();
-        for (bucket, n) in limits.per_minute.iter_mut() {
-            let name = format!("UMPIRE_RATE_LIMIT_{}", bucket.to_ascii_uppercase());
-            if let Ok(v) = std::env::var(&name) {
-                *n = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or(crate::config::ConfigError {
-                        name: "UMPIRE_RATE_LIMIT_<BUCKET>",
-                        value: format!("{name}={v}"),
-                        problem: "must be a positive number of requests per minute".into(),
-                    })?;
-            }
-        }
-        limits.window =
-            crate::config::millis("UMPIRE_RATE_LIMIT_WINDOW_MS", 100..=3_600_000, WINDOW)?;
-        Ok(Some(limits))
-    }
-
     pub fn limit(&self, bucket: &str) -> Option<u64> {
         self.per_minute.get(bucket).copied()
     }
@@ -138,7 +112,9 @@ pub async fn enforce(
         Ok(_) => Ok(()),
         Err(e) => {
             tracing::warn!(error = %e, bucket, "rate-limit counter unavailable; request let through");
-            crate::metrics::record(crate::metrics::Metric::RateLimitUnavailable);
+            crate::plumbing::metrics::record(
+                crate::plumbing::metrics::Metric::RateLimitUnavailable,
+            );
             Ok(())
         }
     }

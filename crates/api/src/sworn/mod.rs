@@ -28,9 +28,9 @@ use umpire_core::{ApiError, ErrorCode};
 use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
 
 use crate::AppState;
-use crate::ledger::{PurchaseOutcome, purchase_outcome};
-use crate::purchase::Purchase;
-use crate::verdict;
+use crate::paid::ledger::{PaymentKey, PurchaseOutcome, purchase_outcome};
+use crate::paid::purchase::Purchase;
+use crate::paid::verdict;
 
 mod job;
 
@@ -115,7 +115,7 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         purchase,
         &[],
         u64::MAX,
-        &crate::ledger::raw_payment_key(&serde_json::Value::Null),
+        &crate::paid::ledger::raw_payment_key(&serde_json::Value::Null),
         u64::MAX,
     )
     .map_err(crate::internal)?
@@ -247,7 +247,8 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     // Only a verdict that was paid for is finished (its purchase may have died before
     // settling, or lost the settlement's answer).
     if let Some(payment_key) = &p.payment_key {
-        match purchase_outcome(state, payment_key, verdict_id)
+        let payment_key = PaymentKey::from_stored(payment_key.clone());
+        match purchase_outcome(state, &payment_key, verdict_id)
             .await
             .map_err(|e| retry(e.message))?
         {
@@ -256,7 +257,7 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
                 let hops = p.hops;
                 // Jobs queued before the deadline existed wait as long as a hold can.
                 let wait_until = p.wait_until.unwrap_or_else(|| {
-                    p.created_at.unwrap_or(now) + crate::idempotency::IN_PROGRESS_SECS
+                    p.created_at.unwrap_or(now) + crate::paid::idempotency::IN_PROGRESS_SECS
                 });
                 if now >= wait_until {
                     // The purchase's hold lapsed and its settlement is still unknown
@@ -275,7 +276,9 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
                         .forget_job_key(verdict_id)
                         .await
                         .map_err(retry)?;
-                    crate::metrics::record(crate::metrics::Metric::SwornUnresolved);
+                    crate::plumbing::metrics::record(
+                        crate::plumbing::metrics::Metric::SwornUnresolved,
+                    );
                     return Ok(());
                 }
                 // Asked again a pass-2 delay later (an interrupted purchase is settled
@@ -353,7 +356,7 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     {
         Finalize::Done => {
             tracing::info!(verdict_id, "sworn verdict final");
-            crate::metrics::record(crate::metrics::Metric::SwornFinalized);
+            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::SwornFinalized);
         }
         Finalize::AlreadyFinal(_) => {
             tracing::info!(
@@ -454,7 +457,7 @@ async fn run_webhook(state: &AppState, w: &WebhookJob) -> Result<(), JobError> {
         return Err(retry("no fetcher configured for webhook delivery"));
     };
     let body = document.as_bytes().to_vec();
-    let Some(key) = crate::secret::webhook_key(state.signer.as_ref(), &record_v) else {
+    let Some(key) = crate::paid::secret::webhook_key(state.signer.as_ref(), &record_v) else {
         // The seed that derived this verdict's secret is gone (rotated): a webhook
         // signed with any other key would not verify for the customer.
         tracing::error!(
@@ -485,7 +488,7 @@ async fn run_webhook(state: &AppState, w: &WebhookJob) -> Result<(), JobError> {
                 .map_err(retry)?;
         }
         Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
-            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
+            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::WebhookFailure);
             let delay = backoff(state.config.webhook_retry_base, attempt);
             tracing::warn!(
                 verdict_id,
@@ -497,7 +500,7 @@ async fn run_webhook(state: &AppState, w: &WebhookJob) -> Result<(), JobError> {
             schedule_webhook(state, verdict_id, true, attempt + 1, delay).await?;
         }
         Err(e) => {
-            crate::metrics::record(crate::metrics::Metric::WebhookFailure);
+            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::WebhookFailure);
             tracing::warn!(
                 verdict_id,
                 attempt,

@@ -3,18 +3,10 @@
 //! isolated worker) and under what time limit.
 
 use crate::json::{Value, compare_numbers, json_equal, parse};
+use crate::patterns::{REGEX_BACKTRACK_LIMIT, REGEX_SIZE_LIMIT};
 use crate::spec::{
     Check, Deliverable, HashTarget, LengthUnit, PathAssertion, PathOp, ProbeExpect, SelectorOp,
 };
-
-/// Fancy-regex gives up after this many backtracking steps (a bound on steps, not on
-/// time: the worker's wall-clock limit is what really stops a hostile pattern).
-pub const REGEX_BACKTRACK_LIMIT: usize = 1_000_000;
-
-/// The compiled size one regex may reach (the regex crate's own default). What a
-/// spec's patterns compile to together is bounded before payment too
-/// (`patterns::SPEC_REGEX_BYTES`).
-pub const REGEX_SIZE_LIMIT: usize = 10 << 20;
 
 /// Longest rendering of an observed value inside a reason.
 const REASON_VALUE_CHARS: usize = 120;

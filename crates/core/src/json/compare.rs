@@ -1,7 +1,8 @@
 //! Comparing JSON numbers and values as Python compares them: integers exactly, floats as
 //! doubles.
 
-use super::*;
+use super::encode::python_float_repr;
+use super::{Number, Value};
 
 /// A number as sign, significant digits and a decimal exponent: value = 0.DIGITS × 10^exp.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,9 @@
 //! The stable JSON encoder: Python's json.dumps(sort_keys=True, separators=(",", ":"),
 //! ensure_ascii=False), byte for byte, floats in Python's repr.
 
-use super::*;
+use std::fmt::Write as _;
+
+use super::{Number, Value};
 
 pub(super) fn write_canonical(v: &Value, out: &mut String) {
     match v {

@@ -18,7 +18,6 @@ pub use encode::python_float_repr;
 pub use parser::{parse, parse_str};
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use encode::write_canonical;
 

@@ -1,6 +1,8 @@
 //! The strict parser: RFC 8259, UTF-8, a depth limit, exact integers, no duplicate keys.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use super::{HINT_SYNTAX, MAX_DEPTH, MAX_INT_DIGITS, Number, ParseError, Value};
 
 /// Parse one JSON text. Stricter than Python only where Python would accept something
 /// that cannot be signed faithfully: duplicate keys (ambiguous), lone surrogates (not

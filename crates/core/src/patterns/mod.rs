@@ -20,10 +20,18 @@
 use fancy_regex::Expr;
 use regex_automata::nfa::thompson;
 
-use crate::eval::{REGEX_BACKTRACK_LIMIT, REGEX_SIZE_LIMIT};
 use crate::guard::{self, GuardRefusal};
 use crate::json::Value;
 use crate::problem::ProblemCode;
+
+/// Fancy-regex gives up after this many backtracking steps (a bound on steps, not on
+/// time: the worker's wall-clock limit is what really stops a hostile pattern).
+pub const REGEX_BACKTRACK_LIMIT: usize = 1_000_000;
+
+/// The compiled size one regex may reach (the regex crate's own default). What a
+/// spec's patterns compile to together is bounded before payment too
+/// ([`SPEC_REGEX_BYTES`]).
+pub const REGEX_SIZE_LIMIT: usize = 10 << 20;
 
 /// Regex patterns longer than this are refused (they are never needed to judge a deliverable).
 pub const MAX_PATTERN_CHARS: usize = 1000;

@@ -17,7 +17,8 @@ mod limits;
 mod regex;
 mod url_probe;
 
-pub use check::{CHECK_TYPES, Check, CheckType};
+pub use crate::check_type::{CHECK_TYPES, CheckType};
+pub use check::Check;
 pub use content_hash::HashTarget;
 pub use deliverable::{Deliverable, deliverable_problems, parse_deliverable};
 pub use json_path::{PathAssertion, PathOp};

@@ -1,7 +1,17 @@
 //! What only the chain knows about an EIP-3009 payment: the nonce's state, the balance, a
 //! simulation of the transfer; and settling it ourselves (submit, receipt).
 
-use super::*;
+use std::time::Duration;
+
+use alloy::network::{EthereumWallet, TransactionBuilder};
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::types::{Filter, TransactionRequest};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol_types::{SolCall, SolEvent};
+
+use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
+use crate::reason::{FailureReason, PaymentFailure};
 
 /// A chain reached over JSON-RPC, with an optional settler key for self-settlement.
 #[derive(Clone)]

@@ -12,19 +12,12 @@ mod chain;
 
 pub use chain::{EvmChain, Submitted};
 
-use std::time::Duration;
-
-use alloy::network::{EthereumWallet, TransactionBuilder};
 use alloy::primitives::{Address, B256, Bytes, Signature, U256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::rpc::types::{Filter, TransactionRequest};
-use alloy::signers::local::PrivateKeySigner;
 use alloy::sol;
-use alloy::sol_types::{Eip712Domain, SolCall, SolEvent, SolStruct};
+use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
 
 use crate::rails::Rail;
-use crate::reason::FailureReason;
-use crate::settle::PaymentFailure;
+use crate::reason::{FailureReason, PaymentFailure};
 use crate::types::{Asset, EvmExactPayload, Network, PaymentRequirements};
 
 sol! {
@@ -69,7 +62,7 @@ pub struct Eip3009Payment {
     pub signature: Bytes,
 }
 
-fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
+pub(crate) fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
     PaymentFailure::invalid(reason, message)
 }
 
@@ -353,6 +346,7 @@ mod tests {
     use super::*;
     use crate::types::Scheme;
     use alloy::signers::SignerSync;
+    use alloy::signers::local::PrivateKeySigner;
     use serde_json::{Map, json};
 
     use crate::rails::RailPricing;

@@ -1,7 +1,16 @@
 //! A facilitator's /verify and /settle over HTTP, as the x402 facilitator API documents
 //! them.
 
-use super::*;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use umpire_host::Deadline;
+
+use crate::reason::{FailureKind, FailureReason, PaymentFailure};
+use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
+use crate::types::{Account, SettlementResponse};
 
 /// A facilitator reached over HTTP.
 #[derive(Debug, Clone)]
@@ -36,8 +45,13 @@ pub(super) struct SettleAnswer {
     payer: Option<String>,
     #[serde(default)]
     transaction: String,
-    #[serde(default)]
-    network: Option<String>,
+}
+
+/// The payer a facilitator names, or else the one the payment names.
+fn payer_of(named: Option<&str>, ctx: &PaymentContext) -> Option<Account> {
+    named
+        .and_then(|p| p.parse().ok())
+        .or_else(|| ctx.claimed_payer())
 }
 
 /// One kind of payment a facilitator supports (`GET /supported`).
@@ -142,11 +156,12 @@ impl Settler for FacilitatorClient {
         let a: VerifyAnswer = self
             .post("/verify", &Self::body(ctx), VERIFY_TIMEOUT)
             .await?;
-        match (a.is_valid, a.payer) {
+        match (a.is_valid, payer_of(a.payer.as_deref(), ctx)) {
             (true, Some(payer)) => Ok(Verified { payer }),
-            (true, None) => Ok(Verified {
-                payer: ctx.claimed_payer().unwrap_or_default(),
-            }),
+            (true, None) => Err(PaymentFailure::invalid(
+                FailureReason::InvalidPayload,
+                "the facilitator verified the payment but neither it nor the payment names a payer",
+            )),
             (false, _) => Err(PaymentFailure::invalid(
                 a.invalid_reason
                     .map_or(FailureReason::InvalidPayment, FailureReason::from),
@@ -183,13 +198,13 @@ impl Settler for FacilitatorClient {
                     .unwrap_or_else(|| "the facilitator could not settle the payment".into()),
             ));
         }
+        // The network is the rail the payment matched (a facilitator may answer a v1
+        // payment with v1's name for it).
         Ok(SettlementResponse {
             success: true,
             transaction: answer.transaction,
-            network: answer
-                .network
-                .unwrap_or_else(|| ctx.rail.network.to_string()),
-            payer: answer.payer.or_else(|| ctx.claimed_payer()),
+            network: Some(ctx.rail.network.clone()),
+            payer: payer_of(answer.payer.as_deref(), ctx),
             error_reason: None,
         })
     }

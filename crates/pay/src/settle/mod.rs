@@ -13,69 +13,21 @@ pub use own::SelfSettler;
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use umpire_host::Deadline;
 
-use crate::evm::{Eip3009Payment, EvmChain, Submitted};
+use crate::evm::Eip3009Payment;
 use crate::rails::{Family, Rail};
-use crate::reason::FailureReason;
+use crate::reason::{FailureReason, PaymentFailure};
 use crate::svm;
 use crate::types::{
-    EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, Scheme,
+    Account, EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, Scheme,
     SettlementResponse, X402Version,
 };
 
 /// Kept between a settlement's last wait and the request's deadline, to answer in.
-const ANSWER_MARGIN: Duration = Duration::from_millis(500);
-
-/// Whose fault a failed payment is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureKind {
-    /// The payment itself is wrong (signature, amount, nonce, funds): the payer can fix it.
-    Invalid,
-    /// The chain or the facilitator could not be asked; nothing was charged.
-    Unavailable,
-    /// Our own configuration is wrong.
-    Config,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}: {message}")]
-pub struct PaymentFailure {
-    pub kind: FailureKind,
-    /// The x402 `invalidReason` / `errorReason` code.
-    pub reason: FailureReason,
-    pub message: String,
-}
-
-impl PaymentFailure {
-    pub fn invalid(reason: FailureReason, message: impl Into<String>) -> PaymentFailure {
-        PaymentFailure {
-            kind: FailureKind::Invalid,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn unavailable(message: impl Into<String>) -> PaymentFailure {
-        PaymentFailure {
-            kind: FailureKind::Unavailable,
-            reason: FailureReason::UnexpectedError,
-            message: message.into(),
-        }
-    }
-
-    pub fn config(message: impl Into<String>) -> PaymentFailure {
-        PaymentFailure {
-            kind: FailureKind::Config,
-            reason: FailureReason::UnexpectedError,
-            message: message.into(),
-        }
-    }
-}
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
 /// One payment, matched against our requirements, on its way through verify and settle.
 #[derive(Debug, Clone)]
@@ -158,7 +110,7 @@ impl PaymentContext {
     }
 
     /// The paying wallet, when the payment names one before any verification.
-    pub fn claimed_payer(&self) -> Option<String> {
+    pub fn claimed_payer(&self) -> Option<Account> {
         payer_named_in(&self.payment)
     }
 
@@ -173,26 +125,27 @@ impl PaymentContext {
 
 /// The wallet a payment says it comes from (`authorization.from` on EVM; on Solana the
 /// owner authorizing the token transfer, or for native SOL the fee payer, who is the
-/// payer). Only a claim until verified; good enough to scope an Idempotency-Key.
-pub fn payer_named_in(payment: &PaymentPayload) -> Option<String> {
+/// payer). Only a claim until verified.
+pub fn payer_named_in(payment: &PaymentPayload) -> Option<Account> {
     let payload = payment.scheme_payload();
     if payload.get("transaction").is_some() {
         let tx = svm::payload_transaction(payload).ok()?;
-        return Some(match svm::spl_transfer(&tx) {
-            Some(t) => t.authority.to_base58(),
-            None => tx.message.fee_payer().to_base58(),
-        });
+        return Some(Account::Solana(match svm::spl_transfer(&tx) {
+            Some(t) => t.authority,
+            None => tx.message.fee_payer(),
+        }));
     }
     payload
         .get("authorization")?
         .get("from")?
-        .as_str()
-        .map(str::to_owned)
+        .as_str()?
+        .parse()
+        .ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    pub payer: String,
+    pub payer: Account,
 }
 
 #[async_trait]
@@ -214,6 +167,19 @@ pub trait Settler: Send + Sync {
         &self,
         ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure>;
+}
+
+/// The moments one verification works with.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyTimes {
+    /// Unix seconds now: the authorization's window is checked against it.
+    pub now: u64,
+    /// The last moment this request may still be settling the payment: the
+    /// authorization must stay valid until then.
+    pub settles_by: Deadline,
+    /// When verification itself must have answered, leaving the work and the
+    /// settlement their time.
+    pub answer_by: Deadline,
 }
 
 /// How payments are verified and settled on this deployment.
@@ -261,20 +227,18 @@ impl Payments {
         self.settler_for(rail).is_ok()
     }
 
-    /// Offline checks (including that the authorization outlasts `settles_by`, the
-    /// last moment this request may settle it), then the settler's own verification,
-    /// which must answer by `deadline`.
+    /// Offline checks (including that the authorization outlasts `times.settles_by`,
+    /// the last moment this request may settle it), then the settler's own
+    /// verification, which must answer by `times.answer_by`.
     pub async fn verify(
         &self,
         ctx: &PaymentContext,
-        now: u64,
-        settles_by: Deadline,
-        deadline: Deadline,
+        times: &VerifyTimes,
     ) -> Result<Verified, PaymentFailure> {
         if let Some(p) = ctx.eip3009() {
             let p = p?;
-            p.check_offline(&ctx.rail, &ctx.requirements, now)?;
-            p.check_lasts_until(settles_by.unix())?;
+            p.check_offline(&ctx.rail, &ctx.requirements, times.now)?;
+            p.check_lasts_until(times.settles_by.unix())?;
         }
         // A Solana transfer nobody authorized never costs a round trip.
         if ctx.svm_transaction().is_some() && !ctx.signed_by_payer() {
@@ -284,7 +248,7 @@ impl Payments {
             ));
         }
         let settler = self.settler_for(&ctx.rail)?;
-        tokio::time::timeout_at(deadline.instant().into(), settler.verify(ctx))
+        tokio::time::timeout_at(times.answer_by.instant().into(), settler.verify(ctx))
             .await
             .unwrap_or_else(|_| {
                 Err(PaymentFailure::unavailable(

@@ -1,7 +1,15 @@
 //! Settling EVM payments ourselves: the EIP-3009 transfer submitted from our own gas
 //! wallet.
 
-use super::*;
+use alloy::primitives::{Address, B256};
+use async_trait::async_trait;
+use umpire_host::Deadline;
+
+use crate::evm::{Eip3009Payment, EvmChain, Submitted};
+use crate::rails::Rail;
+use crate::reason::PaymentFailure;
+use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
+use crate::types::{Account, SettlementResponse};
 
 /// Settles EVM payments ourselves: chain reads and simulation to verify, then
 /// `transferWithAuthorization` from the settler key.
@@ -27,8 +35,8 @@ pub(super) fn settled(ctx: &PaymentContext, p: &Eip3009Payment, hash: B256) -> S
     SettlementResponse {
         success: true,
         transaction: hash.to_string(),
-        network: ctx.rail.network.to_string(),
-        payer: Some(p.payer().to_string()),
+        network: Some(ctx.rail.network.clone()),
+        payer: Some(Account::Evm(p.payer())),
         error_reason: None,
     }
 }
@@ -50,7 +58,7 @@ impl Settler for SelfSettler {
         let p = eip3009_or_unsupported(ctx)?;
         self.chain.check_onchain(token_of(&ctx.rail)?, &p).await?;
         Ok(Verified {
-            payer: p.payer().to_string(),
+            payer: Account::Evm(p.payer()),
         })
     }
 

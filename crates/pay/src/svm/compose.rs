@@ -1,7 +1,9 @@
 //! Building transactions: compiling instructions into a message, and the instructions an
 //! x402 payment uses.
 
-use super::*;
+use crate::svm::{
+    COMPUTE_BUDGET_PROGRAM, Instruction, MEMO_PROGRAM, Message, Pubkey, SYSTEM_PROGRAM,
+};
 
 /// An instruction before compilation: its program, accounts and data.
 #[derive(Debug, Clone, PartialEq, Eq)]

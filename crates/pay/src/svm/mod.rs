@@ -18,11 +18,8 @@ pub use transfer::{
     NativeTransfer, Refusal, SplTransfer, native_transfer, payload_transaction, spl_transfer,
 };
 
-use crate::reason::FailureReason;
-
 use std::fmt;
 
-use ed25519_dalek::{Signature, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 /// The largest transaction Solana accepts (one packet).
@@ -152,6 +149,7 @@ pub struct Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reason::FailureReason;
     use umpire_core::signer::{LocalSigner, Signer as _};
 
     fn key(seed: u8) -> (LocalSigner, Pubkey) {

@@ -1,7 +1,11 @@
 //! Reading the payment out of a transaction as the exact scheme allows it, with the reasons
 //! a payload is refused.
 
-use super::*;
+use crate::reason::FailureReason;
+use crate::svm::{
+    COMPUTE_BUDGET_PROGRAM, MAX_COMPUTE_UNIT_LIMIT, MAX_MEMO_BYTES, MEMO_PROGRAM, Pubkey,
+    SYSTEM_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM, Transaction,
+};
 
 /// Why a transaction is not the payment it must be: an x402 reason code and a message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,10 @@
 //! Solana's wire format: messages and transactions read and written byte for byte (legacy
 //! and v0).
 
-use super::*;
+use ed25519_dalek::{Signature, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::svm::{Instruction, MAX_TRANSACTION_BYTES, Message, Pubkey, Transaction};
 
 pub(super) struct Reader<'a> {
     bytes: &'a [u8],

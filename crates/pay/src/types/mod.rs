@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::reason::FailureReason;
 
 mod values;
-pub use values::{Account, Asset, Namespace, Network, Scheme, TokenAmount};
+pub use values::{Account, Asset, Namespace, Network, ParseError, Scheme, TokenAmount};
 
 /// The protocol version a message is written in: `x402Version` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -242,11 +242,34 @@ pub struct SettlementResponse {
     pub success: bool,
     #[serde(default)]
     pub transaction: String,
-    pub network: String,
+    /// The network paid on; `None` (spelled `""`) for a payment refused before it
+    /// matched any rail of ours.
+    #[serde(with = "network_or_empty")]
+    pub network: Option<Network>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payer: Option<String>,
+    pub payer: Option<Account>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<FailureReason>,
+}
+
+/// `SettlementResponse.network`: the spec requires the field, so a refusal that
+/// matched no network says `""`.
+mod network_or_empty {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Network;
+
+    pub fn serialize<S: Serializer>(n: &Option<Network>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(n.as_ref().map_or("", Network::as_str))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Network>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(serde::de::Error::custom)
+    }
 }
 
 #[cfg(test)]
@@ -317,8 +340,12 @@ mod tests {
         let s = SettlementResponse {
             success: false,
             transaction: String::new(),
-            network: "eip155:8453".into(),
-            payer: Some("0xabc".into()),
+            network: Some("eip155:8453".parse().expect("valid fixture")),
+            payer: Some(
+                "0x1111111111111111111111111111111111111111"
+                    .parse()
+                    .expect("valid fixture"),
+            ),
             error_reason: Some("insufficient_funds".into()),
         };
         let v = serde_json::to_value(&s).expect("json");

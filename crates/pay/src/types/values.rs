@@ -10,6 +10,23 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::svm::{NATIVE_SOL_ASSET, Pubkey};
 
+/// Why a value of an x402 message does not parse, saying what was read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("network {0:?} is not a CAIP-2 chain id (namespace:reference, as in eip155:8453)")]
+    Network(String),
+    #[error("amount {0:?} is not a whole number of base units in decimal digits")]
+    Amount(String),
+    #[error("amount {0:?} does not fit in 256 bits")]
+    AmountTooLarge(String),
+    #[error("{0:?} is not an EVM address (0x and 40 hex digits)")]
+    EvmAccount(String),
+    #[error("{0:?} is neither an EVM address nor a Solana address")]
+    Account(String),
+    #[error("asset {0:?} is neither a token address, a Solana mint nor {NATIVE_SOL_ASSET:?}")]
+    Asset(String),
+}
+
 /// Serde through `FromStr` and `Display`, the way every value here is spelled on the wire.
 macro_rules! serde_as_string {
     ($t:ty) => {
@@ -118,16 +135,12 @@ impl Network {
 }
 
 impl FromStr for Network {
-    type Err = String;
+    type Err = ParseError;
 
     /// CAIP-2: a namespace of 3–8 of `[-a-z0-9]`, a colon, a reference of 1–32 of
     /// `[-_a-zA-Z0-9]`.
-    fn from_str(s: &str) -> Result<Network, String> {
-        let bad = || {
-            format!(
-                "network {s:?} is not a CAIP-2 chain id (namespace:reference, as in eip155:8453)"
-            )
-        };
+    fn from_str(s: &str) -> Result<Network, ParseError> {
+        let bad = || ParseError::Network(s.to_owned());
         let (ns, reference) = s.split_once(':').ok_or_else(bad)?;
         let ns_ok = (3..=8).contains(&ns.len())
             && ns
@@ -180,19 +193,17 @@ impl From<u128> for TokenAmount {
 }
 
 impl FromStr for TokenAmount {
-    type Err = String;
+    type Err = ParseError;
 
     /// Decimal digits only: no sign, no exponent, no fraction, no hex (leading zeros are
     /// allowed and mean nothing).
-    fn from_str(s: &str) -> Result<TokenAmount, String> {
+    fn from_str(s: &str) -> Result<TokenAmount, ParseError> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!(
-                "amount {s:?} is not a whole number of base units in decimal digits"
-            ));
+            return Err(ParseError::Amount(s.to_owned()));
         }
         U256::from_str_radix(s, 10)
             .map(TokenAmount)
-            .map_err(|_| format!("amount {s:?} does not fit in 256 bits"))
+            .map_err(|_| ParseError::AmountTooLarge(s.to_owned()))
     }
 }
 
@@ -237,17 +248,17 @@ fn evm_address(s: &str) -> Option<Address> {
 }
 
 impl FromStr for Account {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> Result<Account, String> {
+    fn from_str(s: &str) -> Result<Account, ParseError> {
         if s.starts_with("0x") || s.starts_with("0X") {
             evm_address(s)
                 .map(Account::Evm)
-                .ok_or_else(|| format!("{s:?} is not an EVM address (0x and 40 hex digits)"))
+                .ok_or_else(|| ParseError::EvmAccount(s.to_owned()))
         } else {
             Pubkey::from_base58(s)
                 .map(Account::Solana)
-                .ok_or_else(|| format!("{s:?} is neither an EVM address nor a Solana address"))
+                .ok_or_else(|| ParseError::Account(s.to_owned()))
         }
     }
 }
@@ -290,18 +301,16 @@ impl Asset {
 }
 
 impl FromStr for Asset {
-    type Err = String;
+    type Err = ParseError;
 
-    fn from_str(s: &str) -> Result<Asset, String> {
+    fn from_str(s: &str) -> Result<Asset, ParseError> {
         if s == NATIVE_SOL_ASSET {
             return Ok(Asset::NativeSol);
         }
         match s.parse::<Account>() {
             Ok(Account::Evm(a)) => Ok(Asset::Evm(a)),
             Ok(Account::Solana(k)) => Ok(Asset::SplMint(k)),
-            Err(_) => Err(format!(
-                "asset {s:?} is neither a token address, a Solana mint nor {NATIVE_SOL_ASSET:?}"
-            )),
+            Err(_) => Err(ParseError::Asset(s.to_owned())),
         }
     }
 }

@@ -1,6 +1,11 @@
 //! Feedback rows and what reports read of them in DynamoDB.
 
-use super::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::{FeedbackRow, FeedbackStore, PayerSpread, Result, StoreError, Unix};
+
+use super::{DynamoStore, PAYER_QUERIES_AT_ONCE, condition_failed, n, s, sdk};
 
 #[async_trait]
 impl FeedbackStore for DynamoStore {

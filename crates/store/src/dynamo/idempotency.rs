@@ -1,6 +1,11 @@
 //! Idempotency keys in DynamoDB.
 
-use super::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
+use crate::{Claim, IdempotencyRecord, IdempotencyStore, Result, StoreError, StoredResponse, Unix};
+
+use super::{DynamoStore, condition_failed, idempotency_from_item, n, s, sdk};
 
 #[async_trait]
 impl IdempotencyStore for DynamoStore {

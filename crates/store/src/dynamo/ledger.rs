@@ -1,6 +1,17 @@
 //! The purchase ledger in DynamoDB.
 
-use super::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
+use crate::{
+    LedgerStore, PaymentClaim, PaymentEntry, PaymentHold, PaymentMove, PaymentPhase, Result,
+    StoreError, Unix,
+};
+
+use super::{
+    DynamoStore, PAYMENT_STATE_ATTRIBUTES, condition_failed, n, payment_attributes,
+    payment_from_item, s, sdk,
+};
 
 #[async_trait]
 impl LedgerStore for DynamoStore {
@@ -8,10 +19,13 @@ impl LedgerStore for DynamoStore {
         &self,
         payment_key: &str,
         request_hash: &str,
-        now: Unix,
-        held_until: Unix,
-        expires_at: Unix,
+        hold: &PaymentHold,
     ) -> Result<PaymentClaim> {
+        let PaymentHold {
+            now,
+            held_until,
+            expires_at,
+        } = *hold;
         // The condition is PaymentEntry::is_free, spelled for DynamoDB.
         let r = self
             .client

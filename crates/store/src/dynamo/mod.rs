@@ -10,21 +10,18 @@ mod verdicts;
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, Projection, ProjectionType, ReturnValue, ReturnValuesOnConditionCheckFailure,
-    ScalarAttributeType, TimeToLiveSpecification,
+    KeyType, Projection, ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
 use umpire_core::product::Tier;
 
 use crate::{
-    Claim, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
-    IdempotencyStore, LedgerStore, PayerSpread, PaymentClaim, PaymentEntry, PaymentMove,
-    PaymentPhase, PaymentState, RateStore, Result, StoreError, StoredResponse, Unix, VerdictRecord,
-    VerdictStatus, VerdictStore, WebhookOutcome,
+    FeedbackRow, IdempotencyRecord, IdempotencyState, PayerSpread, PaymentEntry, PaymentPhase,
+    PaymentState, Result, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus,
+    WebhookOutcome,
 };
 
 /// Payer index queries in flight at once for one report.

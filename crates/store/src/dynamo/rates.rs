@@ -1,6 +1,11 @@
 //! Rate-limit counters in DynamoDB.
 
-use super::*;
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValue;
+
+use crate::{RateStore, Result, StoreError, Unix};
+
+use super::{DynamoStore, n, opt_n, s, sdk};
 
 #[async_trait]
 impl RateStore for DynamoStore {

@@ -1,6 +1,16 @@
 //! Verdicts, their documents, pass-2 keys and webhook attempts in DynamoDB.
 
-use super::*;
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+
+use crate::{Finalize, Result, StoreError, Unix, VerdictRecord, VerdictStore, WebhookOutcome};
+
+use super::{
+    DynamoStore, Item, condition_failed, find_key, get_n, get_s, n, opt_s, s, sdk,
+    verdict_from_item,
+};
 
 #[async_trait]
 impl VerdictStore for DynamoStore {

@@ -1,6 +1,11 @@
 //! Feedback rows and what reports read of them in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::params;
+
+use crate::{FeedbackRow, FeedbackStore, PayerSpread, Result, StoreError, Unix};
+
+use super::{FEEDBACK_COLUMNS, SqliteStore};
 
 #[async_trait]
 impl FeedbackStore for SqliteStore {

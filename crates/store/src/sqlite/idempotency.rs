@@ -1,6 +1,11 @@
 //! Idempotency keys in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use crate::{Claim, IdempotencyRecord, IdempotencyStore, Result, StoredResponse, Unix};
+
+use super::{SqliteStore, idempotency_from_row, idempotency_record};
 
 #[async_trait]
 impl IdempotencyStore for SqliteStore {

@@ -1,6 +1,11 @@
 //! Delayed jobs in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::{TransactionBehavior, params};
+
+use crate::{Delivery, Job, JobQueue, Result};
+
+use super::SqliteStore;
 
 #[async_trait]
 impl JobQueue for SqliteStore {

@@ -1,6 +1,11 @@
 //! The purchase ledger in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use crate::{LedgerStore, PaymentClaim, PaymentEntry, PaymentHold, PaymentMove, Result, Unix};
+
+use super::{PAYMENT_COLUMNS, PaymentRow, SqliteStore, payment_columns, payment_from_row};
 
 #[async_trait]
 impl LedgerStore for SqliteStore {
@@ -8,10 +13,13 @@ impl LedgerStore for SqliteStore {
         &self,
         payment_key: &str,
         request_hash: &str,
-        now: Unix,
-        held_until: Unix,
-        expires_at: Unix,
+        hold: &PaymentHold,
     ) -> Result<PaymentClaim> {
+        let PaymentHold {
+            now,
+            held_until,
+            expires_at,
+        } = *hold;
         let (k, h) = (payment_key.to_owned(), request_hash.to_owned());
         let held = self
             .run(move |c| {

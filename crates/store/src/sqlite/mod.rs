@@ -12,15 +12,12 @@ mod verdicts;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 use umpire_core::product::Tier;
 
 use crate::{
-    Claim, Delivery, FeedbackRow, FeedbackStore, Finalize, IdempotencyRecord, IdempotencyState,
-    IdempotencyStore, Job, JobQueue, LedgerStore, PayerSpread, PaymentClaim, PaymentEntry,
-    PaymentMove, PaymentPhase, PaymentState, RateStore, Result, StoreError, StoredResponse, Unix,
-    VerdictRecord, VerdictStatus, VerdictStore, WebhookOutcome,
+    FeedbackRow, IdempotencyRecord, IdempotencyState, PaymentEntry, PaymentPhase, PaymentState,
+    Result, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus, WebhookOutcome,
 };
 
 pub const FILE_NAME: &str = "umpire.sqlite3";

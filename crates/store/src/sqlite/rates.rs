@@ -1,6 +1,11 @@
 //! Rate-limit counters in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::params;
+
+use crate::{RateStore, Result, Unix};
+
+use super::SqliteStore;
 
 #[async_trait]
 impl RateStore for SqliteStore {

@@ -1,6 +1,13 @@
 //! Verdicts, their documents, pass-2 keys and webhook attempts in SQLite.
 
-use super::*;
+use async_trait::async_trait;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use crate::{
+    Finalize, Result, StoreError, Unix, VerdictRecord, VerdictStatus, VerdictStore, WebhookOutcome,
+};
+
+use super::{SqliteStore, VERDICT_COLUMNS, VERDICT_READ_COLUMNS, verdict_from_row};
 
 #[async_trait]
 impl VerdictStore for SqliteStore {

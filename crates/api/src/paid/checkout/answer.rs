@@ -1,39 +1,24 @@
 //! A purchase's answer: prepared before settlement, delivered (stored, with its settlement)
 //! after, or voided.
 
-use super::*;
+use std::time::Duration;
+
+use http::HeaderValue;
+use umpire_core::{ApiError, Value};
+use umpire_host::Deadline;
+use umpire_pay::{FailureKind, PaymentFailure, SettlementResponse};
+use umpire_store::{StoreError, VerdictRecord};
+
+use crate::paid::ledger::Prepared;
+use crate::paid::secret;
+use crate::plumbing::respond;
+use crate::{AppState, Response};
+
+use super::header::{AnswerHeader, settlement_header};
 
 /// Tries to persist a settled verdict before giving up on the status link (the
 /// customer paid: the answer is given even if the record cannot be stored).
 pub(super) const PERSIST_ATTEMPTS: u32 = 3;
-
-/// A purchase's answer as it will be given, written down before the payment settles:
-/// the response without its settlement, and the verdict to store once paid.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Prepared {
-    pub status: u16,
-    /// The `Location` header, if any.
-    pub location: Option<String>,
-    /// The body without the settlement (stable JSON text).
-    pub body: String,
-    /// Where the settlement goes in the body, e.g. `["settlement"]`.
-    pub settlement_at: Vec<String>,
-    /// A verdict to store once the payment settled. The body's `secret` is null here
-    /// and given on delivery once the verdict is stored (see `secret`).
-    pub record: Option<VerdictRecord>,
-}
-
-impl Prepared {
-    pub fn new(status: u16, body: &Value, settlement_at: &[&str]) -> Prepared {
-        Prepared {
-            status,
-            location: None,
-            body: String::from_utf8_lossy(&body.to_canonical_vec()).into_owned(),
-            settlement_at: settlement_at.iter().map(|s| (*s).to_owned()).collect(),
-            record: None,
-        }
-    }
-}
 
 /// Stores a settled verdict, a few times if the store falters and the deadline allows;
 /// `true` once it is there (also when an earlier attempt stored it and lost the
@@ -86,7 +71,7 @@ pub(super) async fn deliver(
     // The secret is derived, never written down: given only with a stored verdict
     // (without one there is no status to use it on).
     if stored {
-        body = crate::secret::reveal(state.signer.as_ref(), body);
+        body = secret::reveal(state.signer.as_ref(), body);
     }
     body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
     let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");

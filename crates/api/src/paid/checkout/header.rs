@@ -1,7 +1,17 @@
 //! The payment's header, the idempotency key a request carries, and the header its
 //! settlement is answered in.
 
-use super::*;
+use http::HeaderValue;
+use umpire_core::{ApiError, ErrorCode, Value};
+use umpire_pay::{
+    FailureReason, HEADER_PAYMENT_RESPONSE, HEADER_PAYMENT_SIGNATURE, HEADER_X_PAYMENT,
+    HEADER_X_PAYMENT_RESPONSE, PaymentFailure, PaymentPayload, SettlementResponse, decode_header,
+    encode_header,
+};
+
+use crate::paid::discovery;
+use crate::paid::idempotency::IdempotencyKey;
+use crate::{Request, Response};
 
 /// Which header a settlement response goes back in: the one matching the header the
 /// payment came in (`PAYMENT-SIGNATURE` → `PAYMENT-RESPONSE`, `X-PAYMENT` →
@@ -13,7 +23,7 @@ pub enum AnswerHeader {
 }
 
 impl AnswerHeader {
-    pub(super) fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             AnswerHeader::PaymentResponse => HEADER_PAYMENT_RESPONSE,
             AnswerHeader::XPaymentResponse => HEADER_X_PAYMENT_RESPONSE,

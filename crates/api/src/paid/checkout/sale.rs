@@ -1,7 +1,31 @@
-//! What is for sale (the offer, the 402), the claims a request holds, and the time kept for
-//! settlement.
+//! What is for sale (the offer, the 402), the answers that turn a buyer away or ask it
+//! to come back, and the time kept for settlement.
 
-use super::*;
+use std::time::Duration;
+
+use umpire_core::{ApiError, ErrorCode};
+use umpire_pay::rails::{Offer, SolRate};
+use umpire_pay::types::{Account, Network};
+use umpire_pay::{
+    FailureKind, FailureReason, PaymentFailure, PaymentRequired, PaymentRequirementsV1,
+    ResourceInfo, SettlementResponse,
+};
+
+use crate::paid::checkout::Product;
+use crate::paid::discovery;
+use crate::paid::payment;
+use crate::plumbing::respond;
+use crate::{AppState, Response};
+
+use super::header::{AnswerHeader, settlement_header};
+
+/// Where a payment was turned down: at verification, before any work (nothing was
+/// held), or after the work, when its settlement failed and the purchase was voided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Refused,
+    Voided,
+}
 
 /// What is for sale in this request: the product, at this moment's prices.
 pub(super) struct Sale<'a> {
@@ -10,7 +34,24 @@ pub(super) struct Sale<'a> {
     pub(super) sol: Option<SolRate>,
 }
 
-impl Sale<'_> {
+impl<'a> Sale<'a> {
+    /// What `product` sells for now; a server with no payment rail sells nothing
+    /// (`Err`: the answer saying so).
+    pub(super) async fn open(state: &'a AppState, product: Product) -> Result<Sale<'a>, Response> {
+        if state.config.rails.rails.is_empty() {
+            return Err(respond::error(&ApiError::new(
+                ErrorCode::Unavailable,
+                "this server takes no payments (no payment rail is configured)",
+                "Run `make devnet` for a local chain, or set UMPIRE_EVM_PAY_TO and a settlement mode; nothing was charged.",
+            )));
+        }
+        Ok(Sale {
+            state,
+            product,
+            sol: state.sol_rate().await,
+        })
+    }
+
     /// This moment's offer: the product's price, the SOL rate, and the key SOL quotes
     /// are sealed with (the signing key's; a function holding only the public key
     /// offers no SOL).
@@ -71,11 +112,12 @@ impl Sale<'_> {
     pub(super) fn refused(
         &self,
         answer_in: AnswerHeader,
-        network: &str,
-        payer: Option<String>,
+        network: Option<&Network>,
+        payer: Option<Account>,
         failure: &PaymentFailure,
-        voided: bool,
+        refusal: Refusal,
     ) -> Response {
+        let voided = refusal == Refusal::Voided;
         if failure.kind == FailureKind::Config {
             return respond::error(&crate::internal(failure));
         }
@@ -114,7 +156,7 @@ impl Sale<'_> {
         let settlement = SettlementResponse {
             success: false,
             transaction: String::new(),
-            network: network.to_owned(),
+            network: network.cloned(),
             payer,
             error_reason: Some(failure.reason.clone()),
         };
@@ -122,30 +164,6 @@ impl Sale<'_> {
             r.headers_mut().insert(name, v);
         }
         r
-    }
-}
-
-/// Releases every claim this request holds (a voided or failed purchase).
-pub(super) struct Claims<'a> {
-    pub(super) state: &'a AppState,
-    pub(super) held: Vec<(String, String)>,
-}
-
-impl Claims<'_> {
-    pub(super) async fn release(&mut self) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::release(self.state, &key, &hash).await {
-                tracing::error!(error = %e.message, key, "could not release a claim");
-            }
-        }
-    }
-
-    pub(super) async fn complete(&mut self, response: &Response) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::complete(self.state, &key, &hash, response).await {
-                tracing::error!(error = %e.message, key, "could not record a completed purchase");
-            }
-        }
     }
 }
 
@@ -172,5 +190,28 @@ pub fn out_of_time(budget: Duration) -> ApiError {
         "Retry with the same payment if it is still valid (or a new one): slow fetch targets or a slow chain make this happen; fewer URLs or faster ones help.",
     )
     .with_detail("reason", "time_budget")
+    .with_retry_after(RETRY_AFTER_SECS)
+}
+
+/// What a 502 `chain_unavailable` or a busy payment asks the client to wait.
+pub(super) const RETRY_AFTER_SECS: u64 = 2;
+
+/// The chain (or facilitator) could not be asked about a payment: nothing charged.
+pub(super) fn chain_unavailable() -> ApiError {
+    ApiError::new(
+        ErrorCode::ChainUnavailable,
+        "the payment could not be checked right now (chain or facilitator unreachable)",
+        "Retry the identical request in a few seconds; nothing was charged.",
+    )
+    .with_retry_after(RETRY_AFTER_SECS)
+}
+
+/// Another request holds the payment right now.
+pub(super) fn payment_in_use() -> ApiError {
+    ApiError::new(
+        ErrorCode::InFlight,
+        "this payment is being used by another request right now",
+        "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: once that request ends you get its answer, and you are never charged twice.",
+    )
     .with_retry_after(RETRY_AFTER_SECS)
 }

@@ -1,0 +1,157 @@
+//! The last step before the work: the Idempotency-Key claimed, then the payment itself
+//! in the ledger, so one authorization pays for one purchase whatever key it arrives
+//! under.
+
+use umpire_pay::FailureReason;
+use umpire_pay::PaymentFailure;
+use umpire_pay::rails::Family;
+
+use crate::paid::idempotency::{self, Decision, RequestHash, ScopedKey};
+use crate::paid::ledger::{self, ClaimError, Hold, Running};
+use crate::plumbing::{limits, respond};
+use crate::{AppState, ClientIp, Response};
+
+use super::Checkout;
+use super::asking::Asking;
+use super::sale::{Refusal, Sale, payment_in_use};
+use super::verify::Paying;
+
+/// Claims the key and the payment for this request; `Err` is the answer instead (a
+/// replay, a wait for the twin holding the payment, or a refusal), every claim taken
+/// given back.
+pub(super) async fn claim<'a>(
+    sale: Sale<'a>,
+    asking: &Asking<'_>,
+    paying: Paying,
+) -> Result<Checkout<'a>, Response> {
+    let state = sale.state;
+    let mut claims = Claims::new(state);
+    if let Some(scoped) = &asking.scoped {
+        claims.take_key(scoped, &asking.request_hash).await?;
+    }
+    let hold = match take_payment(state, asking, &paying).await {
+        Ok(hold) => hold,
+        Err(taken) => {
+            claims.release().await;
+            return Err(match taken {
+                Taken::Answered(r) => r,
+                Taken::Spent => sale.refused(
+                    asking.answer_in,
+                    Some(&paying.ctx.rail.network),
+                    asking.wallet,
+                    &PaymentFailure::invalid(
+                        match paying.ctx.rail.family() {
+                            Family::Evm => FailureReason::EvmNonceUsed,
+                            Family::Svm => FailureReason::DuplicateSettlement,
+                        },
+                        "this payment was already used for another purchase",
+                    ),
+                    Refusal::Refused,
+                ),
+            });
+        }
+    };
+    Ok(Checkout {
+        answer_in: asking.answer_in,
+        network: paying.ctx.rail.network.clone(),
+        wallet: asking.wallet,
+        payer: paying.payer,
+        ctx: paying.ctx,
+        sale,
+        claims,
+        hold,
+        deadline: asking.deadline,
+    })
+}
+
+/// Why the payment could not be held for this request.
+enum Taken {
+    /// Settled for another purchase.
+    Spent,
+    /// The answer to give: the purchase the payment bought, a wait that ran out, or
+    /// our own failure.
+    Answered(Response),
+}
+
+/// The payment's ledger entry, held for this request.
+async fn take_payment(
+    state: &AppState,
+    asking: &Asking<'_>,
+    paying: &Paying,
+) -> Result<Hold, Taken> {
+    let answered = |e| Taken::Answered(respond::error(&e));
+    let (key, hash) = (&paying.payment_key, &asking.request_hash);
+    let mut claimed = Hold::claim(state, key, hash).await;
+    if let Err(ClaimError::InUse) = claimed {
+        // Its twin is running (the same payment resent while its first request works):
+        // answer with that purchase once it ends; if it ended without buying, try again
+        // (a claim held for another request stays in use).
+        limits::enforce(state, "replay", ClientIp::of(asking.req))
+            .await
+            .map_err(answered)?;
+        match ledger::await_purchase(state, key, hash, asking.deadline, payment_in_use).await {
+            Running::Answered(r) => return Err(Taken::Answered(r)),
+            Running::Gone => claimed = Hold::claim(state, key, hash).await,
+        }
+    }
+    match claimed {
+        Ok(hold) => Ok(hold),
+        // A payment the chain would still take (a Solana transaction simulates whether
+        // or not it landed) that already bought this very request: that purchase again.
+        Err(ClaimError::Spent) => match asking.replay_by_payment(state, &paying.ctx, key).await {
+            Some(r) => Err(Taken::Answered(r)),
+            None => Err(Taken::Spent),
+        },
+        Err(ClaimError::InUse) => Err(answered(payment_in_use())),
+        Err(ClaimError::Store(e)) => Err(answered(e)),
+    }
+}
+
+/// The Idempotency-Keys a request holds, released when its purchase is voided or
+/// completed with its answer.
+pub(super) struct Claims<'a> {
+    pub(super) state: &'a AppState,
+    held: Vec<(ScopedKey, RequestHash)>,
+}
+
+impl<'a> Claims<'a> {
+    pub(super) fn new(state: &'a AppState) -> Claims<'a> {
+        Claims {
+            state,
+            held: Vec::new(),
+        }
+    }
+
+    /// Takes `key` for this request; `Err` is the answer instead (the replay of the
+    /// request it completed, `in_flight`, or a reuse refused).
+    pub(super) async fn take_key(
+        &mut self,
+        key: &ScopedKey,
+        hash: &RequestHash,
+    ) -> Result<(), Response> {
+        match idempotency::claim(self.state, key, hash).await {
+            Ok(Decision::Proceed) => {
+                self.held.push((key.clone(), hash.clone()));
+                Ok(())
+            }
+            Ok(Decision::Replay(r)) => Err(r),
+            Err(e) => Err(respond::error(&e)),
+        }
+    }
+
+    pub(super) async fn release(&mut self) {
+        for (key, hash) in self.held.drain(..) {
+            if let Err(e) = idempotency::release(self.state, &key, &hash).await {
+                tracing::error!(error = %e.message, key = %key, "could not release a claim");
+            }
+        }
+    }
+
+    pub(super) async fn complete(&mut self, response: &Response) {
+        for (key, hash) in self.held.drain(..) {
+            if let Err(e) = idempotency::complete(self.state, &key, &hash, response).await {
+                tracing::error!(error = %e.message, key = %key, "could not record a completed purchase");
+            }
+        }
+    }
+}
