@@ -22,7 +22,7 @@ ADDR    ?= 127.0.0.1:8080
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
-	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it"
+	@echo "make devnet        a local chain (anvil + test USDC) and the API selling on it (BLOCK_TIME=2: Base's blocks)"
 	@echo "make check         fmt, clippy and the unit tests: a few minutes, before every commit"
 	@echo "make test          install test tools into .cache/ and node_modules/, lint, run every test"
 	@echo "make bench         benchmarks in one run: signing, judging, x402 verify vs TypeScript, vs the Python recipe"
@@ -61,9 +61,11 @@ $(NODE_DEPS): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# BLOCK_TIME=2 makes a block every two seconds, as Base does (default: at once).
+BLOCK_TIME ?= 0
 devnet: $(NODE_DEPS)
 	cargo build -p umpire-cli
-	node infra/devnet/devnet.mjs --umpire $(UMPIRE) --addr $(ADDR)
+	node infra/devnet/devnet.mjs --umpire $(UMPIRE) --addr $(ADDR) --block-time $(BLOCK_TIME)
 
 # nextest runs every test binary side by side (.config/nextest.toml); `cargo test` would
 # run the binaries one after another, each waiting on its slowest test.

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 criterion, bench_dir = sys.argv[1], sys.argv[2]
 
@@ -215,7 +216,35 @@ PAID_TIMEOUT_SECONDS = 300
 PAID_WAIT = 600
 
 
-def paid_run(who, concurrency, terms):
+def rpc_call(url, method, params):
+    import urllib.request
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, body, {"Content-Type": "application/json"}), timeout=30) as r:
+        return json.loads(r.read()).get("result")
+
+
+def like_base(devnet, devnet_json, chain):
+    """Turns a fresh devnet into a Base-like chain for one run: a block every
+    `chain["block_time"]` seconds, reached through a proxy that adds `chain["latency_ms"]`
+    to every round trip and counts the calls. Returns the proxy and the devnet.json the
+    contenders read (its rpc_url is the proxy)."""
+    import sys as _sys
+
+    _sys.path.insert(0, os.path.dirname(__file__))
+    from rpc_proxy import RpcProxy
+
+    rpc_call(devnet["rpc_url"], "evm_setAutomine", [False])
+    rpc_call(devnet["rpc_url"], "evm_setIntervalMining", [chain["block_time"]])
+    proxy = RpcProxy(devnet["rpc_url"], chain.get("latency_ms", 0))
+    proxied = dict(devnet, rpc_url=proxy.url)
+    path = devnet_json.replace(".json", "-proxied.json")
+    with open(path, "w") as f:
+        json.dump(proxied, f)
+    return proxy, proxied, path
+
+
+def paid_run(who, concurrency, terms, chain=None):
     """PAID_PURCHASES distinct basic purchases at `concurrency`, each contender on its own
     fresh anvil with the same token deployed the same way: anvil's cost per transaction
     grows as a run adds blocks and token storage, so whoever ran second on a shared
@@ -227,15 +256,26 @@ def paid_run(who, concurrency, terms):
 
     anvil, devnet_json, devnet = start_anvil()
     procs = {}
+    proxy = None
+    count = PAID_PURCHASES
+    extra = {}
+    if chain:
+        proxy, devnet, devnet_json = like_base(devnet, devnet_json, chain)
+        count = chain["count"]
+        extra["UMPIRE_EVM_BLOCK_TIME_MS"] = str(chain["block_time"] * 1000)
     try:
         load = ["node", "bench/paid_load.mjs", "--concurrency", str(concurrency)]
         if who == "floor":
-            r = json.loads(subprocess.run(load + ["--floor", "--devnet", devnet_json, "--count", str(PAID_PURCHASES)],
+            if proxy:
+                proxy.reset()
+            r = json.loads(subprocess.run(load + ["--floor", "--devnet", devnet_json, "--count", str(count)],
                                           check=True, capture_output=True, text=True, timeout=PAID_WAIT).stdout.splitlines()[-1])
             r["cpu"] = {"anvil": cpu_seconds(anvil)}
+            if proxy:
+                r["calls"] = proxy.counts()
             return r
         if who == "umpire":
-            server, base = start_umpire(dict(self_settling(devnet), UMPIRE_PAYMENT_TIMEOUT_SECONDS=str(PAID_TIMEOUT_SECONDS)))
+            server, base = start_umpire(dict(self_settling(devnet), UMPIRE_PAYMENT_TIMEOUT_SECONDS=str(PAID_TIMEOUT_SECONDS), **extra))
             procs["umpire"] = server
             url = base + "/v1/verdicts/basic"
             try:
@@ -256,10 +296,17 @@ def paid_run(who, concurrency, terms):
         signed = os.path.join(bench_dir, f"signed-{who}.json")
         with open(signed, "w") as f:
             subprocess.run(["node", "tests/js/buy.mjs", "--devnet", devnet_json, "--url", url, "--body", REPLAY_BODY,
-                            "--sign-only", "--count", str(PAID_PURCHASES)], check=True, stdout=f, timeout=PAID_WAIT)
+                            "--sign-only", "--count", str(count)], check=True, stdout=f, timeout=PAID_WAIT)
         before = token_balance(devnet, devnet["pay_to"])
+        if proxy:
+            proxy.reset()
         r = json.loads(subprocess.run(load + ["--url", url, "--body", REPLAY_BODY, "--headers", signed],
                                       check=True, capture_output=True, text=True, timeout=PAID_WAIT).stdout.splitlines()[-1])
+        if proxy:
+            r["calls"] = proxy.counts()
+            # Blocks are every two seconds: the last transfers land after the last answer
+            # only if an answer came before its money (it must not); wait a block anyway.
+            time.sleep(chain["block_time"] + 1)
         # A 201 counts only if the chain has the money: the sale is checked against the
         # payee's balance, not taken from the seller's word.
         r["paid"] = (token_balance(devnet, devnet["pay_to"]) - before) // int(terms["amount"])
@@ -268,7 +315,16 @@ def paid_run(who, concurrency, terms):
     finally:
         for p in procs.values():
             stop(p)
+        if proxy:
+            proxy.stop()
         stop(anvil)
+
+
+def calls_per_purchase(r):
+    """The RPC calls a run made per answered purchase, by method, most first."""
+    calls = r.get("calls") or {}
+    n = max(r.get("ok") or r.get("requests") or 1, 1)
+    return ", ".join(f"{m} {c / n:.1f}" for m, c in sorted(calls.items(), key=lambda kv: -kv[1])) or "n/a"
 
 
 def refused(r):
@@ -329,6 +385,45 @@ def paid_path():
 
 
 paid_path()
+
+
+def paid_path_like_base():
+    """The same purchases on a chain like Base: a block every 2 s, and every RPC round
+    trip costing a fixed latency (0, 40 and 80 ms), for Umpire, the reference TypeScript
+    stack and the floor, side by side in one run. Each row says the calls a purchase made
+    by method, counted at the proxy."""
+    if not have_chain_tools():
+        return
+    concurrency = 32
+    for latency in (0, 40, 80):
+        chain = {"block_time": 2, "latency_ms": latency, "count": 200}
+        label = f"paid basic purchase, 2 s blocks, RPC +{latency} ms, {concurrency} connections"
+        try:
+            terms = {}
+            u = paid_run("umpire", concurrency, terms, chain)
+            ref = paid_run("reference", concurrency, terms, chain)
+            floor = paid_run("floor", concurrency, terms, chain)
+        except Exception as e:  # noqa: BLE001 - report and go on with the other figures
+            rows.append((label, "failed", str(e)[:200], "-", False))
+            continue
+        honest = u["paid"] == u["ok"] and ref["paid"] == ref["ok"]
+        gap = u["p50_ms"] - floor["p50_ms"]
+        rows.append((label, f"{u['rps']:,.1f}/s",
+                     f"p50 {u['p50_ms']:.0f} ms, p99 {u['p99_ms']:.0f} ms; paid on chain {u['paid']} of {u['ok']}; "
+                     f"refused: {refused(u)}; calls per purchase: {calls_per_purchase(u)}",
+                     "p50 <= floor + 150 ms", gap <= 150 and honest))
+        rows.append(("  the reference TS stack", f"{ref['rps']:,.1f}/s",
+                     f"p50 {ref['p50_ms']:.0f} ms, p99 {ref['p99_ms']:.0f} ms; paid on chain {ref['paid']} of {ref['ok']}; "
+                     f"refused: {refused(ref)}; calls per purchase: {calls_per_purchase(ref)}",
+                     "Umpire >= ref /s", u["rps"] >= ref["rps"] and honest))
+        rows.append(("  floor: the payer's own broadcast + receipt polls", f"{floor['rps']:,.1f}/s",
+                     f"p50 {floor['p50_ms']:.0f} ms, p99 {floor['p99_ms']:.0f} ms; calls per purchase: {calls_per_purchase(floor)}",
+                     "-", True))
+        rows.append(("  Umpire - floor (p50)", f"{gap:+.0f} ms",
+                     f"Umpire {u['rps'] / ref['rps']:.2f}x the reference's throughput" if ref["rps"] else "", "-", True))
+
+
+paid_path_like_base()
 
 fn_dir = os.environ.get("UMPIRE_FUNCTIONS_DIR")
 if fn_dir:

@@ -76,7 +76,7 @@ fn a_purchase_with_a_hanging_fetch_and_a_chain_without_receipts_answers_in_time(
         "answered after {took:?}: {}",
         text(&r)
     );
-    // Broadcast and not yet confirmed inside the budget: a pending settlement, sold.
+    // Mined, its receipt held: the token's logs prove the transfer inside the budget.
     assert_eq!(r.status, 201, "{}", text(&r));
     let s = settlement_of(&r);
     assert_eq!(s["success"], true, "{s}");

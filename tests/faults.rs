@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use umpire_blackbox::chain::{Devnet, RpcProxy, Settlement, sign_payments};
+use umpire_blackbox::chain::{Devnet, Fault, RpcProxy, Settlement, sign_payments};
 use umpire_blackbox::{
-    HOUR_WINDOW_MS, PRICE_BASIC, PRICE_SWORN, Reply, Scripted, Server, post_paid, python, urlencode,
+    HOUR_WINDOW_MS, PRICE_BASIC, PRICE_SWORN, Reply, Scripted, Server, decode_b64_json, post_paid,
+    python, urlencode,
 };
 use umpire_core::json::Value;
 
@@ -40,6 +41,29 @@ fn stored_document(server: &Server, purchase: &Value) -> Value {
     let r = server.verdict_status(id, secret);
     assert_eq!(r.status, 200, "{}", text(&r));
     r.json().get("document").cloned().expect("a final document")
+}
+
+/// The purchase `key` completed, asked again with a payment signed now (a new nonce):
+/// it proves the wallet, so the replay carries the one-time secret, and it is never
+/// settled (a replay takes nothing).
+fn replay_with_fresh_payment(devnet: &Devnet, server: &Server, key: &str) -> Value {
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let fresh = sign_payments(devnet, &url, BODY, 1).remove(0);
+    let r = buy(server, &fresh, key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(
+        r.header("idempotent-replayed"),
+        Some("true"),
+        "{}",
+        text(&r)
+    );
+    let purchase = r.json();
+    assert!(
+        purchase.get("secret").and_then(Value::as_str).is_some(),
+        "a payment signed now proves the wallet: {}",
+        text(&r)
+    );
+    purchase
 }
 
 /// How many verdicts the embedded store holds (read with Python's sqlite3 while no
@@ -102,6 +126,8 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     // Settlements go out and are mined, their receipts are held: the server is between
     // moving the money and recording the purchase when it dies.
     proxy.delay_receipts(Duration::from_secs(30));
+    // And the token's logs, which would prove the transfers without receipts.
+    proxy.fault("eth_getLogs", Fault::Delay(Duration::from_secs(30)), None);
     let addr = server.addr;
     let inflight: Vec<_> = payments
         .iter()
@@ -139,6 +165,7 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     assert_eq!(verdicts_in_store(data.path()), 0, "nothing was recorded");
 
     proxy.delay_receipts(Duration::ZERO);
+    proxy.see_again();
     let server = devnet.serve_in(data, Settlement::SelfSettle, &env);
     let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
     let mut verdict_ids = Vec::new();
@@ -147,8 +174,14 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
         assert_eq!(r.status, 201, "{}", text(&r));
         let purchase = r.json();
         let document = purchase.get("document").cloned().expect("document");
+        // Its secret: given with it when the payment was still unspent (settled by this
+        // retry), else to a payment signed now.
+        let proven = match purchase.get("secret").and_then(Value::as_str) {
+            Some(_) => purchase.clone(),
+            None => replay_with_fresh_payment(&devnet, &server, key),
+        };
         assert_eq!(
-            stored_document(&server, &purchase),
+            stored_document(&server, &proven),
             document,
             "the answered document is the stored one"
         );
@@ -162,7 +195,8 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
         // Asked again, the purchase replays.
         let again = buy(&server, payment, key);
         assert_eq!(again.status, 201);
-        assert_eq!(again.body, r.body);
+        assert_eq!(again.json().get("verdict_id"), purchase.get("verdict_id"));
+        assert_eq!(again.json().get("document"), purchase.get("document"));
     }
     assert_eq!(
         devnet.balance(&payer),
@@ -260,49 +294,86 @@ fn the_chain_unreachable_before_settlement_is_a_502_to_retry_and_nothing_is_char
     assert_eq!(shop.charged(), PRICE_BASIC);
 }
 
+/// The broadcast's answer is lost while the transaction goes through: the server sends
+/// the same bytes again and confirms on chain, so the customer gets the purchase at
+/// once, charged once.
 #[test]
-fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once() {
+fn a_settlement_whose_answer_is_lost_is_confirmed_on_chain_and_charged_once() {
     let shop = Shop::open(&[]);
 
-    // The transfer reaches the chain; its answer never comes back.
+    // The transfer reaches the chain; no answer to it (or to its resends) comes back.
     shop.proxy.lose_answers_of(Some("eth_sendRawTransaction"));
     let r = shop.buy();
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let purchase = r.json();
+    let tx = purchase
+        .get("settlement")
+        .and_then(|s| s.get("transaction"))
+        .and_then(Value::as_str)
+        .expect("transaction")
+        .to_owned();
+    let receipt = shop
+        .devnet
+        .rpc("eth_getTransactionReceipt", serde_json::json!([tx]));
+    assert_eq!(receipt["status"], "0x1", "the settlement named is on chain");
+    assert!(purchase.get("secret").and_then(Value::as_str).is_some());
+    assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
+    shop.devnet.assert_ledger_matches_chain(&shop.server);
+}
+
+/// The broadcast's answer is lost and the chain cannot be read until the deadline: the
+/// outcome is unknown, so the answer is a 502 naming the pending transaction
+/// (`settlement_pending`), never a 402 and never a verdict; the identical retry gets
+/// the prepared purchase once the chain shows the transfer, charged once, no second
+/// signature asked.
+#[test]
+fn a_settlement_the_server_cannot_see_land_is_delivered_on_the_retry_and_charged_once() {
+    let shop = Shop::open(&[("UMPIRE_REQUEST_BUDGET_MS", BUDGET_MS)]);
+
+    let mut purchase = None;
+    let paused = shop.proxy.pause_next("eth_sendRawTransaction", || {
+        purchase = Some(shop.buy_in_background())
+    });
+    shop.proxy.blind();
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
     assert_eq!(r.status, 502, "{}", text(&r));
     assert_eq!(r.error_code(), "chain_unavailable");
     assert!(r.header("retry-after").is_some());
-    // anvil answers a broadcast before its miner has included it: read the chain until
-    // the block is there.
+    assert!(
+        r.json().get("document").is_none(),
+        "nothing delivered unpaid"
+    );
+    let pending = decode_b64_json(r.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(pending["success"], false);
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    let tx = pending["transaction"]
+        .as_str()
+        .expect("the pending transaction")
+        .to_owned();
     let waited = Instant::now();
     while shop.charged() == 0 && waited.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(
-        shop.charged(),
-        PRICE_BASIC,
-        "the money moved although the server could not tell"
-    );
+    assert_eq!(shop.charged(), PRICE_BASIC, "the money moved unseen");
 
-    // The identical retry finds the payment spent by this very purchase and gets it.
-    shop.proxy.lose_answers_of(None);
+    // The identical retry: the prepared purchase, with the transaction that paid.
+    shop.proxy.see_again();
     let r = shop.buy();
     assert_eq!(r.status, 201, "{}", text(&r));
     let purchase = r.json();
     let settlement = purchase.get("settlement").expect("settlement");
     assert_eq!(
-        settlement.get("success").and_then(Value::as_bool),
-        Some(true)
+        settlement.get("transaction").and_then(Value::as_str),
+        Some(tx.as_str())
     );
-    let tx = settlement
-        .get("transaction")
-        .and_then(Value::as_str)
-        .expect("transaction");
-    let receipt = shop
-        .devnet
-        .rpc("eth_getTransactionReceipt", serde_json::json!([tx]));
-    assert_eq!(receipt["status"], "0x1", "the settlement named is on chain");
-    assert!(r.header("payment-response").is_some());
+    // The spent payment proves nothing about who resends it: no secret with it. One
+    // signed now (never charged) gets it.
+    assert_eq!(purchase.get("secret"), Some(&Value::Null));
+    let proven = replay_with_fresh_payment(&shop.devnet, &shop.server, &shop.key);
+    assert_eq!(proven.get("verdict_id"), purchase.get("verdict_id"));
     let document = purchase.get("document").cloned().expect("document");
-    assert_eq!(stored_document(&shop.server, &purchase), document);
+    assert_eq!(stored_document(&shop.server, &proven), document);
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 
     // Under another key the spent payment buys nothing more: it is that purchase again.
@@ -315,14 +386,16 @@ fn a_settlement_whose_answer_is_lost_is_delivered_on_the_retry_and_charged_once(
         "a replay earned by the (public) payment withholds the secret"
     );
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
+    shop.devnet.assert_ledger_matches_chain(&shop.server);
 }
 
+/// Receipts never come (the provider has not caught up): the token's logs show the
+/// authorization's transfer paid us, so the purchase is delivered on that proof, not
+/// on a broadcast. A retry with the spent payment replays it, without the secret.
 #[test]
-fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry() {
-    let shop = Shop::open(&[("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS", "2")]);
+fn receipts_that_never_come_are_confirmed_from_the_tokens_logs() {
+    let shop = Shop::open(&[("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS", "5")]);
 
-    // Broadcast, then the chain goes away before a receipt: the transfer is pending
-    // as far as the server knows, so it delivers (the payment cannot be taken back).
     shop.proxy
         .lose_answers_of(Some("eth_getTransactionReceipt"));
     let r = shop.buy();
@@ -330,8 +403,15 @@ fn the_chain_lost_while_waiting_for_a_receipt_leaves_the_purchase_to_its_retry()
     assert_eq!(shop.charged(), PRICE_BASIC);
     shop.proxy.lose_answers_of(None);
     let again = shop.buy();
-    assert_eq!(again.body, r.body, "replayed");
+    assert_eq!(again.status, 201, "{}", text(&again));
+    assert_eq!(
+        again.json().get("verdict_id"),
+        r.json().get("verdict_id"),
+        "replayed"
+    );
+    assert_eq!(again.json().get("secret"), Some(&Value::Null));
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
+    shop.devnet.assert_ledger_matches_chain(&shop.server);
 }
 
 #[test]
@@ -433,7 +513,8 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     assert_eq!(shop.charged(), PRICE_BASIC);
 
     // The store is back: the identical retry (once the unrecorded claim lapsed) gets
-    // the same verdict, now stored, with its secret.
+    // the same verdict, now stored; its secret goes to a payment signed now (the spent
+    // one is public on chain).
     drop(store_lock);
     let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
     let r = retry_until_answered(deadline, || buy(&shop.server, &shop.payment, &shop.key));
@@ -442,8 +523,10 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     assert_eq!(second.get("verdict_id"), first.get("verdict_id"));
     assert_eq!(second.get("document"), first.get("document"));
     let document = second.get("document").cloned().expect("document");
-    assert_eq!(stored_document(&shop.server, &second), document);
+    let proven = replay_with_fresh_payment(&shop.devnet, &shop.server, &shop.key);
+    assert_eq!(stored_document(&shop.server, &proven), document);
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
+    shop.devnet.assert_ledger_matches_chain(&shop.server);
 }
 
 /// A sworn purchase killed after pass 2 was queued and before its payment went out:
@@ -595,11 +678,23 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     .expect("signed");
     let key = umpire_host::random_id("late");
 
-    proxy.lose_answers_of(Some("eth_sendRawTransaction"));
-    let r = buy(&server, &payment, &key);
+    let mut purchase = None;
+    let paused = proxy.pause_next("eth_sendRawTransaction", || {
+        let (addr, payment, key) = (server.addr, payment.clone(), key.clone());
+        purchase = Some(std::thread::spawn(move || {
+            umpire_blackbox::post_paid(addr, "/v1/verdicts/basic", BODY, &payment, &key)
+        }));
+    });
+    proxy.blind();
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
     assert_eq!(r.status, 502, "{}", text(&r));
+    let waited = Instant::now();
+    while devnet.balance(&payer) == payer0 && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
-    proxy.lose_answers_of(None);
+    proxy.see_again();
 
     // Past validBefore (now + 14 s): the payment would not verify any more.
     let expired = now + 15;
@@ -609,9 +704,11 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     let r = buy(&server, &payment, &key);
     assert_eq!(r.status, 201, "{}", text(&r));
     let purchase = r.json();
+    let proven = replay_with_fresh_payment(&devnet, &server, &key);
     assert_eq!(
-        stored_document(&server, &purchase),
+        stored_document(&server, &proven),
         purchase.get("document").cloned().expect("document")
     );
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC, "charged once");
+    devnet.assert_ledger_matches_chain(&server);
 }

@@ -168,8 +168,20 @@ async fn dynamodb_holds_neither_the_secret_nor_the_webhook_key() {
         .expect("id")
         .to_owned();
 
-    // The keyed replay gives the same secret back; the replay by payment withholds it.
+    // The keyed replay to the spent payment withholds the secret (the payment is public
+    // on chain); to a payment signed now it gives the same secret back; the replay by
+    // payment withholds it.
     let (status, replay, headers) = call(&state, "POST", "/v1/verdicts/basic", &paid, BODY).await;
+    assert_eq!(status, 201);
+    assert_eq!(headers["idempotent-replayed"], "true");
+    assert_eq!(replay.get("secret"), Some(&Value::Null));
+    let (fresh, _) = paid_headers(&state, &devnet, BODY).await;
+    let proven = [
+        ("content-type", "application/json"),
+        ("payment-signature", fresh.as_str()),
+        ("idempotency-key", key.as_str()),
+    ];
+    let (status, replay, headers) = call(&state, "POST", "/v1/verdicts/basic", &proven, BODY).await;
     assert_eq!(status, 201);
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(

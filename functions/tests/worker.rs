@@ -146,6 +146,7 @@ async fn bought(
     for to in [
         PaymentState::Prepared {
             answer: "{}".into(),
+            kept_until: 0,
         },
         PaymentState::Settled {
             transaction: "0xfeed".into(),
@@ -524,6 +525,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
                     lapsed_at: None,
                     to: PaymentState::Prepared {
                         answer: serde_json::to_string(&prepared).expect("json"),
+                        kept_until: 0,
                     },
                     held_until: now + 600,
                     expires_at: now + 86_400,

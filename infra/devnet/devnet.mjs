@@ -8,6 +8,8 @@
 // stops them all.
 //
 //   node infra/devnet/devnet.mjs [--umpire <binary>] [--data-dir DIR] [--rpc-port 8545] [--addr 127.0.0.1:8080]
+//     [--block-time 2]   a block every N seconds, as on Base (default: each transaction
+//                        mined at once); set after the token is deployed
 import { spawn, spawnSync } from "node:child_process";
 import http from "node:http";
 import { mkdirSync, readFileSync } from "node:fs";
@@ -28,8 +30,10 @@ const { values: args } = parseArgs({
     "data-dir": { type: "string", default: defaultDataDir },
     "rpc-port": { type: "string", default: "8545" },
     addr: { type: "string", default: "127.0.0.1:8080" },
+    "block-time": { type: "string", default: "0" },
   },
 });
+const blockTime = Number(args["block-time"]);
 
 const anvilBin = path.join(root, "node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
 const anvil = spawn(anvilBin, ["--host", "127.0.0.1", "--port", args["rpc-port"], "--silent"], {
@@ -67,6 +71,13 @@ const deployed = spawnSync(process.execPath, [path.join(here, "deploy.mjs"), "--
 });
 if (deployed.status !== 0) stop(1);
 const devnet = JSON.parse(readFileSync(out, "utf8"));
+if (blockTime > 0) {
+  // Deployed at once; from now on a block every `blockTime` seconds.
+  for (const [method, params] of [["evm_setAutomine", [false]], ["evm_setIntervalMining", [blockTime]]]) {
+    await fetch(rpc, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }) });
+  }
+  console.error(`anvil makes a block every ${blockTime} s`);
+}
 
 // A node process that prints {"port": N} first: its port.
 const started = (script, argv) =>
@@ -108,6 +119,7 @@ const env = {
   UMPIRE_SETTLEMENT: "self",
   UMPIRE_EVM_RPC_URL: devnet.rpc_url,
   UMPIRE_SETTLER_PRIVATE_KEY: devnet.settler_private_key,
+  UMPIRE_EVM_BLOCK_TIME_MS: String(blockTime * 1000),
   UMPIRE_ISSUER: process.env.UMPIRE_ISSUER ?? `http://${args.addr}`,
   // Feedback reads this chain, with the test token standing in for USDC.
   UMPIRE_FEEDBACK_RPC_URL: devnet.rpc_url,

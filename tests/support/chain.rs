@@ -137,6 +137,108 @@ impl Devnet {
         v["result"].clone()
     }
 
+    /// Switches how anvil mines: at once (the default), every `Every` interval (Base's
+    /// two seconds), or only when the test calls [`Devnet::mine`].
+    pub fn set_mining(&self, mining: Mining) {
+        match mining {
+            Mining::Instant => {
+                self.rpc("evm_setIntervalMining", json!([0]));
+                self.rpc("evm_setAutomine", json!([true]));
+            }
+            Mining::Every(interval) => {
+                self.rpc("evm_setAutomine", json!([false]));
+                self.rpc("evm_setIntervalMining", json!([interval.as_secs().max(1)]));
+            }
+            Mining::Manual => {
+                self.rpc("evm_setAutomine", json!([false]));
+                self.rpc("evm_setIntervalMining", json!([0]));
+            }
+        }
+    }
+
+    /// Mines one block with whatever is pending.
+    pub fn mine(&self) {
+        self.rpc("evm_mine", json!([]));
+    }
+
+    /// Removes a transaction from anvil's pool (never mined).
+    pub fn drop_pending(&self, hash: &str) {
+        self.rpc("anvil_dropTransaction", json!([hash]));
+    }
+
+    /// Hashes of the pool's pending transactions sent from `from`.
+    pub fn pending_from(&self, from: &str) -> Vec<String> {
+        let pool = self.rpc("txpool_content", json!([]));
+        let mut hashes = Vec::new();
+        for (sender, by_nonce) in pool["pending"].as_object().into_iter().flatten() {
+            if sender.eq_ignore_ascii_case(from) {
+                for tx in by_nonce.as_object().into_iter().flatten().map(|(_, t)| t) {
+                    if let Some(h) = tx["hash"].as_str() {
+                        hashes.push(h.to_owned());
+                    }
+                }
+            }
+        }
+        hashes
+    }
+
+    /// The transactions on chain in which an EIP-3009 authorization paid `pay_to`: an
+    /// `AuthorizationUsed` and a `Transfer` to `pay_to` in the same transaction.
+    pub fn authorization_payments(&self) -> std::collections::BTreeSet<String> {
+        // keccak256 of the two events' signatures.
+        const AUTHORIZATION_USED: &str =
+            "0x98de503528ee59b575ef0c0a2576a82497bfc029a5685b209e9ec333479b10a5";
+        const TRANSFER: &str = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+        let logs = |topics: Value| {
+            self.rpc(
+                "eth_getLogs",
+                json!([{"address": self.get("asset"), "fromBlock": "0x0", "toBlock": "latest",
+                        "topics": topics}]),
+            )
+        };
+        let tx_of = |l: &Value| l["transactionHash"].as_str().unwrap_or_default().to_owned();
+        let used: std::collections::BTreeSet<String> = logs(json!([AUTHORIZATION_USED]))
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(tx_of)
+            .collect();
+        let pay_to = format!(
+            "0x{:0>64}",
+            self.get("pay_to").trim_start_matches("0x").to_lowercase()
+        );
+        logs(json!([TRANSFER, null, pay_to]))
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(tx_of)
+            .filter(|tx| used.contains(tx))
+            .collect()
+    }
+
+    /// The purchase ledger of `server` (a self-settling `umpire serve` on this chain)
+    /// against the chain: every `Settled` entry names a transaction in which an
+    /// authorization paid us, and every such transaction is in the ledger once. No
+    /// payment kept without its purchase, no purchase recorded without its payment.
+    pub fn assert_ledger_matches_chain(&self, server: &Server) {
+        let db = server.data.path().join("umpire.sqlite3");
+        let conn = rusqlite::Connection::open(&db).expect("open the server's store");
+        let mut st = conn
+            .prepare("SELECT tx_hash FROM payments WHERE phase = 'settled'")
+            .expect("query");
+        let mut settled: Vec<String> = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .expect("rows")
+            .map(|r| r.expect("row").to_lowercase())
+            .collect();
+        settled.sort();
+        let on_chain: Vec<String> = self.authorization_payments().into_iter().collect();
+        assert_eq!(
+            settled, on_chain,
+            "the ledger's settled payments (left) must be exactly the authorizations that paid us on chain (right)"
+        );
+    }
+
     /// The token balance of `owner` in base units.
     pub fn balance(&self, owner: &str) -> u128 {
         // balanceOf(address): selector 0x70a08231, then the address left-padded to 32 bytes.
@@ -303,6 +405,17 @@ impl Devnet {
         all.extend_from_slice(extra);
         Server::start_in(data, &all)
     }
+}
+
+/// How anvil makes blocks.
+#[derive(Debug, Clone, Copy)]
+pub enum Mining {
+    /// Each transaction mined as it arrives (anvil's default; the devnet's).
+    Instant,
+    /// A block every interval, as Base makes one every two seconds.
+    Every(Duration),
+    /// Only when the test calls [`Devnet::mine`].
+    Manual,
 }
 
 impl Drop for Devnet {
@@ -494,20 +607,39 @@ pub fn sign_payments(devnet: &Devnet, url: &str, body: &str, count: usize) -> Ve
     headers
 }
 
-/// A JSON-RPC proxy in front of anvil that can lose the chain on purpose: refuse every
-/// connection, forward a call and drop its answer (the transaction went out, the reply
-/// never came back), or hold transaction receipts (a settlement broadcast and not yet
-/// confirmed). Lives as long as the test process.
+/// A JSON-RPC proxy in front of anvil that behaves like a public RPC provider on a bad
+/// day: every call can cost a fixed latency; chosen calls can be delayed, failed,
+/// answered `null`, or forwarded with their answer dropped (the transaction went out,
+/// the reply never came back); receipts can come late or be held; every connection can
+/// be refused; and every call is counted by method. Lives as long as the test process.
 pub struct RpcProxy {
     pub url: String,
     ctl: Arc<ProxyControl>,
+}
+
+/// What the proxy does to one call of a method (see [`RpcProxy::fault`]).
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Waits this long, then forwards and answers.
+    Delay(Duration),
+    /// Forwards the call (it reaches the chain), then closes the connection unanswered.
+    LoseAnswer,
+    /// Answers this JSON-RPC error without forwarding.
+    Fail(String),
 }
 
 #[derive(Default)]
 struct ProxyControl {
     down: AtomicBool,
     receipt_delay_ms: AtomicU64,
+    latency_ms: AtomicU64,
+    /// Receipts answered `null` until this long after a transaction was first asked
+    /// about (the chain mined it; the provider has not caught up).
+    late_receipts_ms: AtomicU64,
+    first_asked: Mutex<std::collections::HashMap<String, std::time::Instant>>,
     lose_answers_of: Mutex<Option<String>>,
+    /// (method, fault, calls left; `None`: every call).
+    faults: Mutex<Vec<(String, Fault, Option<usize>)>>,
     calls: Mutex<Vec<String>>,
     /// The next call of this method waits until [`Paused::resume`].
     pause_on: Mutex<Option<String>>,
@@ -557,14 +689,54 @@ impl RpcProxy {
         self.ctl.down.store(down, Ordering::SeqCst);
     }
 
+    /// Every round trip (a call, or a batch of calls) costs this much first: a provider
+    /// tens of milliseconds away.
+    pub fn set_latency(&self, latency: Duration) {
+        let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        self.ctl.latency_ms.store(ms, Ordering::SeqCst);
+    }
+
     pub fn delay_receipts(&self, delay: Duration) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.ctl.receipt_delay_ms.store(ms, Ordering::SeqCst);
     }
 
+    /// Receipts are `null` until `after` past the first question about each transaction.
+    pub fn late_receipts(&self, after: Duration) {
+        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        self.ctl.late_receipts_ms.store(ms, Ordering::SeqCst);
+    }
+
     /// Calls of `method` reach the chain, their answers are dropped.
     pub fn lose_answers_of(&self, method: Option<&str>) {
         *lock(&self.ctl.lose_answers_of) = method.map(str::to_owned);
+    }
+
+    /// `fault` for the next `times` calls of `method` (`None`: every call from now on).
+    pub fn fault(&self, method: &str, fault: Fault, times: Option<usize>) {
+        lock(&self.ctl.faults).push((method.to_owned(), fault, times));
+    }
+
+    /// Blinds the server to the chain from now on, and drops the answer of the call it
+    /// is about to make (a broadcast, say): nothing it asks can tell it whether that call
+    /// went through. The chain itself goes on; [`RpcProxy::see_again`] lifts it.
+    pub fn blind(&self) {
+        self.fault("eth_sendRawTransaction", Fault::LoseAnswer, None);
+        for method in [
+            "eth_getTransactionReceipt",
+            "eth_call",
+            "eth_getLogs",
+            "eth_blockNumber",
+            "eth_getTransactionCount",
+            "eth_feeHistory",
+        ] {
+            self.fault(method, Fault::Fail("the RPC is overloaded".into()), None);
+        }
+    }
+
+    /// Ends [`RpcProxy::blind`] (and every other fault).
+    pub fn see_again(&self) {
+        lock(&self.ctl.faults).clear();
     }
 
     /// Holds the next call of `method` (the server stops mid-request there) and returns
@@ -586,12 +758,25 @@ impl RpcProxy {
         Paused { ctl: &self.ctl }
     }
 
-    /// How many calls of `method` came through so far.
+    /// How many calls of `method` came through so far (each call of a batch counts).
     pub fn calls_of(&self, method: &str) -> usize {
         lock(&self.ctl.calls)
             .iter()
             .filter(|m| *m == method)
             .count()
+    }
+
+    /// Every call so far, by method.
+    pub fn counts(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for m in lock(&self.ctl.calls).iter() {
+            *counts.entry(m.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    pub fn reset_counts(&self) {
+        lock(&self.ctl.calls).clear();
     }
 }
 
@@ -600,22 +785,63 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ProxyControl {
+    /// The fault for one call of `method`, using up a counted rule.
+    fn fault_for(&self, method: &str) -> Option<Fault> {
+        let mut faults = lock(&self.faults);
+        let i = faults.iter().position(|(m, _, _)| m == method)?;
+        let fault = faults[i].1.clone();
+        if let Some(left) = faults[i].2.as_mut() {
+            *left -= 1;
+            if *left == 0 {
+                faults.remove(i);
+            }
+        }
+        Some(fault)
+    }
+
+    /// A receipt the provider has not caught up with yet.
+    fn receipt_is_late(&self, call: &Value) -> bool {
+        let late = self.late_receipts_ms.load(Ordering::SeqCst);
+        if late == 0 || call["method"] != "eth_getTransactionReceipt" {
+            return false;
+        }
+        let hash = call["params"][0].as_str().unwrap_or_default().to_owned();
+        let first = *lock(&self.first_asked)
+            .entry(hash)
+            .or_insert_with(std::time::Instant::now);
+        first.elapsed() < Duration::from_millis(late)
+    }
+
     fn serve(&self, mut conn: std::net::TcpStream, upstream: SocketAddr) {
-        // One call per connection: the answer says Connection: close.
+        // One call (or batch) per connection: the answer says Connection: close.
         if self.down.load(Ordering::SeqCst) {
             return;
         }
         let Some(req) = read_request(&mut conn) else {
             return;
         };
-        let method = serde_json::from_slice::<Value>(&req.body)
-            .ok()
-            .and_then(|v| v["method"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        lock(&self.calls).push(method.clone());
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let calls: Vec<&Value> = match &body {
+            Value::Array(calls) => calls.iter().collect(),
+            call => vec![call],
+        };
+        let methods: Vec<String> = calls
+            .iter()
+            .map(|c| c["method"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        lock(&self.calls).extend(methods.iter().cloned());
+        std::thread::sleep(Duration::from_millis(
+            self.latency_ms.load(Ordering::SeqCst),
+        ));
+        // Faults, pauses and lost answers apply to single calls; a batch is forwarded.
+        let method = if calls.len() == 1 {
+            methods[0].clone()
+        } else {
+            String::new()
+        };
         let hold = {
             let mut on = lock(&self.pause_on);
-            let hit = on.as_deref() == Some(method.as_str());
+            let hit = !method.is_empty() && on.as_deref() == Some(method.as_str());
             if hit {
                 *on = None;
             }
@@ -635,6 +861,33 @@ impl ProxyControl {
         if self.down.load(Ordering::SeqCst) {
             return;
         }
+        let id = calls
+            .first()
+            .map(|c| c["id"].clone())
+            .unwrap_or(Value::Null);
+        let reply = |conn: &mut std::net::TcpStream, status: u16, body: &[u8]| {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(body);
+        };
+        let mut lose = false;
+        match self.fault_for(&method) {
+            Some(Fault::Delay(d)) => std::thread::sleep(d),
+            Some(Fault::Fail(message)) => {
+                let v = json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32000, "message": message}});
+                return reply(&mut conn, 200, v.to_string().as_bytes());
+            }
+            Some(Fault::LoseAnswer) => lose = true,
+            None => {}
+        }
+        if calls.len() == 1 && self.receipt_is_late(calls[0]) {
+            let v = json!({"jsonrpc": "2.0", "id": id, "result": null});
+            return reply(&mut conn, 200, v.to_string().as_bytes());
+        }
         let delay = self.receipt_delay_ms.load(Ordering::SeqCst);
         if method == "eth_getTransactionReceipt" && delay > 0 {
             std::thread::sleep(Duration::from_millis(delay));
@@ -646,15 +899,9 @@ impl ProxyControl {
             &[("Content-Type", "application/json")],
             Some(&req.body),
         );
-        if lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
+        if lose || lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
             return;
         }
-        let _ = write!(
-            conn,
-            "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            answer.status,
-            answer.body.len()
-        );
-        let _ = conn.write_all(&answer.body);
+        reply(&mut conn, answer.status, &answer.body);
     }
 }

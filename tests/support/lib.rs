@@ -11,7 +11,6 @@ use umpire_core::json::{Value, parse};
 
 pub mod chain;
 pub mod lambda;
-pub mod rpc_proxy;
 pub mod stack;
 pub mod svm;
 

@@ -131,7 +131,37 @@ impl Api {
         let required: PaymentRequired = decode_header(header)
             .map_err(|e| Local(format!("unreadable PAYMENT-REQUIRED: {e}")))?;
         let payment = payer.pay(&required).await?;
-        let headers = [key, (HEADER_PAYMENT_SIGNATURE, payment)];
+        let answer = self
+            .until_answered(&method, path, body, &key, payment)
+            .await?;
+        if !withheld_secret(&answer) {
+            return Ok(answer);
+        }
+        // A replay to the spent payment (public on chain) withholds the one-time secret:
+        // a payment signed now proves the wallet and gets it. It buys nothing (the key's
+        // purchase is done, so it is answered as a replay and never settled).
+        eprintln!("the purchase was made already; proving the wallet to get its secret");
+        let fresh = payer.pay(&required).await?;
+        match self.until_answered(&method, path, body, &key, fresh).await {
+            Ok(proven) if (200..300).contains(&proven.status) && !withheld_secret(&proven) => {
+                Ok(proven)
+            }
+            _ => Ok(answer),
+        }
+    }
+
+    /// Sends the paid request until it has an answer: `in_flight` is waited out,
+    /// transport failures and 5xx are retried a few times with the same payment (a
+    /// retry is never charged twice).
+    async fn until_answered(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+        key: &(&'static str, String),
+        payment: String,
+    ) -> Result<Answer, Local> {
+        let headers = [key.clone(), (HEADER_PAYMENT_SIGNATURE, payment)];
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -155,6 +185,11 @@ impl Api {
             }
         }
     }
+}
+
+/// A purchase answered with its one-time secret withheld (`"secret": null`).
+fn withheld_secret(a: &Answer) -> bool {
+    (200..300).contains(&a.status) && matches!(a.body.get("secret"), Some(Value::Null))
 }
 
 /// What each refusal means, in plain words (the service's own hint follows). Matched on

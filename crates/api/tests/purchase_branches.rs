@@ -129,6 +129,7 @@ impl Settler for FakeChain {
             Some(_) => Err(nonce_used()),
             None => Ok(Verified {
                 payer: ctx.claimed_payer().expect("the payment names its payer"),
+                settled: None,
             }),
         }
     }
@@ -571,7 +572,9 @@ async fn an_authorization_too_short_for_the_work_is_refused_before_any() {
         "{:?}",
         json(&refused)
     );
-    assert_eq!(shop.calls(), (0, 0, 0), "(verify, settle, find)");
+    // No verification, no settlement: one look at whether someone already executed it
+    // (it would have paid us, and be owed its purchase), before saying nothing moved.
+    assert_eq!(shop.calls(), (0, 0, 1), "(verify, settle, find)");
     assert_eq!(shop.phase(&short).await, None);
 }
 
@@ -621,6 +624,7 @@ async fn a_misconfigured_settler_is_our_error_and_charges_nothing() {
             kind: FailureKind::Config,
             reason: "unexpected_error".into(),
             message: "no settler key".into(),
+            transaction: None,
         })],
     );
     let payment = shop.pay().await;

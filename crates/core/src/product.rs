@@ -63,6 +63,9 @@ pub const RATE_LIMITS: &[(&str, u32)] = &[
     ("quote", 120),
     ("mcp", 120),
     ("replay", 120),
+    // Requests to a paid route without a payment: the body's checks and its URLs'
+    // lookups before a 402 are work nobody has paid for yet.
+    ("unpaid", 60),
 ];
 
 /// On the wire and in storage as [`Tier::as_str`] spells it (serde's lowercase names

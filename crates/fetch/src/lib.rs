@@ -8,4 +8,6 @@ pub mod resolve;
 
 pub use fetcher::{FetchConfig, Fetched, Fetcher, Observation};
 pub use policy::{Policy, PolicyError, check_url, is_public_ip};
-pub use resolve::{NameResolver, StaticResolver, SystemResolver};
+pub use resolve::{
+    LOOKUP_TIMEOUT, MAX_LOOKUPS_AT_ONCE, NameResolver, StaticResolver, SystemResolver,
+};

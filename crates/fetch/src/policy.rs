@@ -40,6 +40,15 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
+    /// A name that did not resolve in the time the request had for it.
+    pub fn dns_timeout(url: &str) -> PolicyError {
+        PolicyError::new(
+            ErrorCode::DnsFailure,
+            format!("the host of {url} did not resolve in time"),
+            "Check the host name; it must resolve in public DNS, promptly.",
+        )
+    }
+
     fn new(code: ErrorCode, message: String, hint: &'static str) -> PolicyError {
         PolicyError {
             code,

@@ -21,6 +21,7 @@
 //! | `UMPIRE_FACILITATOR_URL`, `UMPIRE_FACILITATOR_AUTH` | the facilitator and its `Authorization` header value; required for Solana rails | — |
 //! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key | — |
 //! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
+//! | `UMPIRE_EVM_BLOCK_TIME_MS` | the chain's block interval, which receipt polls follow (`0`: blocks at once) | `2000` on Base and Base Sepolia, else `0` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
 //! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on | — |
 
@@ -291,9 +292,29 @@ pub async fn payments_from(
                 .network
                 .chain_id()
                 .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be eip155:<chain id>"))?;
-            let chain = EvmChain::connect(&rpc, chain_id, Some(&key), Duration::from_secs(timeout))
-                .await
-                .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
+            let block_time = match get("UMPIRE_EVM_BLOCK_TIME_MS") {
+                None => Duration::from_millis(default_block_time_ms(chain_id)),
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| *ms <= 60_000)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| {
+                        err(
+                            "UMPIRE_EVM_BLOCK_TIME_MS",
+                            "must be milliseconds from 0 (blocks at once) to 60000",
+                        )
+                    })?,
+            };
+            let chain = EvmChain::connect(
+                &rpc,
+                chain_id,
+                Some(&key),
+                Duration::from_secs(timeout),
+                block_time,
+            )
+            .await
+            .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
             Some(Arc::new(SelfSettler { chain }) as Arc<dyn Settler>)
         }
         (other, _) => {
@@ -351,6 +372,15 @@ pub fn sol_price_from_env(rails: &Rails) -> Result<Option<Arc<SolPriceFeed>>, Pa
     SolPriceFeed::new(&url)
         .map(|f| Some(Arc::new(f)))
         .map_err(|e| err("UMPIRE_SOL_PRICE_URL", e))
+}
+
+/// Base and Base Sepolia make a block every two seconds; other chains are polled as if
+/// they mined at once unless `UMPIRE_EVM_BLOCK_TIME_MS` says otherwise.
+fn default_block_time_ms(chain_id: u64) -> u64 {
+    match chain_id {
+        8453 | 84532 => 2000,
+        _ => 0,
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,9 @@ reasons! {
     SolQuoteExpired => "sol_quote_expired",
     /// A SOL payment whose quote we did not issue (or that was altered).
     SolQuoteInvalid => "sol_quote_invalid",
+    /// The transfer was broadcast and is not confirmed yet (x402's word since
+    /// `@x402/core` 2.24): neither paid nor refused, the transaction names it.
+    SettlementPending => "settlement_pending",
 }
 
 impl From<&str> for FailureReason {
@@ -137,7 +140,8 @@ impl<'de> Deserialize<'de> for FailureReason {
 pub enum FailureKind {
     /// The payment itself is wrong (signature, amount, nonce, funds): the payer can fix it.
     Invalid,
-    /// The chain or the facilitator could not be asked; nothing was charged.
+    /// The chain or the facilitator could not be asked, or did not answer in time: at
+    /// verification nothing was charged; at settlement the outcome is unknown.
     Unavailable,
     /// Our own configuration is wrong.
     Config,
@@ -150,6 +154,8 @@ pub struct PaymentFailure {
     /// The x402 `invalidReason` / `errorReason` code.
     pub reason: FailureReason,
     pub message: String,
+    /// A settlement broadcast whose outcome is not known yet: its transaction.
+    pub transaction: Option<String>,
 }
 
 impl PaymentFailure {
@@ -158,6 +164,7 @@ impl PaymentFailure {
             kind: FailureKind::Invalid,
             reason,
             message: message.into(),
+            transaction: None,
         }
     }
 
@@ -166,6 +173,17 @@ impl PaymentFailure {
             kind: FailureKind::Unavailable,
             reason: FailureReason::UnexpectedError,
             message: message.into(),
+            transaction: None,
+        }
+    }
+
+    /// A transfer broadcast as `transaction` whose outcome is not known yet.
+    pub fn pending(transaction: String, message: impl Into<String>) -> PaymentFailure {
+        PaymentFailure {
+            kind: FailureKind::Unavailable,
+            reason: FailureReason::SettlementPending,
+            message: message.into(),
+            transaction: Some(transaction),
         }
     }
 
@@ -174,6 +192,7 @@ impl PaymentFailure {
             kind: FailureKind::Config,
             reason: FailureReason::UnexpectedError,
             message: message.into(),
+            transaction: None,
         }
     }
 }

@@ -247,11 +247,17 @@ impl Settler for NativeSolSettler {
         let tx = transaction_of(ctx)?;
         let payer = Account::Solana(tx.message.fee_payer());
         match self.rpc.simulate(&tx.to_base64()).await? {
-            Ok(()) => Ok(Verified { payer }),
+            Ok(()) => Ok(Verified {
+                payer,
+                settled: None,
+            }),
             // Broadcast already (by the payer, or by whoever saw the header): it paid
             // us if it landed well, and the ledger lets it buy one purchase.
             Err(e) if already_processed(&e) => match self.rpc.status(&tx.id()).await? {
-                Landed::Ok => Ok(Verified { payer }),
+                Landed::Ok => Ok(Verified {
+                    payer,
+                    settled: Some(settled(ctx, &tx)),
+                }),
                 Landed::Failed(err) => Err(failed_on_chain(&err)),
                 Landed::No | Landed::Processed => Err(PaymentFailure::unavailable(
                     "the transaction is being processed; retry in a few seconds",

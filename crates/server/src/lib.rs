@@ -134,10 +134,15 @@ struct Purchases {
 struct Running(Arc<Purchases>);
 
 impl Purchases {
-    fn start(self: &Arc<Self>) -> Running {
-        self.running
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Running(self.clone())
+    /// A place for one more purchase, unless [`MAX_PURCHASES_IN_FLIGHT`] run already.
+    fn start(self: &Arc<Self>) -> Option<Running> {
+        use std::sync::atomic::Ordering;
+        let taken = self
+            .running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_PURCHASES_IN_FLIGHT).then_some(n + 1)
+            });
+        taken.ok().map(|_| Running(self.clone()))
     }
 
     /// Waits for the running purchases to end, at most `limit`.
@@ -163,6 +168,12 @@ impl Drop for Running {
         self.0.ended.notify_waiters();
     }
 }
+
+/// Purchases (requests carrying a payment) running at once; past it a purchase is
+/// answered `503` with `Retry-After` before anything is looked at or charged. Each one
+/// holds a task to its end whatever its client does, so without a cap a flood of
+/// payment headers (valid or not) would hold as many tasks.
+pub const MAX_PURCHASES_IN_FLIGHT: usize = 256;
 
 /// How long a shutdown waits for purchases in progress (longer than any runs).
 const DRAIN_PURCHASES: Duration = Duration::from_secs(60);
@@ -229,6 +240,36 @@ pub async fn serve(
     }
 }
 
+/// A purchase's work in a task of its own that the connection does not own: it runs
+/// to its end whatever the client does, as on Lambda (a client that hangs up loses only
+/// the answer; resending the same payment gets the purchase).
+async fn run_to_its_end(
+    state: Arc<AppState>,
+    req: umpire_api::Request,
+    running: Running,
+) -> http::Response<Bytes> {
+    let task = async move {
+        let response = handle(&state, req).await;
+        drop(running);
+        response
+    };
+    match tokio::spawn(task).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "a paid request's task failed");
+            // As every `internal` answer: safe to retry, and says when.
+            respond::error(
+                &ApiError::new(
+                    ErrorCode::Internal,
+                    "the request failed inside the server",
+                    "Resend the identical request with the same payment: you are never charged twice.",
+                )
+                .with_retry_after(1),
+            )
+        }
+    }
+}
+
 /// Whether a request is a purchase: a paid route (a verdict, a reputation report) with
 /// an x402 payment, or an MCP call carrying one (a paid tool), the work that may move
 /// money. Anything else stays cancellable.
@@ -284,23 +325,20 @@ async fn serve_one(
                 // client that hangs up loses only the answer (hyper drops this future
                 // with the connection; the task goes on), and resending the same payment
                 // gets the purchase. Free routes stay cancellable.
-                let (state, running) = (state.clone(), purchases.start());
-                let task = async move {
-                    let response = handle(&state, req).await;
-                    drop(running);
-                    response
-                };
-                match tokio::spawn(task).await {
-                    Ok(response) => response,
-                    Err(e) => {
-                        tracing::error!(error = %e, "a paid request's task failed");
-                        // As every `internal` answer: safe to retry, and says when.
+                match purchases.start() {
+                    Some(running) => run_to_its_end(state, req, running).await,
+                    None => {
+                        tracing::warn!(
+                            limit = MAX_PURCHASES_IN_FLIGHT,
+                            "purchase limit reached; answered 503"
+                        );
                         respond::error(
                             &ApiError::new(
-                                ErrorCode::Internal,
-                                "the request failed inside the server",
-                                "Resend the identical request with the same payment: you are never charged twice.",
+                                ErrorCode::Unavailable,
+                                "too many purchases are in progress on this server right now",
+                                "Retry the identical request in a moment; nothing was looked at or charged.",
                             )
+                            .with_detail("reason", "busy")
                             .with_retry_after(1),
                         )
                     }

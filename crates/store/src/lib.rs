@@ -158,6 +158,10 @@ pub enum PaymentState {
     Prepared {
         /// The prepared answer (JSON text the API reads back).
         answer: String,
+        /// Until when the payment may still land on chain (an authorization's
+        /// `validBefore`, and a margin): before then no other request may take it, only
+        /// the one that prepared this answer, whose retry the chain decides.
+        kept_until: Unix,
     },
     /// This purchase's own settlement paid us.
     Settled {
@@ -231,7 +235,10 @@ impl PaymentEntry {
         self.expires_at <= now
             || match self.state {
                 PaymentState::Voided { .. } => true,
-                PaymentState::Claimed | PaymentState::Prepared { .. } => self.held_until <= now,
+                PaymentState::Claimed => self.held_until <= now,
+                PaymentState::Prepared { kept_until, .. } => {
+                    self.held_until <= now && kept_until <= now
+                }
                 PaymentState::Settled { .. } => false,
             }
     }

@@ -387,6 +387,67 @@ fn step(from: PaymentPhase, to: PaymentState, held_until: u64) -> PaymentMove {
     }
 }
 
+/// A prepared answer whose payment may still land is kept for its request: no other
+/// request takes the payment until `kept_until` has passed, even once the holder is
+/// gone; the request that prepared it can still retake it. Would fail if claims treated
+/// a lapsed prepared entry as free (the bug of a retry answered twice).
+async fn a_prepared_entry_is_kept_while_its_payment_can_land(store: &dyn Store) {
+    let k = "evm:kept";
+    let claim = |h: &'static str, now: u64| async move {
+        store
+            .claim_payment(
+                k,
+                h,
+                &PaymentHold {
+                    now,
+                    held_until: now + 30,
+                    expires_at: NOW + 86_400,
+                },
+            )
+            .await
+            .expect("claim")
+    };
+    assert_eq!(claim("h1", NOW).await, PaymentClaim::Won);
+    let answer = PaymentState::Prepared {
+        answer: "the answer".into(),
+        kept_until: NOW + 300,
+    };
+    assert!(
+        store
+            .move_payment(
+                k,
+                "h1",
+                &step(PaymentPhase::Claimed, answer.clone(), NOW + 30)
+            )
+            .await
+            .expect("prepare")
+    );
+    let entry = store
+        .get_payment(k, NOW)
+        .await
+        .expect("get")
+        .expect("entry");
+    assert_eq!(entry.state, answer, "kept_until is read back");
+    // The holder is gone (held_until passed), the payment can still land: kept.
+    assert!(matches!(claim("h2", NOW + 31).await, PaymentClaim::Held(_)));
+    assert!(matches!(
+        claim("h2", NOW + 299).await,
+        PaymentClaim::Held(_)
+    ));
+    // Its own request retakes it meanwhile.
+    let retake = PaymentMove {
+        lapsed_at: Some(NOW + 31),
+        ..step(PaymentPhase::Prepared, answer.clone(), NOW + 61)
+    };
+    assert!(store.move_payment(k, "h1", &retake).await.expect("retake"));
+    // Once it can no longer land (and its holder is gone), it is free.
+    assert!(matches!(
+        claim("h2", NOW + 120).await,
+        PaymentClaim::Held(_)
+    ));
+    assert_eq!(claim("h2", NOW + 300).await, PaymentClaim::Won);
+}
+
 /// Claimed → Prepared → Settled, each step conditional on the phase and the request,
 /// every state read back with its own attributes.
 async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
@@ -430,6 +491,7 @@ async fn payment_ledger_moves_one_step_at_a_time(store: &dyn Store) {
 
     let prepared = PaymentState::Prepared {
         answer: r#"{"status":201}"#.into(),
+        kept_until: 0,
     };
     // Only the holder's request, only from the phase it is in.
     assert!(
@@ -586,6 +648,7 @@ async fn voided_and_lapsed_payments_are_free(store: &dyn Store) {
 
     let answer = PaymentState::Prepared {
         answer: "the answer".into(),
+        kept_until: 0,
     };
     assert!(
         store
@@ -919,6 +982,10 @@ macro_rules! conformance {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn payment_void_and_lapse() {
             super::voided_and_lapsed_payments_are_free(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn payment_kept_while_it_can_land() {
+            super::a_prepared_entry_is_kept_while_its_payment_can_land(&*$store.await).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn payment_race() {

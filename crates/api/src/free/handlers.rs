@@ -190,7 +190,8 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
             Err(e) => return respond::error(&e),
         };
     if let Some(f) = &state.fetcher {
-        a.resolve_urls(f).await;
+        let until = state.config.clock.deadline(umpire_fetch::LOOKUP_TIMEOUT);
+        a.resolve_urls(f, until).await;
     }
     // The answer echoes the normalized spec and hashes the deliverable: as large as
     // the request, so built (and the assessment dropped) off the async threads too.

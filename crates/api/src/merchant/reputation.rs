@@ -21,7 +21,7 @@ use umpire_store::{FeedbackRow, PayerSpread, Store, StoreError};
 
 use crate::merchant::feedback::usdc_decimal;
 use crate::paid::checkout::{self, Prepared, Product};
-use crate::plumbing::respond;
+use crate::plumbing::{limits, respond};
 use crate::{AppState, Request, Response};
 
 pub const REPUTATION_DOCUMENT: &str = "umpire.reputation.v1";
@@ -271,6 +271,9 @@ fn merchant_of(req: &Request) -> Result<String, ApiError> {
 
 pub async fn reputation(state: &AppState, req: &Request) -> Response {
     let deadline = state.config.clock.deadline(state.config.request_budget);
+    if let Err(e) = limits::enforce_unpaid(state, req).await {
+        return respond::error(&e);
+    }
     let merchant = match merchant_of(req) {
         Ok(m) => m,
         Err(e) => return respond::error(&e),

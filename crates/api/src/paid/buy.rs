@@ -8,6 +8,7 @@ use umpire_core::document::CheckResult;
 use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
+use umpire_fetch::LOOKUP_TIMEOUT;
 use umpire_host::random_id;
 use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
@@ -17,7 +18,7 @@ use crate::paid::checkout::{self, Checkout, Prepared, Product, Void};
 use crate::paid::purchase::{Envelope, Purchase, assess};
 use crate::paid::verdict;
 use crate::plumbing::cpu::{DropOffThread, off_thread};
-use crate::plumbing::respond;
+use crate::plumbing::{limits, respond};
 use crate::{AppState, Request, Response, sworn};
 
 fn tier_of(req: &Request) -> Result<Tier, ApiError> {
@@ -53,7 +54,15 @@ async fn purchase_of(
     .await?;
     let needs_fetch = !assessment.urls.is_empty();
     match &state.fetcher {
-        Some(f) => assessment.resolve_urls(f).await,
+        // Unpaid work: a quarter of the request's budget at most, so a purchase whose
+        // names will not resolve is refused before its payment is asked for or looked at.
+        Some(f) => {
+            let until = state
+                .config
+                .clock
+                .deadline(LOOKUP_TIMEOUT.min(state.config.request_budget / 4));
+            assessment.resolve_urls(f, until).await;
+        }
         None if needs_fetch => {
             return Err(ApiError::new(
                 ErrorCode::Unavailable,
@@ -94,6 +103,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let deadline = state.config.clock.deadline(state.config.request_budget);
     // Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
+    limits::enforce_unpaid(state, req).await.map_err(err)?;
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
     let product = Product::verdict(tier);
     let mut checkout = checkout::begin(state, req, product, deadline).await?;

@@ -30,6 +30,9 @@ pub const COMPLETED_SECS: u64 = 24 * 3600;
 /// the signer that derives it. Internal; never sent.
 const SECRET_MARK: &str = "umpire-secret-derived-by";
 
+/// The header every replayed answer carries.
+pub(crate) const REPLAYED: &str = "idempotent-replayed";
+
 /// Response headers worth replaying; everything else is recomputed per response.
 const REPLAYED_HEADERS: &[&str] = &[
     "content-type",
@@ -315,10 +318,8 @@ pub(crate) fn replay_response(stored: &StoredResponse, signer: Option<&dyn Signe
             r.headers_mut().insert(name, value);
         }
     }
-    r.headers_mut().insert(
-        "idempotent-replayed",
-        http::HeaderValue::from_static("true"),
-    );
+    r.headers_mut()
+        .insert(REPLAYED, http::HeaderValue::from_static("true"));
     r
 }
 

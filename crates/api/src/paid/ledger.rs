@@ -12,11 +12,14 @@
 //!
 //! Every step is a conditional write on the entry's phase and the request it is held
 //! for, so two requests never move one payment. A claimed or prepared entry is held
-//! until `held_until` (longer than any request's budget): past it the request is gone,
-//! and the payment is free again, except that a prepared answer is kept for the very
-//! request that prepared it, whose retry asks the chain whether it paid (see
-//! [`Hold::retake`]). A settlement whose outcome is unknown stays prepared with its
-//! hold lapsed at once, so the retry may proceed either way.
+//! until `held_until` (longer than any request's budget): past it the request is gone.
+//! A claimed payment is then free again; a prepared one is kept for the very request
+//! that prepared it for as long as its payment may still land on chain (`kept_until`:
+//! the authorization's `validBefore` and a margin), so no other request can take a
+//! payment whose transfer is on its way. That request's retry takes it back
+//! ([`Hold::retake`]) and the chain decides: paid, and the prepared answer is given;
+//! refused, and nothing is. A settlement whose outcome is unknown stays prepared with
+//! its hold lapsed at once, so the retry may proceed at once.
 
 use std::fmt;
 use std::ops::Deref;
@@ -120,8 +123,12 @@ impl Prepared {
 pub enum ClaimError {
     /// It settled a purchase already.
     Spent,
-    /// A running request holds it.
+    /// A running request holds it, or another request's answer is prepared while the
+    /// payment may still land.
     InUse,
+    /// This very request prepared its answer and was interrupted (a crash, an unknown
+    /// settlement): the purchase is resumed, not begun again ([`Hold::retake`]).
+    Interrupted,
     Store(ApiError),
 }
 
@@ -142,8 +149,8 @@ pub struct Hold {
     key: PaymentKey,
     request_hash: RequestHash,
     phase: PaymentPhase,
-    /// The prepared answer, once there is one.
-    answer: Option<String>,
+    /// The prepared state, once there is one (kept as it is while the outcome is open).
+    prepared: Option<PaymentState>,
 }
 
 fn held_until(state: &AppState, now: u64) -> u64 {
@@ -174,10 +181,15 @@ impl Hold {
                 key: key.clone(),
                 request_hash: request_hash.clone(),
                 phase: PaymentPhase::Claimed,
-                answer: None,
+                prepared: None,
             }),
             PaymentClaim::Held(entry) => Err(match entry.state {
                 PaymentState::Settled { .. } => ClaimError::Spent,
+                PaymentState::Prepared { .. }
+                    if entry.request_hash == request_hash.as_str() && entry.held_until <= now =>
+                {
+                    ClaimError::Interrupted
+                }
                 _ => ClaimError::InUse,
             }),
         }
@@ -206,7 +218,7 @@ impl Hold {
             PaymentState::Claimed | PaymentState::Prepared { .. } if entry.held_until > now => {
                 return Ok(Retake::Busy);
             }
-            PaymentState::Prepared { answer } => answer,
+            PaymentState::Prepared { answer, .. } => answer,
             _ => return Ok(Retake::Nothing),
         };
         let prepared: Prepared = match serde_json::from_str(answer) {
@@ -236,7 +248,7 @@ impl Hold {
             key: key.clone(),
             request_hash: request_hash.clone(),
             phase: PaymentPhase::Prepared,
-            answer: Some(answer.clone()),
+            prepared: Some(entry.state.clone()),
         };
         Ok(Retake::Taken(hold, Box::new(prepared)))
     }
@@ -271,18 +283,23 @@ impl Hold {
     }
 
     /// Claimed → Prepared: the answer written down before any money moves, so a crash
-    /// from here on leaves what the customer's retry needs.
-    pub async fn prepare(&mut self, state: &AppState, prepared: &Prepared) -> Result<(), ApiError> {
+    /// from here on leaves what the customer's retry needs; kept for this request until
+    /// `kept_until` (unix seconds), while the payment may still land.
+    pub async fn prepare(
+        &mut self,
+        state: &AppState,
+        prepared: &Prepared,
+        kept_until: u64,
+    ) -> Result<(), ApiError> {
         let answer = serde_json::to_string(prepared).map_err(crate::internal)?;
         let now = state.config.clock.now();
-        let to = PaymentState::Prepared {
-            answer: answer.clone(),
-        };
+        let to = PaymentState::Prepared { answer, kept_until };
+        let expires = (now + COMPLETED_SECS).max(kept_until);
         if self
-            .step(state, to, held_until(state, now), now + COMPLETED_SECS)
+            .step(state, to.clone(), held_until(state, now), expires)
             .await?
         {
-            self.answer = Some(answer);
+            self.prepared = Some(to);
             Ok(())
         } else {
             // Only a hold that outlived `held_until` can lose its entry; the budget
@@ -324,15 +341,19 @@ impl Hold {
     }
 
     /// The settlement's outcome is unknown: the answer stays prepared with its hold
-    /// lapsed, so the identical retry either finds the payment spent and recovers the
-    /// answer ([`Hold::retake`]), or finds it unspent and buys afresh.
+    /// lapsed, so the identical retry takes it back at once ([`Hold::retake`]) and the
+    /// chain decides.
     pub async fn leave_unknown(mut self, state: &AppState) {
-        let Some(answer) = self.answer.clone() else {
+        let Some(to) = self.prepared.clone() else {
             return self.void(state, "settlement_not_started").await;
         };
         let now = state.config.clock.now();
-        let to = PaymentState::Prepared { answer };
-        if let Err(e) = self.step(state, to, now, now + COMPLETED_SECS).await {
+        let kept = match &to {
+            PaymentState::Prepared { kept_until, .. } => *kept_until,
+            _ => 0,
+        };
+        let expires = (now + COMPLETED_SECS).max(kept);
+        if let Err(e) = self.step(state, to, now, expires).await {
             tracing::warn!(error = %e.message, "could not lapse a payment's hold; it lapses later");
         }
     }
@@ -423,7 +444,7 @@ pub async fn purchase_outcome(
         Some((PaymentState::Settled { response, .. }, _)) if ours(&response.body) => {
             PurchaseOutcome::Paid
         }
-        Some((PaymentState::Prepared { answer }, _))
+        Some((PaymentState::Prepared { answer, .. }, _))
             if serde_json::from_str::<Prepared>(&answer).is_ok_and(|p| ours(&p.body)) =>
         {
             PurchaseOutcome::Unresolved

@@ -12,7 +12,8 @@ use umpire_core::spec::{
     parse_spec_partial,
 };
 use umpire_core::{ApiError, ErrorCode};
-use umpire_fetch::{Fetcher, Policy};
+use umpire_fetch::{Fetcher, Policy, PolicyError};
+use umpire_host::Deadline;
 
 /// job_ref: a string of at most this many characters, or a uint256.
 pub const MAX_JOB_REF_CHARS: usize = 256;
@@ -240,10 +241,25 @@ fn url_verdict(
 impl Assessment {
     /// The validation-time lookup: every URL the static policy allowed must resolve,
     /// and only to addresses the policy allows (dns_failure / blocked_host otherwise).
-    /// Nothing is fetched. The fetcher checks again, at connect time, what it dials.
-    pub async fn resolve_urls(&mut self, fetcher: &Fetcher) {
-        for v in self.urls.iter_mut().filter(|v| v.policy == "allowed") {
-            if let Err(e) = fetcher.precheck(&v.url).await {
+    /// Nothing is fetched; the fetcher checks again, at connect time, what it dials.
+    /// The lookups run at once and end by `until` (the request's own budget, unpaid
+    /// work included): a name that has not resolved by then is a `dns_failure`.
+    pub async fn resolve_urls(&mut self, fetcher: &Fetcher, until: Deadline) {
+        let allowed: Vec<usize> = (0..self.urls.len())
+            .filter(|i| self.urls[*i].policy == "allowed")
+            .collect();
+        let checks = allowed.iter().map(|i| {
+            let url = self.urls[*i].url.clone();
+            async move {
+                tokio::time::timeout_at(until.instant().into(), fetcher.precheck(&url))
+                    .await
+                    .unwrap_or_else(|_| Err(PolicyError::dns_timeout(&url)))
+            }
+        });
+        let results = futures::future::join_all(checks).await;
+        for (i, result) in allowed.into_iter().zip(results) {
+            if let Err(e) = result {
+                let v = &mut self.urls[i];
                 self.problems.push(Problem::new(
                     v.at.as_str(),
                     e.problem_code,

@@ -39,6 +39,19 @@ impl RateLimits {
     }
 }
 
+/// Counts a request to a paid route that carries no payment in the `unpaid` bucket: its
+/// checks (and its URLs' lookups) before the 402 are work nobody has paid for. A request
+/// with a payment is limited by its payment.
+pub async fn enforce_unpaid(state: &AppState, req: &crate::Request) -> Result<(), ApiError> {
+    let h = req.headers();
+    if h.contains_key(umpire_pay::HEADER_PAYMENT_SIGNATURE)
+        || h.contains_key(umpire_pay::HEADER_X_PAYMENT)
+    {
+        return Ok(());
+    }
+    enforce(state, "unpaid", ClientIp::of(req)).await
+}
+
 /// [`enforce`] for the caller of `req`. An MCP tool call is counted here too, in the
 /// bucket of the route it stands for, after the `mcp` bucket counted the call itself:
 /// otherwise a caller over its validate limit could go on validating through MCP.

@@ -1,58 +1,157 @@
-//! What only the chain knows about an EIP-3009 payment: the nonce's state, the balance, a
-//! simulation of the transfer; and settling it ourselves (submit, receipt).
+//! What only the chain knows about an EIP-3009 payment, and settling it ourselves, on a
+//! chain that behaves like Base: blocks every two seconds, a window in which anyone
+//! holding the signed authorization may execute it (or its payer cancel it), and RPC
+//! answers that can be lost while the call goes through.
+//!
+//! - **Verification** is one `eth_call`: the very transfer settlement will send,
+//!   simulated from the settler. Only when it would revert are the authorization's state
+//!   and the payer's balance read (together, one batch) to say why; an authorization
+//!   already used is looked up in the token's logs, and if its transfer paid us the
+//!   payment is ours, whoever broadcast it ([`OnChain::PaidUs`]).
+//! - **Settlement** signs the transfer here (the nonce counted here, a fixed gas limit
+//!   for EOA signatures, fees cached for a block) and sends it under one lock, so nonces
+//!   reach the node in the order they were given and a lost answer is resent with the
+//!   same bytes before any later nonce goes out: no purchase waits behind a gap.
+//! - **Confirmation** is a successful receipt of our transaction, or the token's logs
+//!   showing that this authorization's transfer paid us (a bystander's transaction, our
+//!   own earlier broadcast, or receipts the RPC has not caught up with). A broadcast with
+//!   no proof by the deadline is neither paid nor refused: it is pending, with its hash.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use alloy::network::{EthereumWallet, TransactionBuilder};
-use alloy::primitives::{Address, B256, U256};
+use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy::eips::{BlockNumberOrTag, Encodable2718};
+use alloy::network::{TransactionBuilder, TxSignerSync};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::rpc::types::{Filter, TransactionRequest};
+use alloy::rpc::client::BatchRequest;
+use alloy::rpc::types::{Filter, Log, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
+use alloy::transports::{RpcError, TransportErrorKind};
 
 use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
 use crate::reason::{FailureReason, PaymentFailure};
+
+/// Gas for `transferWithAuthorization` with an EOA signature: USDC spends about 85,000
+/// (a cold nonce slot and two balances); the rest is margin. Smart-wallet signatures
+/// (ERC-1271) cost what the wallet's check costs, so those are estimated.
+pub const TRANSFER_GAS_LIMIT: u64 = 150_000;
+
+/// The least priority fee offered (0.001 gwei, what Base's blocks commonly clear at).
+const MIN_PRIORITY_FEE: u128 = 1_000_000;
+
+/// How many times a settlement is signed again after the node refuses its nonce or its
+/// fees (another sender used the key, the fees moved).
+pub(super) const SEND_ATTEMPTS: u32 = 3;
+
+/// How many times the same signed bytes are resent when the node's answer was lost.
+const RESENDS: u32 = 3;
+
+/// A broadcast counts as possibly lost to the receipt poller after this many blocks;
+/// from then on each poll also asks the token whether the authorization was used.
+const RECEIPT_LATE_BLOCKS: u32 = 2;
+
+/// Kept between the last confirmation attempt and the caller's deadline.
+const CONFIRM_MARGIN: Duration = Duration::from_millis(150);
 
 /// A chain reached over JSON-RPC, with an optional settler key for self-settlement.
 #[derive(Clone)]
 pub struct EvmChain {
     provider: DynProvider,
-    settler: Option<Address>,
+    settler: Option<Arc<Settler>>,
     chain_id: u64,
     receipt_timeout: Duration,
-    /// The settler's next transaction nonce, kept here rather than by alloy's filler
-    /// so it can be re-read from the chain when it goes wrong (a crash left a gap,
-    /// another process used the key, a broadcast's answer was lost).
-    next_nonce: std::sync::Arc<tokio::sync::Mutex<Option<u64>>>,
+    /// How often the chain makes a block (`ZERO`: at once, as a local chain does).
+    block_time: Duration,
 }
 
-/// Nonce trouble the settler recovers from by re-reading its nonce and sending again.
+/// The key that pays gas for settlements, and what it has in flight.
+struct Settler {
+    signer: PrivateKeySigner,
+    address: Address,
+    /// Held while a transaction is signed and sent: nonces reach the node in order.
+    sending: tokio::sync::Mutex<SendState>,
+    /// Our broadcasts not yet decided, by authorization: a retry of the same purchase
+    /// waits for (and resends) the same transaction rather than signing another.
+    broadcasts: Mutex<HashMap<String, Broadcast>>,
+}
+
+#[derive(Default)]
+struct SendState {
+    /// The next nonce; `None`: read the chain's pending count first.
+    next_nonce: Option<u64>,
+    fees: Option<Fees>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Fees {
+    max_fee_per_gas: u128,
+    max_priority_fee_per_gas: u128,
+    read_at: Instant,
+}
+
+/// One signed settlement transaction.
+#[derive(Debug, Clone)]
+struct Broadcast {
+    hash: B256,
+    raw: Bytes,
+}
+
+/// What the chain says of an authorization that would not transfer now, or would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnChain {
+    /// Unused, funded, and the transfer would go through.
+    Unspent,
+    /// Already executed, by this transaction, as a transfer of the payment to us.
+    PaidUs(B256),
+}
+
+/// Nonce trouble the settler recovers from by re-reading its nonce and signing again.
 pub(super) fn is_nonce_error(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     [
         "nonce too low",
         "nonce too high",
-        "already known",
         "replacement transaction underpriced",
     ]
     .iter()
     .any(|needle| m.contains(needle))
 }
 
-/// How many times a settlement is re-sent after nonce trouble.
-pub(super) const NONCE_ATTEMPTS: u32 = 3;
+/// Fees the chain no longer takes: read them again and sign again.
+fn is_fee_error(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("fee") && (m.contains("less than") || m.contains("too low"))
+        || m.contains("transaction underpriced") && !m.contains("replacement")
+}
+
+/// The node has this very transaction already (a resend after a lost answer).
+fn is_known(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("already known") || m.contains("already imported") || m.contains("known transaction")
+}
 
 impl std::fmt::Debug for EvmChain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EvmChain")
             .field("chain_id", &self.chain_id)
-            .field("settler", &self.settler)
+            .field("settler", &self.settler())
+            .field("block_time", &self.block_time)
             .finish_non_exhaustive()
     }
 }
 
 pub(super) fn rpc_error(what: &str, e: impl std::fmt::Display) -> PaymentFailure {
     PaymentFailure::unavailable(format!("{what}: {e}"))
+}
+
+/// The key under which a process remembers its broadcast of one authorization.
+fn authorization_id(token: Address, payment: &Eip3009Payment) -> String {
+    let a = &payment.authorization;
+    format!("{token:#x}|{:#x}|{:#x}", a.from, a.nonce)
 }
 
 impl EvmChain {
@@ -63,24 +162,29 @@ impl EvmChain {
         chain_id: u64,
         settler_key: Option<&str>,
         receipt_timeout: Duration,
+        block_time: Duration,
     ) -> Result<EvmChain, PaymentFailure> {
         let url: reqwest::Url = rpc_url
             .parse()
             .map_err(|e| PaymentFailure::config(format!("RPC URL {rpc_url:?}: {e}")))?;
-        let (provider, settler) = match settler_key {
+        let settler = match settler_key {
             Some(key) => {
                 let signer: PrivateKeySigner = key.trim().parse().map_err(|_| {
                     PaymentFailure::config("the settler key must be 32 bytes of hex")
                 })?;
-                let settler = signer.address();
-                let p = ProviderBuilder::new()
-                    .wallet(EthereumWallet::from(signer))
-                    .connect_http(url)
-                    .erased();
-                (p, Some(settler))
+                Some(Arc::new(Settler {
+                    address: signer.address(),
+                    signer,
+                    sending: Default::default(),
+                    broadcasts: Default::default(),
+                }))
             }
-            None => (ProviderBuilder::new().connect_http(url).erased(), None),
+            None => None,
         };
+        let provider = ProviderBuilder::new()
+            .disable_recommended_fillers()
+            .connect_http(url)
+            .erased();
         let served = provider
             .get_chain_id()
             .await
@@ -95,7 +199,7 @@ impl EvmChain {
             settler,
             chain_id,
             receipt_timeout,
-            next_nonce: Default::default(),
+            block_time,
         })
     }
 
@@ -104,19 +208,13 @@ impl EvmChain {
     }
 
     pub fn settler(&self) -> Option<Address> {
-        self.settler
+        self.settler.as_ref().map(|s| s.address)
     }
 
-    async fn read<C: SolCall>(&self, token: Address, call: C) -> Result<C::Return, PaymentFailure> {
-        let tx = TransactionRequest::default()
-            .with_to(token)
-            .with_input(call.abi_encode());
-        let out = self
-            .provider
-            .call(tx)
-            .await
-            .map_err(|e| rpc_error("eth_call", e))?;
-        C::abi_decode_returns(&out).map_err(|e| rpc_error("decoding eth_call", e))
+    fn settler_or_config(&self) -> Result<&Arc<Settler>, PaymentFailure> {
+        self.settler
+            .as_ref()
+            .ok_or_else(|| PaymentFailure::config("no settler key is configured"))
     }
 
     pub async fn authorization_used(
@@ -125,92 +223,133 @@ impl EvmChain {
         authorizer: Address,
         nonce: B256,
     ) -> Result<bool, PaymentFailure> {
-        self.read(
-            token,
-            IEip3009::authorizationStateCall { authorizer, nonce },
-        )
-        .await
+        let call = IEip3009::authorizationStateCall { authorizer, nonce };
+        let out = self.call(token, call.abi_encode().into()).await?;
+        IEip3009::authorizationStateCall::abi_decode_returns(&out)
+            .map_err(|e| rpc_error("decoding authorizationState", e))
     }
 
-    pub async fn balance_of(
-        &self,
-        token: Address,
-        account: Address,
-    ) -> Result<U256, PaymentFailure> {
-        self.read(token, IEip3009::balanceOfCall { account }).await
+    /// An `eth_call` against the latest block: what is mined, never the pool (alloy's
+    /// default, `pending`, would count our own unconfirmed broadcast as done, or a
+    /// stranger's as spent, before the chain does).
+    async fn call(&self, to: Address, input: Bytes) -> Result<Bytes, PaymentFailure> {
+        let tx = TransactionRequest::default().with_to(to).with_input(input);
+        self.provider
+            .call(tx)
+            .block(BlockNumberOrTag::Latest.into())
+            .await
+            .map_err(|e| rpc_error("eth_call", e))
     }
 
-    /// Chain-side checks: nonce unused, balance, and a simulation of the settlement
-    /// transaction (from the settler when there is one).
+    /// Whether the transfer would go through now (one `eth_call`, from the settler when
+    /// there is one), or, when the authorization was already executed as a transfer to
+    /// `pay_to`, by which transaction. Anything else is the refusal, named as precisely
+    /// as the chain allows.
     pub async fn check_onchain(
         &self,
         token: Address,
         payment: &Eip3009Payment,
-    ) -> Result<(), PaymentFailure> {
-        let a = &payment.authorization;
-        if self.authorization_used(token, a.from, a.nonce).await? {
-            return Err(invalid(
-                FailureReason::EvmNonceUsed,
-                "this authorization's nonce was already used or canceled: the payment was spent",
-            ));
+        pay_to: Address,
+    ) -> Result<OnChain, PaymentFailure> {
+        let mut tx = TransactionRequest::default()
+            .with_to(token)
+            .with_input(payment.transfer_calldata()?);
+        if let Some(settler) = self.settler() {
+            tx = tx.with_from(settler);
         }
-        let balance = self.balance_of(token, a.from).await?;
-        if balance < a.value {
+        match self
+            .provider
+            .call(tx)
+            .block(BlockNumberOrTag::Latest.into())
+            .await
+        {
+            Ok(_) => Ok(OnChain::Unspent),
+            // A revert is the payment's fault; anything else is the RPC's.
+            Err(e) if e.as_error_resp().is_some() => {
+                self.why_not(token, payment, pay_to, &e.to_string()).await
+            }
+            Err(e) => Err(rpc_error("simulating the transfer", e)),
+        }
+    }
+
+    /// Why the transfer would not (or did not) go through: the authorization's state and
+    /// the payer's balance, read together. A used authorization whose transfer paid us
+    /// is the payment made; used otherwise, it is spent (or canceled) for good.
+    async fn why_not(
+        &self,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+        revert: &str,
+    ) -> Result<OnChain, PaymentFailure> {
+        let a = &payment.authorization;
+        let state = IEip3009::authorizationStateCall {
+            authorizer: a.from,
+            nonce: a.nonce,
+        };
+        let balance = IEip3009::balanceOfCall { account: a.from };
+        let (used, held) = self
+            .batch_calls(
+                token,
+                [state.abi_encode().into(), balance.abi_encode().into()],
+            )
+            .await?;
+        let used = IEip3009::authorizationStateCall::abi_decode_returns(&used)
+            .map_err(|e| rpc_error("decoding authorizationState", e))?;
+        let held = IEip3009::balanceOfCall::abi_decode_returns(&held)
+            .map_err(|e| rpc_error("decoding balanceOf", e))?;
+        if used {
+            return match self.find_settlement(token, payment, pay_to).await? {
+                Some(tx) => Ok(OnChain::PaidUs(tx)),
+                None => Err(invalid(
+                    FailureReason::EvmNonceUsed,
+                    "this authorization's nonce was used, but not by a transfer of this payment to us (it was canceled, or spent on another transfer): the payment cannot pay any more",
+                )),
+            };
+        }
+        if held < a.value {
             return Err(invalid(
                 FailureReason::InsufficientFunds,
                 format!(
-                    "{} holds {balance} base units, the payment needs {}",
+                    "{} holds {held} base units, the payment needs {}",
                     a.from, a.value
                 ),
             ));
         }
-        let mut tx = TransactionRequest::default()
-            .with_to(token)
-            .with_input(payment.transfer_calldata()?);
-        if let Some(settler) = self.settler {
-            tx = tx.with_from(settler);
-        }
-        if let Err(e) = self.provider.call(tx).await {
-            let text = e.to_string();
-            // A revert is the payment's fault; anything else is the RPC's.
-            return Err(if e.as_error_resp().is_some() {
-                invalid(
-                    FailureReason::EvmSimulation,
-                    format!("the transfer would revert: {text}"),
-                )
-            } else {
-                rpc_error("simulating the transfer", text)
-            });
-        }
-        Ok(())
+        Err(invalid(
+            FailureReason::EvmSimulation,
+            format!("the transfer would revert: {revert}"),
+        ))
     }
 
-    /// The settler's nonce for the next transaction: the chain's pending count the
-    /// first time (and after [`EvmChain::forget_nonce`]), then counted here.
-    async fn take_nonce(&self, settler: Address) -> Result<u64, PaymentFailure> {
-        let mut next = self.next_nonce.lock().await;
-        let nonce = match *next {
-            Some(n) => n,
-            None => self
-                .provider
-                .get_transaction_count(settler)
-                .pending()
-                .await
-                .map_err(|e| rpc_error("eth_getTransactionCount", e))?,
-        };
-        *next = Some(nonce + 1);
-        Ok(nonce)
-    }
-
-    async fn forget_nonce(&self) {
-        *self.next_nonce.lock().await = None;
+    /// Two `eth_call`s to `to` in one JSON-RPC batch: one round trip.
+    async fn batch_calls(
+        &self,
+        to: Address,
+        inputs: [Bytes; 2],
+    ) -> Result<(Bytes, Bytes), PaymentFailure> {
+        let mut batch = BatchRequest::new(self.provider.client());
+        let [a, b] = inputs.map(|input| {
+            let tx = TransactionRequest::default().with_to(to).with_input(input);
+            batch.add_call::<_, Bytes>("eth_call", &(tx, BlockNumberOrTag::Latest))
+        });
+        let (a, b) = (
+            a.map_err(|e| rpc_error("eth_call", e))?,
+            b.map_err(|e| rpc_error("eth_call", e))?,
+        );
+        batch.send().await.map_err(|e| rpc_error("eth_call", e))?;
+        Ok((
+            a.await.map_err(|e| rpc_error("eth_call", e))?,
+            b.await.map_err(|e| rpc_error("eth_call", e))?,
+        ))
     }
 
     /// The transaction that executed this very authorization as a transfer to `pay_to`,
-    /// if one did: `None` while its nonce is unused. A nonce used by something else (a
-    /// cancellation, or another authorization with the same nonce) is an `invalid`
-    /// failure: the payment cannot be ours any more. For a purchase whose settlement
-    /// outcome was lost (a crash between broadcast and record).
+    /// if one did: `None` while it is unused, or when it was used by something else
+    /// (a cancellation, another transfer). Read from the token's logs alone, one call
+    /// for both events: `AuthorizationUsed(from, nonce)` and `Transfer(from, pay_to,
+    /// value)` in the same transaction, so it needs no receipt (a reverted transaction
+    /// leaves no logs).
     pub async fn find_settlement(
         &self,
         token: Address,
@@ -218,9 +357,6 @@ impl EvmChain {
         pay_to: Address,
     ) -> Result<Option<B256>, PaymentFailure> {
         let a = &payment.authorization;
-        if !self.authorization_used(token, a.from, a.nonce).await? {
-            return Ok(None);
-        }
         let latest = self
             .provider
             .get_block_number()
@@ -228,9 +364,12 @@ impl EvmChain {
             .map_err(|e| rpc_error("eth_blockNumber", e))?;
         let filter = Filter::new()
             .address(token)
-            .event_signature(IEip3009::AuthorizationUsed::SIGNATURE_HASH)
+            .event_signature(vec![
+                IEip3009::AuthorizationUsed::SIGNATURE_HASH,
+                IEip3009::Transfer::SIGNATURE_HASH,
+            ])
             .topic1(a.from.into_word())
-            .topic2(a.nonce)
+            .topic2(vec![a.nonce, pay_to.into_word()])
             .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS))
             .to_block(latest);
         let logs = self
@@ -238,136 +377,397 @@ impl EvmChain {
             .get_logs(&filter)
             .await
             .map_err(|e| rpc_error("eth_getLogs", e))?;
-        for tx in logs.iter().filter_map(|l| l.transaction_hash) {
-            let receipt = self
-                .provider
-                .get_transaction_receipt(tx)
-                .await
-                .map_err(|e| rpc_error("eth_getTransactionReceipt", e))?;
-            let Some(receipt) = receipt.filter(|r| r.status()) else {
-                continue;
-            };
-            let paid_us = receipt.inner.logs().iter().any(|log| {
-                log.address() == token
-                    && log.log_decode::<IEip3009::Transfer>().is_ok_and(|t| {
-                        let t = t.inner.data;
-                        t.from == a.from && t.to == pay_to && t.value == a.value
-                    })
-            });
-            if paid_us {
-                return Ok(Some(tx));
-            }
-        }
-        Err(invalid(
-            FailureReason::EvmNonceUsed,
-            "this authorization's nonce was used, but not by a transfer of this payment to us",
-        ))
+        Ok(settlement_in(&logs, token, payment, pay_to))
     }
 
-    /// Submits the transfer and waits for its receipt, at most the configured receipt
-    /// timeout and at most `receipt_wait` (what the request's deadline leaves). A
-    /// receipt that does not come in time is reported as pending with its hash: the
-    /// transfer was broadcast and may still land, so the purchase is not voided.
-    pub async fn submit(
+    /// Settles the payment: signs and sends the transfer (or resends the one this
+    /// process already sent for it), then waits up to `wait` (and the configured receipt
+    /// timeout) for proof that the authorization's transfer paid us, whoever's
+    /// transaction made it. Without proof by then the outcome is unknown:
+    /// [`PaymentFailure::pending`] with our transaction's hash.
+    pub async fn settle(
         &self,
         token: Address,
         payment: &Eip3009Payment,
-        receipt_wait: Duration,
-    ) -> Result<Submitted, PaymentFailure> {
-        let Some(settler) = self.settler else {
-            return Err(PaymentFailure::config("no settler key is configured"));
+        pay_to: Address,
+        wait: Duration,
+    ) -> Result<B256, PaymentFailure> {
+        let settler = self.settler_or_config()?;
+        let until = Instant::now() + self.receipt_timeout.min(wait);
+        let id = authorization_id(token, payment);
+        let known = settler
+            .broadcasts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned();
+        let sent = match known {
+            Some(b) => {
+                // The same bytes again: harmless if they arrived, the broadcast if not.
+                if let Err(e) = self.send_raw(&b.raw).await {
+                    tracing::debug!(error = %e, hash = %b.hash, "resending a settlement");
+                }
+                b
+            }
+            None => match self.broadcast(settler, token, payment, pay_to).await? {
+                Sent::Broadcast(b) => b,
+                Sent::PaidBy(tx) => return Ok(tx),
+            },
         };
-        let mut attempt = 0;
-        let pending = loop {
-            attempt += 1;
-            let nonce = self.take_nonce(settler).await?;
-            let tx = TransactionRequest::default()
-                .with_to(token)
-                .with_nonce(nonce)
-                .with_input(payment.transfer_calldata()?);
-            match self.provider.send_transaction(tx).await {
-                Ok(p) => break p,
+        let decided = self.confirm(token, payment, pay_to, sent.hash, until).await;
+        if !matches!(&decided, Err(f) if f.transaction.is_some()) {
+            settler
+                .broadcasts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        }
+        decided
+    }
+
+    /// Signs the transfer and sends it, in nonce order. A node that refuses it for its
+    /// nonce or its fees gets a new signing; one that refuses it otherwise took nothing,
+    /// and the chain says why (or that the authorization already paid us).
+    async fn broadcast(
+        &self,
+        settler: &Arc<Settler>,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+    ) -> Result<Sent, PaymentFailure> {
+        let id = authorization_id(token, payment);
+        let input = payment.transfer_calldata()?;
+        let gas_limit = self.gas_limit(settler, token, payment, &input).await?;
+        let mut state = settler.sending.lock().await;
+        let mut refusal = String::new();
+        for attempt in 1..=SEND_ATTEMPTS {
+            let nonce = match state.next_nonce {
+                Some(n) => n,
+                None => self
+                    .provider
+                    .get_transaction_count(settler.address)
+                    .pending()
+                    .await
+                    .map_err(|e| rpc_error("eth_getTransactionCount", e))?,
+            };
+            let fees = self.fees(&mut state).await?;
+            let b = self.sign(settler, token, &input, nonce, gas_limit, fees)?;
+            match self.send_raw(&b.raw).await {
+                Ok(()) => {}
                 Err(e) if e.as_error_resp().is_some() => {
                     let text = e.to_string();
-                    if is_nonce_error(&text) && attempt < NONCE_ATTEMPTS {
+                    if is_nonce_error(&text) && attempt < SEND_ATTEMPTS {
                         tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
-                        self.forget_nonce().await;
+                        state.next_nonce = None;
                         continue;
                     }
-                    self.forget_nonce().await;
-                    // Say why in the payer's terms when the chain can tell (funds moved
-                    // away, authorization used or canceled since verification).
-                    self.check_onchain(token, payment).await?;
-                    return Err(invalid(
-                        FailureReason::SettlementFailed,
-                        format!("the chain refused the transfer: {text}"),
-                    ));
+                    if is_fee_error(&text) && attempt < SEND_ATTEMPTS {
+                        tracing::warn!(error = %text, "settlement fees out of date; reading them again");
+                        state.fees = None;
+                        continue;
+                    }
+                    // Refused: the nonce stays ours for the next settlement.
+                    state.next_nonce = Some(nonce);
+                    refusal = text;
+                    break;
                 }
                 Err(e) => {
-                    // The transaction may or may not have arrived: ask the chain next time.
-                    self.forget_nonce().await;
-                    return Err(rpc_error("eth_sendRawTransaction", e));
+                    // Sent or not, nobody knows: the same bytes again, before any later
+                    // nonce goes out, so no gap can form behind this one.
+                    tracing::warn!(nonce, hash = %b.hash, error = %e, "a settlement's answer was lost; resending it");
+                    if !self.resend(&b).await {
+                        // Still unknown: the chain's pending count decides next time.
+                        state.next_nonce = None;
+                        settler.remember(&id, &b);
+                        return Ok(Sent::Broadcast(b));
+                    }
                 }
             }
-        };
-        let hash = *pending.tx_hash();
-        // Bounded as a whole: any one receipt call can hang on a slow RPC.
-        let wait = self.receipt_timeout.min(receipt_wait);
-        let receipt = tokio::time::timeout(wait, self.poll_receipt(hash))
-            .await
-            .map_err(|_| format!("no receipt within {} ms", wait.as_millis()));
-        match receipt {
-            Ok(receipt) if receipt.status() => Ok(Submitted::Confirmed(hash)),
-            Ok(_) => {
-                // Reverted: most likely the authorization was executed first by
-                // another transaction; say so if the chain can tell.
-                self.check_onchain(token, payment).await?;
-                Err(invalid(
-                    FailureReason::SettlementFailed,
-                    format!("the transfer {hash} reverted on chain"),
-                ))
-            }
-            Err(e) => {
-                tracing::warn!(%hash, error = %e, "settlement receipt did not arrive in time");
-                Ok(Submitted::Pending(hash))
-            }
+            state.next_nonce = Some(nonce + 1);
+            settler.remember(&id, &b);
+            return Ok(Sent::Broadcast(b));
+        }
+        drop(state);
+        match self.why_not(token, payment, pay_to, &refusal).await? {
+            OnChain::PaidUs(tx) => Ok(Sent::PaidBy(tx)),
+            OnChain::Unspent => Err(invalid(
+                FailureReason::SettlementFailed,
+                format!("the chain refused the transfer: {refusal}"),
+            )),
         }
     }
-}
 
-impl EvmChain {
-    /// Asks for the receipt at once, then again after `RECEIPT_POLL_FIRST`, doubling
-    /// up to `RECEIPT_POLL_MAX`. Not alloy's `get_receipt`: it re-polls at the client's
-    /// poll interval, 250 ms for a local RPC and 7 s for a remote one, so a purchase
-    /// on a chain with 2 s blocks would wait 7 s for a receipt that came after 2.
-    /// A failed call is polled again like a missing receipt: the transfer is broadcast,
-    /// and giving up early would report it pending while time is left. The caller
-    /// bounds the whole loop.
-    async fn poll_receipt(&self, hash: B256) -> alloy::rpc::types::TransactionReceipt {
-        let mut pause = RECEIPT_POLL_FIRST;
+    /// Sends `b` again after a lost answer; `true` once the node has it.
+    async fn resend(&self, b: &Broadcast) -> bool {
+        for _ in 0..RESENDS {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            match self.send_raw(&b.raw).await {
+                Ok(()) => return true,
+                Err(e) if e.as_error_resp().is_some() => {
+                    let text = e.to_string();
+                    // Known, or already mined (its nonce is then used): it arrived.
+                    return is_known(&text) || text.to_ascii_lowercase().contains("nonce too low");
+                }
+                Err(_) => {}
+            }
+        }
+        false
+    }
+
+    async fn send_raw(&self, raw: &Bytes) -> Result<(), RpcError<TransportErrorKind>> {
+        match self.provider.send_raw_transaction(raw).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_error_resp().is_some_and(|r| is_known(&r.message)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The gas limit: fixed for an EOA signature, estimated for a smart wallet's.
+    async fn gas_limit(
+        &self,
+        settler: &Settler,
+        token: Address,
+        payment: &Eip3009Payment,
+        input: &Bytes,
+    ) -> Result<u64, PaymentFailure> {
+        if payment.is_eoa_signature() {
+            return Ok(TRANSFER_GAS_LIMIT);
+        }
+        let tx = TransactionRequest::default()
+            .with_from(settler.address)
+            .with_to(token)
+            .with_input(input.clone());
+        let gas = self
+            .provider
+            .estimate_gas(tx)
+            .await
+            .map_err(|e| rpc_error("eth_estimateGas", e))?;
+        Ok(gas.saturating_mul(5) / 4)
+    }
+
+    /// Fees for the next block: read once a block (a fee history of one block: the
+    /// next base fee and what the last block's transactions tipped), then reused.
+    async fn fees(&self, state: &mut SendState) -> Result<Fees, PaymentFailure> {
+        let fresh_for = self.block_time.max(Duration::from_millis(500));
+        if let Some(f) = state.fees.filter(|f| f.read_at.elapsed() < fresh_for) {
+            return Ok(f);
+        }
+        let history = self
+            .provider
+            .get_fee_history(1, BlockNumberOrTag::Latest, &[50.0])
+            .await
+            .map_err(|e| rpc_error("eth_feeHistory", e))?;
+        let base = history.base_fee_per_gas.last().copied().unwrap_or_default();
+        let tip = history
+            .reward
+            .as_ref()
+            .and_then(|r| r.first())
+            .and_then(|r| r.first())
+            .copied()
+            .unwrap_or_default()
+            .max(MIN_PRIORITY_FEE);
+        // Twice the next base fee: room for six full blocks of rises.
+        let fees = Fees {
+            max_fee_per_gas: base.saturating_mul(2).saturating_add(tip),
+            max_priority_fee_per_gas: tip,
+            read_at: Instant::now(),
+        };
+        state.fees = Some(fees);
+        Ok(fees)
+    }
+
+    fn sign(
+        &self,
+        settler: &Settler,
+        token: Address,
+        input: &Bytes,
+        nonce: u64,
+        gas_limit: u64,
+        fees: Fees,
+    ) -> Result<Broadcast, PaymentFailure> {
+        let mut tx = TxEip1559 {
+            chain_id: self.chain_id,
+            nonce,
+            gas_limit,
+            max_fee_per_gas: fees.max_fee_per_gas,
+            max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
+            to: TxKind::Call(token),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: input.clone(),
+        };
+        let signature = settler
+            .signer
+            .sign_transaction_sync(&mut tx)
+            .map_err(|e| PaymentFailure::config(format!("signing the settlement: {e}")))?;
+        let signed = tx.into_signed(signature);
+        let hash = *signed.hash();
+        let raw = TxEnvelope::from(signed).encoded_2718().into();
+        Ok(Broadcast { hash, raw })
+    }
+
+    /// Waits for proof that the authorization paid us, until `until`: our transaction's
+    /// receipt, or (once receipts are late) the token's logs. A reverted transaction is
+    /// explained by the chain; a silent one is pending at the end.
+    async fn confirm(
+        &self,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+        hash: B256,
+        until: Instant,
+    ) -> Result<B256, PaymentFailure> {
+        let started = Instant::now();
+        let late_after = (self.block_time * RECEIPT_LATE_BLOCKS).max(Duration::from_secs(1));
+        let mut polls = self.polls();
         loop {
-            match self.provider.get_transaction_receipt(hash).await {
-                Ok(Some(receipt)) => return receipt,
+            let left = until.saturating_duration_since(Instant::now());
+            if left <= CONFIRM_MARGIN {
+                break;
+            }
+            tokio::time::sleep(polls.next().unwrap_or_default().min(left - CONFIRM_MARGIN)).await;
+            // One slow answer must not take the whole wait: a receipt call is given a
+            // bounded share of it, then the logs are asked instead.
+            let ask = until
+                .saturating_duration_since(Instant::now())
+                .min(late_after);
+            let receipt = tokio::time::timeout(ask, self.provider.get_transaction_receipt(hash))
+                .await
+                .unwrap_or(Ok(None));
+            match receipt {
+                Ok(Some(r)) if r.status() => return Ok(hash),
+                Ok(Some(_)) => {
+                    // Reverted: most likely the authorization was executed first by
+                    // another transaction, or canceled; the chain says which.
+                    return match self.why_not(token, payment, pay_to, "reverted").await? {
+                        OnChain::PaidUs(tx) => Ok(tx),
+                        OnChain::Unspent => Err(invalid(
+                            FailureReason::SettlementFailed,
+                            format!("the transfer {hash} reverted on chain"),
+                        )),
+                    };
+                }
                 Ok(None) => {}
                 Err(e) => tracing::debug!(%hash, error = %e, "receipt poll failed; polling again"),
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RECEIPT_POLL_MAX);
+            if started.elapsed() >= late_after
+                && let Some(decided) = self.decided_by_logs(token, payment, pay_to, until).await
+            {
+                return decided;
+            }
         }
+        // The last word: the token itself.
+        if let Some(decided) = self
+            .decided_by_logs(token, payment, pay_to, until + CONFIRM_MARGIN)
+            .await
+        {
+            return decided;
+        }
+        tracing::warn!(%hash, "no proof of settlement before the deadline");
+        Err(PaymentFailure::pending(
+            hash.to_string(),
+            "the transfer was broadcast and is not confirmed yet",
+        ))
+    }
+
+    /// The outcome if the token already knows it: the authorization used by a transfer
+    /// to us (paid), or by something else (refused). `None` while unused or unreadable.
+    async fn decided_by_logs(
+        &self,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+        until: Instant,
+    ) -> Option<Result<B256, PaymentFailure>> {
+        let a = &payment.authorization;
+        let ask = async {
+            if !self.authorization_used(token, a.from, a.nonce).await.ok()? {
+                return None;
+            }
+            match self.find_settlement(token, payment, pay_to).await {
+                Ok(Some(tx)) => Some(Ok(tx)),
+                Ok(None) => Some(Err(invalid(
+                    FailureReason::EvmNonceUsed,
+                    "this authorization was canceled or spent on another transfer before our settlement landed: nothing was taken",
+                ))),
+                Err(_) => None,
+            }
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left, ask).await.ok().flatten()
+    }
+
+    /// The pauses between receipt polls: on an instant chain at once, then doubling from
+    /// 5 ms to 500 ms; on a chain with blocks, a quarter block at a time, so a receipt
+    /// is seen within a quarter block of its block.
+    fn polls(&self) -> impl Iterator<Item = Duration> {
+        let quarter = self.block_time / 4;
+        let mut pause = RECEIPT_POLL_FIRST;
+        let mut first = true;
+        std::iter::from_fn(move || {
+            if quarter > Duration::ZERO {
+                return Some(quarter);
+            }
+            let now = if first { Duration::ZERO } else { pause };
+            if !first {
+                pause = (pause * 2).min(RECEIPT_POLL_MAX);
+            }
+            first = false;
+            Some(now)
+        })
     }
 }
 
-/// The first pause between receipt polls (a local chain mines within milliseconds)
-/// and the longest (a quarter of Base's 2 s block time): about ten calls per purchase
-/// on Base, one or two on a local chain.
+impl Settler {
+    fn remember(&self, id: &str, b: &Broadcast) {
+        self.broadcasts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), b.clone());
+    }
+}
+
+/// What [`EvmChain::broadcast`] did.
+enum Sent {
+    /// Our transaction is out (or may be).
+    Broadcast(Broadcast),
+    /// No need: the authorization already paid us in this transaction.
+    PaidBy(B256),
+}
+
+/// The transaction among `logs` that used this authorization and, in the same
+/// transaction, moved its amount from its payer to `pay_to`.
+fn settlement_in(
+    logs: &[Log],
+    token: Address,
+    payment: &Eip3009Payment,
+    pay_to: Address,
+) -> Option<B256> {
+    let a = &payment.authorization;
+    let used_in: Vec<B256> = logs
+        .iter()
+        .filter(|l| l.address() == token && !l.removed)
+        .filter_map(|l| {
+            let used = l.log_decode::<IEip3009::AuthorizationUsed>().ok()?;
+            let used = used.inner.data;
+            (used.authorizer == a.from && used.nonce == a.nonce)
+                .then_some(l.transaction_hash)
+                .flatten()
+        })
+        .collect();
+    logs.iter()
+        .filter(|l| l.address() == token && !l.removed)
+        .filter_map(|l| {
+            let t = l.log_decode::<IEip3009::Transfer>().ok()?;
+            let t = t.inner.data;
+            (t.from == a.from && t.to == pay_to && t.value == a.value)
+                .then_some(l.transaction_hash)
+                .flatten()
+        })
+        .find(|tx| used_in.contains(tx))
+}
+
+/// The first pause between receipt polls on an instant chain, and the longest.
 pub(super) const RECEIPT_POLL_FIRST: Duration = Duration::from_millis(5);
 
 pub(super) const RECEIPT_POLL_MAX: Duration = Duration::from_millis(500);
-
-/// Where a submitted settlement stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Submitted {
-    Confirmed(B256),
-    /// Broadcast, no receipt yet.
-    Pending(B256),
-}

@@ -10,7 +10,7 @@
 
 mod chain;
 
-pub use chain::{EvmChain, Submitted};
+pub use chain::{EvmChain, OnChain, TRANSFER_GAS_LIMIT};
 
 use alloy::primitives::{Address, B256, Bytes, Signature, U256};
 use alloy::sol;

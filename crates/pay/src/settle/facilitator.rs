@@ -157,7 +157,10 @@ impl Settler for FacilitatorClient {
             .post("/verify", &Self::body(ctx), VERIFY_TIMEOUT)
             .await?;
         match (a.is_valid, payer_of(a.payer.as_deref(), ctx)) {
-            (true, Some(payer)) => Ok(Verified { payer }),
+            (true, Some(payer)) => Ok(Verified {
+                payer,
+                settled: None,
+            }),
             (true, None) => Err(PaymentFailure::invalid(
                 FailureReason::InvalidPayload,
                 "the facilitator verified the payment but neither it nor the payment names a payer",

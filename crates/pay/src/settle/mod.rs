@@ -109,6 +109,13 @@ impl PaymentContext {
         matches!(self.eip3009(), Some(Ok(p)) if p.signed_by_payer(&self.rail))
     }
 
+    /// The last moment (unix seconds) the payment can still land on chain, if the
+    /// payment says: an EIP-3009 authorization's `validBefore`.
+    pub fn lands_by(&self) -> Option<u64> {
+        let payment = self.eip3009()?.ok()?;
+        Some(u64::try_from(payment.authorization.validBefore).unwrap_or(u64::MAX))
+    }
+
     /// The paying wallet, when the payment names one before any verification.
     pub fn claimed_payer(&self) -> Option<Account> {
         payer_named_in(&self.payment)
@@ -146,16 +153,20 @@ pub fn payer_named_in(payment: &PaymentPayload) -> Option<Account> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     pub payer: Account,
+    /// The payment already moved: the chain shows this authorization's transfer paid us
+    /// (a bystander executed it, or our own earlier broadcast landed). Nothing is left
+    /// to settle; the purchase is paid by this.
+    pub settled: Option<SettlementResponse>,
 }
 
 #[async_trait]
 pub trait Settler: Send + Sync {
-    /// Whether this payment would settle now (no state changes).
+    /// Whether this payment would settle now (no state changes), or already paid us.
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure>;
-    /// Moves the money. Called once per verified purchase, after the work is done, and
-    /// answers by `deadline`: a transfer whose outcome is unknown at the deadline is
-    /// `Unavailable` (the EVM self-settler still reports a broadcast whose receipt is
-    /// to come as a pending settlement; native SOL waits for confirmation).
+    /// Moves the money, answering by `deadline`: `Ok` only with proof that the payment
+    /// paid us (whoever's transaction moved it), a refusal when the chain shows it
+    /// cannot, and otherwise `Unavailable` (outcome unknown; with the transaction when
+    /// one was broadcast, [`PaymentFailure::pending`]).
     async fn settle(
         &self,
         ctx: &PaymentContext,
@@ -237,8 +248,12 @@ impl Payments {
     ) -> Result<Verified, PaymentFailure> {
         if let Some(p) = ctx.eip3009() {
             let p = p?;
-            p.check_offline(&ctx.rail, &ctx.requirements, times.now)?;
-            p.check_lasts_until(times.settles_by.unix())?;
+            let offline = p
+                .check_offline(&ctx.rail, &ctx.requirements, times.now)
+                .and_then(|()| p.check_lasts_until(times.settles_by.unix()));
+            if let Err(f) = offline {
+                return self.paid_anyway(ctx, &p, times, f).await;
+            }
         }
         // A Solana transfer nobody authorized never costs a round trip.
         if ctx.svm_transaction().is_some() && !ctx.signed_by_payer() {
@@ -255,6 +270,36 @@ impl Payments {
                     "the payment could not be verified within this request's time budget",
                 ))
             })
+    }
+
+    /// An authorization too late to settle now may have been settled in time by whoever
+    /// held it (a bystander, our own broadcast whose answer was lost): if the chain
+    /// shows its transfer paid us, the payment is made and owed its purchase; otherwise
+    /// `refused` stands. Only for the payer's own signature, and at the cost of one
+    /// lookup on a refusal.
+    async fn paid_anyway(
+        &self,
+        ctx: &PaymentContext,
+        p: &Eip3009Payment,
+        times: &VerifyTimes,
+        refused: PaymentFailure,
+    ) -> Result<Verified, PaymentFailure> {
+        if refused.reason != FailureReason::EvmValidBefore || !p.signed_by_payer(&ctx.rail) {
+            return Err(refused);
+        }
+        let settler = self.settler_for(&ctx.rail)?;
+        let found = tokio::time::timeout_at(
+            times.answer_by.instant().into(),
+            settler.find_settlement(ctx),
+        )
+        .await;
+        match found {
+            Ok(Ok(Some(settled))) => Ok(Verified {
+                payer: Account::Evm(p.payer()),
+                settled: Some(settled),
+            }),
+            _ => Err(refused),
+        }
     }
 
     /// Settles by `deadline`. Past it, with the transfer possibly under way, the

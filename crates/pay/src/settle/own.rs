@@ -5,9 +5,9 @@ use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use umpire_host::Deadline;
 
-use crate::evm::{Eip3009Payment, EvmChain, Submitted};
+use crate::evm::{Eip3009Payment, EvmChain, OnChain};
 use crate::rails::Rail;
-use crate::reason::PaymentFailure;
+use crate::reason::{FailureReason, PaymentFailure};
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
 use crate::types::{Account, SettlementResponse};
 
@@ -56,9 +56,16 @@ pub(super) fn eip3009_or_unsupported(
 impl Settler for SelfSettler {
     async fn verify(&self, ctx: &PaymentContext) -> Result<Verified, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        self.chain.check_onchain(token_of(&ctx.rail)?, &p).await?;
+        let on_chain = self
+            .chain
+            .check_onchain(token_of(&ctx.rail)?, &p, pay_to_of(&ctx.rail)?)
+            .await?;
         Ok(Verified {
             payer: Account::Evm(p.payer()),
+            settled: match on_chain {
+                OnChain::Unspent => None,
+                OnChain::PaidUs(tx) => Some(settled(ctx, &p, tx)),
+            },
         })
     }
 
@@ -68,22 +75,14 @@ impl Settler for SelfSettler {
         deadline: Deadline,
     ) -> Result<SettlementResponse, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        // The receipt is waited for until shortly before the deadline; then the
-        // broadcast transfer counts as a pending settlement.
-        let receipt_wait = deadline.remaining().saturating_sub(ANSWER_MARGIN);
-        // Paid only by this call's own broadcast. An authorization whose nonce is found
-        // spent here was spent by another transaction (another purchase that held it,
-        // or the payer's own cancellation): this purchase is refused, never credited
-        // with someone else's transfer. A purchase interrupted after its own broadcast
-        // is recovered on the customer's retry (verification fails, the prepared
-        // answer is found), not here.
-        match self
+        // Proof is waited for until shortly before the deadline; past it the outcome is
+        // unknown and the prepared answer waits for the customer's retry.
+        let wait = deadline.remaining().saturating_sub(ANSWER_MARGIN);
+        let tx = self
             .chain
-            .submit(token_of(&ctx.rail)?, &p, receipt_wait)
-            .await?
-        {
-            Submitted::Confirmed(h) | Submitted::Pending(h) => Ok(settled(ctx, &p, h)),
-        }
+            .settle(token_of(&ctx.rail)?, &p, pay_to_of(&ctx.rail)?, wait)
+            .await?;
+        Ok(settled(ctx, &p, tx))
     }
 
     async fn find_settlement(
@@ -91,10 +90,25 @@ impl Settler for SelfSettler {
         ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
         let p = eip3009_or_unsupported(ctx)?;
-        let found = self
+        let token = token_of(&ctx.rail)?;
+        let a = &p.authorization;
+        if !self
             .chain
-            .find_settlement(token_of(&ctx.rail)?, &p, pay_to_of(&ctx.rail)?)
-            .await?;
-        Ok(found.map(|hash| settled(ctx, &p, hash)))
+            .authorization_used(token, a.from, a.nonce)
+            .await?
+        {
+            return Ok(None);
+        }
+        match self
+            .chain
+            .find_settlement(token, &p, pay_to_of(&ctx.rail)?)
+            .await?
+        {
+            Some(tx) => Ok(Some(settled(ctx, &p, tx))),
+            None => Err(PaymentFailure::invalid(
+                FailureReason::EvmNonceUsed,
+                "this authorization's nonce was used, but not by a transfer of this payment to us",
+            )),
+        }
     }
 }

@@ -37,7 +37,7 @@ impl LedgerStore for DynamoStore {
             .item("held_until", n(held_until))
             .item("expires_at", n(expires_at))
             .condition_expression(
-                "attribute_not_exists(payment_key) OR expires_at <= :now OR #p = :voided OR (#p IN (:claimed, :prepared) AND held_until <= :now)",
+                "attribute_not_exists(payment_key) OR expires_at <= :now OR #p = :voided OR (#p = :claimed AND held_until <= :now) OR (#p = :prepared AND held_until <= :now AND (attribute_not_exists(kept_until) OR kept_until <= :now))",
             )
             .expression_attribute_names("#p", "phase")
             .expression_attribute_values(":now", n(now))

@@ -487,6 +487,7 @@ fn payment_from_item(item: &Item) -> Result<PaymentEntry> {
         Some(PaymentPhase::Claimed) => PaymentState::Claimed,
         Some(PaymentPhase::Prepared) => PaymentState::Prepared {
             answer: get_s(item, "answer")?,
+            kept_until: opt_n(item, "kept_until").unwrap_or_default(),
         },
         Some(PaymentPhase::Settled) => PaymentState::Settled {
             transaction: get_s(item, "tx_hash")?,
@@ -514,7 +515,9 @@ fn payment_from_item(item: &Item) -> Result<PaymentEntry> {
 fn payment_attributes(state: &PaymentState) -> Result<Vec<(&'static str, AttributeValue)>> {
     Ok(match state {
         PaymentState::Claimed => Vec::new(),
-        PaymentState::Prepared { answer } => vec![("answer", s(answer))],
+        PaymentState::Prepared { answer, kept_until } => {
+            vec![("answer", s(answer)), ("kept_until", n(*kept_until))]
+        }
         PaymentState::Settled {
             transaction,
             response,
@@ -527,7 +530,8 @@ fn payment_attributes(state: &PaymentState) -> Result<Vec<(&'static str, Attribu
 }
 
 /// Every state-specific attribute a payment item may carry.
-const PAYMENT_STATE_ATTRIBUTES: [&str; 4] = ["answer", "tx_hash", "response", "reason"];
+const PAYMENT_STATE_ATTRIBUTES: [&str; 5] =
+    ["answer", "kept_until", "tx_hash", "response", "reason"];
 
 fn feedback_from_item(item: &Item) -> Result<FeedbackRow> {
     Ok(FeedbackRow {

@@ -5,7 +5,9 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use crate::{LedgerStore, PaymentClaim, PaymentEntry, PaymentHold, PaymentMove, Result, Unix};
 
-use super::{PAYMENT_COLUMNS, PaymentRow, SqliteStore, payment_columns, payment_from_row};
+use super::{
+    PAYMENT_COLUMNS, PaymentColumns, PaymentRow, SqliteStore, payment_columns, payment_from_row,
+};
 
 #[async_trait]
 impl LedgerStore for SqliteStore {
@@ -41,7 +43,7 @@ impl LedgerStore for SqliteStore {
                 };
                 if held.is_none() {
                     tx.execute(
-                        "INSERT OR REPLACE INTO payments (payment_key, request_hash, phase, held_until, expires_at) VALUES (?1, ?2, 'claimed', ?3, ?4)",
+                        "INSERT OR REPLACE INTO payments (payment_key, request_hash, phase, held_until, expires_at, kept_until) VALUES (?1, ?2, 'claimed', ?3, ?4, NULL)",
                         params![k, h, held_until, expires_at],
                     )?;
                 }
@@ -61,7 +63,13 @@ impl LedgerStore for SqliteStore {
         request_hash: &str,
         step: &PaymentMove,
     ) -> Result<bool> {
-        let (answer, tx_hash, response, reason) = payment_columns(&step.to)?;
+        let PaymentColumns {
+            answer,
+            tx_hash,
+            response,
+            reason,
+            kept_until,
+        } = payment_columns(&step.to)?;
         let (k, h) = (payment_key.to_owned(), request_hash.to_owned());
         let (from, to) = (step.from.as_str(), step.to.phase().as_str());
         let (held_until, expires_at) = (step.held_until, step.expires_at);
@@ -70,8 +78,8 @@ impl LedgerStore for SqliteStore {
         let changed = self
             .run(move |c| {
                 c.execute(
-                    "UPDATE payments SET phase = ?3, held_until = ?4, expires_at = ?5, answer = ?6, tx_hash = ?7, response = ?8, reason = ?9 WHERE payment_key = ?1 AND request_hash = ?2 AND phase = ?10 AND held_until <= ?11",
-                    params![k, h, to, held_until, expires_at, answer, tx_hash, response, reason, from, lapsed_at],
+                    "UPDATE payments SET phase = ?3, held_until = ?4, expires_at = ?5, answer = ?6, tx_hash = ?7, response = ?8, reason = ?9, kept_until = ?12 WHERE payment_key = ?1 AND request_hash = ?2 AND phase = ?10 AND held_until <= ?11",
+                    params![k, h, to, held_until, expires_at, answer, tx_hash, response, reason, from, lapsed_at, kept_until],
                 )
             })
             .await?;

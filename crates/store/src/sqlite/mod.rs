@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS payments (
     tx_hash      TEXT,
     response     TEXT,
     reason       TEXT,
-    expires_at   INTEGER NOT NULL
+    expires_at   INTEGER NOT NULL,
+    kept_until   INTEGER
 );
 CREATE TABLE IF NOT EXISTS rate_limits (
     bucket     TEXT PRIMARY KEY,
@@ -94,14 +95,22 @@ const VERDICT_ADDED_COLUMNS: [(&str, &str); 5] = [
     ("job_key", "TEXT"),
 ];
 
+/// Columns `payments` gained after it was first created.
+const PAYMENT_ADDED_COLUMNS: [(&str, &str); 1] = [("kept_until", "INTEGER")];
+
 fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
-    let mut st = conn.prepare("SELECT name FROM pragma_table_info('verdicts')")?;
-    let have: Vec<String> = st
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (name, ty) in VERDICT_ADDED_COLUMNS {
-        if !have.iter().any(|h| h == name) {
-            conn.execute_batch(&format!("ALTER TABLE verdicts ADD COLUMN {name} {ty}"))?;
+    for (table, added) in [
+        ("verdicts", &VERDICT_ADDED_COLUMNS[..]),
+        ("payments", &PAYMENT_ADDED_COLUMNS[..]),
+    ] {
+        let mut st = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+        let have: Vec<String> = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (name, ty) in added {
+            if !have.iter().any(|h| h == name) {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} {ty}"))?;
+            }
         }
     }
     Ok(())
@@ -282,10 +291,10 @@ struct PaymentRow {
     response: Option<String>,
     reason: Option<String>,
     expires_at: Unix,
+    kept_until: Option<Unix>,
 }
 
-const PAYMENT_COLUMNS: &str =
-    "payment_key, request_hash, phase, held_until, answer, tx_hash, response, reason, expires_at";
+const PAYMENT_COLUMNS: &str = "payment_key, request_hash, phase, held_until, answer, tx_hash, response, reason, expires_at, kept_until";
 
 fn payment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PaymentRow> {
     Ok(PaymentRow {
@@ -298,6 +307,7 @@ fn payment_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<PaymentRow> {
         response: r.get(6)?,
         reason: r.get(7)?,
         expires_at: r.get(8)?,
+        kept_until: r.get(9)?,
     })
 }
 
@@ -309,6 +319,7 @@ impl PaymentRow {
             Some(PaymentPhase::Claimed) => PaymentState::Claimed,
             Some(PaymentPhase::Prepared) => PaymentState::Prepared {
                 answer: self.answer.ok_or_else(|| missing("answer"))?,
+                kept_until: self.kept_until.unwrap_or_default(),
             },
             Some(PaymentPhase::Settled) => PaymentState::Settled {
                 transaction: self.tx_hash.ok_or_else(|| missing("transaction"))?,
@@ -336,28 +347,36 @@ impl PaymentRow {
     }
 }
 
-/// The state-specific columns of a payment state: (answer, tx_hash, response, reason).
-type PaymentColumns = (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
+/// The state-specific columns of a payment state.
+#[derive(Default)]
+struct PaymentColumns {
+    answer: Option<String>,
+    tx_hash: Option<String>,
+    response: Option<String>,
+    reason: Option<String>,
+    kept_until: Option<Unix>,
+}
 
 fn payment_columns(state: &PaymentState) -> Result<PaymentColumns> {
     Ok(match state {
-        PaymentState::Claimed => (None, None, None, None),
-        PaymentState::Prepared { answer } => (Some(answer.clone()), None, None, None),
+        PaymentState::Claimed => PaymentColumns::default(),
+        PaymentState::Prepared { answer, kept_until } => PaymentColumns {
+            answer: Some(answer.clone()),
+            kept_until: Some(*kept_until),
+            ..PaymentColumns::default()
+        },
         PaymentState::Settled {
             transaction,
             response,
-        } => (
-            None,
-            Some(transaction.clone()),
-            Some(response.encode()?),
-            None,
-        ),
-        PaymentState::Voided { reason } => (None, None, None, Some(reason.clone())),
+        } => PaymentColumns {
+            tx_hash: Some(transaction.clone()),
+            response: Some(response.encode()?),
+            ..PaymentColumns::default()
+        },
+        PaymentState::Voided { reason } => PaymentColumns {
+            reason: Some(reason.clone()),
+            ..PaymentColumns::default()
+        },
     })
 }
 

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use http::HeaderValue;
-use umpire_core::{ApiError, Value};
+use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_host::Deadline;
-use umpire_pay::{FailureKind, PaymentFailure, SettlementResponse};
+use umpire_pay::{FailureKind, PaymentContext, PaymentFailure, SettlementResponse};
 use umpire_store::{StoreError, VerdictRecord};
 
 use crate::paid::ledger::Prepared;
@@ -15,6 +15,7 @@ use crate::plumbing::respond;
 use crate::{AppState, Response};
 
 use super::header::{AnswerHeader, settlement_header};
+use super::sale::RETRY_AFTER_SECS;
 
 /// Tries to persist a settled verdict before giving up on the status link (the
 /// customer paid: the answer is given even if the record cannot be stored).
@@ -119,4 +120,46 @@ pub(super) fn settlement_value(s: &SettlementResponse) -> Value {
     serde_json::to_value(s)
         .map(Value::from)
         .unwrap_or(Value::Null)
+}
+
+/// The answer when a purchase's settlement has no outcome yet (the chain or the
+/// facilitator did not answer, or our transfer is broadcast and not confirmed): `502
+/// chain_unavailable` to retry, never a `402`, since the money may be moving. Its
+/// `PAYMENT-RESPONSE` says `settlement_pending` with the transaction when one was
+/// broadcast, as x402's servers say it; the identical retry gets the prepared answer
+/// once the chain confirms, and is never charged twice.
+pub(super) fn settlement_unknown(
+    answer_in: AnswerHeader,
+    ctx: &PaymentContext,
+    failure: &PaymentFailure,
+) -> Response {
+    let mut e = ApiError::new(
+        ErrorCode::ChainUnavailable,
+        match &failure.transaction {
+            Some(tx) => format!(
+                "the payment's transfer {tx} is broadcast and not confirmed yet, so the purchase is not answered yet"
+            ),
+            None => "the payment could not be settled right now (chain or facilitator unreachable)"
+                .to_owned(),
+        },
+        "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice, and you need not sign again.",
+    )
+    .with_retry_after(RETRY_AFTER_SECS);
+    if let Some(tx) = &failure.transaction {
+        e = e.with_detail("transaction", tx.as_str());
+    }
+    let mut r = respond::error(&e);
+    if let Some(tx) = &failure.transaction {
+        let pending = SettlementResponse {
+            success: false,
+            transaction: tx.clone(),
+            network: Some(ctx.rail.network.clone()),
+            payer: ctx.claimed_payer(),
+            error_reason: Some(failure.reason.clone()),
+        };
+        if let (name, Some(v)) = settlement_header(answer_in, &pending) {
+            r.headers_mut().insert(name, v);
+        }
+    }
+    r
 }

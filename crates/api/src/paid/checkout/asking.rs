@@ -9,9 +9,7 @@ use crate::paid::idempotency::{self, RequestHash, ScopedKey};
 use crate::plumbing::respond;
 use crate::{Request, Response};
 
-use super::header::{
-    AnswerHeader, PaymentHeader, read_payment_header, request_key, withhold_secret,
-};
+use super::header::{AnswerHeader, PaymentHeader, read_payment_header, request_key};
 use super::sale::{Refusal, Sale};
 
 /// One paid request, read once.
@@ -27,8 +25,6 @@ pub(super) struct Asking<'r> {
     pub(super) wallet: Option<Account>,
     /// The Idempotency-Key it came with, scoped to that wallet.
     pub(super) scoped: Option<ScopedKey>,
-    /// Whether a replay may carry the one-time secret (see `RequestKey`).
-    pub(super) reveal: bool,
     pub(super) deadline: Deadline,
 }
 
@@ -51,19 +47,12 @@ impl<'r> Asking<'r> {
             .map_or_else(|| req.uri().path(), |p| p.as_str());
         Ok(Asking {
             req,
-            answer_in: header.as_ref().map_or(answer_in, |h| h.answer_in),
+            answer_in,
             request_hash: idempotency::request_hash(req.method(), target, req.body()),
-            scoped: key.as_ref().map(|k| k.key.scoped(wallet.as_ref())),
-            reveal: !key.as_ref().is_some_and(|k| k.from_payment),
+            scoped: key.map(|k| k.scoped(wallet.as_ref())),
             wallet,
             header,
             deadline,
         })
-    }
-
-    /// A replay as this requester may see it: with its one-time secret only when the
-    /// key came from the header (see `RequestKey`).
-    pub(super) fn seal(&self, r: Response) -> Response {
-        if self.reveal { r } else { withhold_secret(r) }
     }
 }

@@ -6,19 +6,26 @@ use umpire_pay::FailureReason;
 use umpire_pay::PaymentFailure;
 use umpire_pay::rails::Family;
 
-use crate::paid::idempotency::{self, Decision, RequestHash, ScopedKey};
+use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
 use crate::paid::ledger::{self, ClaimError, Hold, Running};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
 use super::Checkout;
 use super::asking::Asking;
+use super::header::withhold_secret;
 use super::sale::{Refusal, Sale, payment_in_use};
 use super::verify::Paying;
 
-/// Claims the key and the payment for this request; `Err` is the answer instead (a
-/// replay, a wait for the twin holding the payment, or a refusal), every claim taken
-/// given back.
+/// Claims the key and the payment for this request; `Err` is the answer instead (the
+/// replay of the request the key completed, a wait for the twin holding the payment,
+/// the resumption of this request's interrupted purchase, or a refusal), every claim
+/// taken given back.
+///
+/// A key's replay carries the one-time secret only to a payment that proves the wallet
+/// now (unspent: its signature is the payer's own and seen by no one else); the
+/// original payment, public once settled, gets the answer without it. Nothing here
+/// settles the payment: a replay takes nothing.
 pub(super) async fn claim<'a>(
     sale: Sale<'a>,
     asking: &Asking<'_>,
@@ -26,8 +33,19 @@ pub(super) async fn claim<'a>(
 ) -> Result<Checkout<'a>, Response> {
     let state = sale.state;
     let mut claims = Claims::new(state);
-    if let Some(scoped) = &asking.scoped {
-        claims.take_key(scoped, &asking.request_hash).await?;
+    if let Some(scoped) = &asking.scoped
+        && let Err(r) = claims.take_key(scoped, &asking.request_hash).await
+    {
+        if r.headers().contains_key(REPLAYED) {
+            // Every replay counts, as every lookup by payment does.
+            if let Err(e) = limits::enforce(state, "replay", ClientIp::of(asking.req)).await {
+                return Err(respond::error(&e));
+            }
+            if !paying.proves_wallet() {
+                return Err(withhold_secret(r));
+            }
+        }
+        return Err(r);
     }
     let hold = match take_payment(state, asking, &paying).await {
         Ok(hold) => hold,
@@ -35,6 +53,7 @@ pub(super) async fn claim<'a>(
             claims.release().await;
             return Err(match taken {
                 Taken::Answered(r) => r,
+                Taken::Interrupted => asking.resume(&sale, &paying).await,
                 Taken::Spent => sale.refused(
                     asking.answer_in,
                     Some(&paying.ctx.rail.network),
@@ -56,6 +75,7 @@ pub(super) async fn claim<'a>(
         network: paying.ctx.rail.network.clone(),
         wallet: asking.wallet,
         payer: paying.payer,
+        settled: paying.settled,
         ctx: paying.ctx,
         sale,
         claims,
@@ -71,6 +91,8 @@ enum Taken {
     /// The answer to give: the purchase the payment bought, a wait that ran out, or
     /// our own failure.
     Answered(Response),
+    /// This very request prepared its answer before and was interrupted.
+    Interrupted,
 }
 
 /// The payment's ledger entry, held for this request.
@@ -103,6 +125,7 @@ async fn take_payment(
             None => Err(Taken::Spent),
         },
         Err(ClaimError::InUse) => Err(answered(payment_in_use())),
+        Err(ClaimError::Interrupted) => Err(Taken::Interrupted),
         Err(ClaimError::Store(e)) => Err(answered(e)),
     }
 }

@@ -44,7 +44,6 @@ impl AnswerHeader {
 
 /// A payment header as the client sent it.
 pub(super) struct PaymentHeader {
-    pub(super) answer_in: AnswerHeader,
     pub(super) raw: serde_json::Value,
     pub(super) payment: PaymentPayload,
 }
@@ -72,20 +71,18 @@ pub(super) fn read_payment_header(req: &Request) -> Result<Option<PaymentHeader>
         .map_err(|_| malformed("it is not ASCII".into()))?;
     let raw: serde_json::Value = decode_header(text).map_err(|e| malformed(e.to_string()))?;
     let payment = PaymentPayload::from_json(raw.clone()).map_err(malformed)?;
-    Ok(Some(PaymentHeader {
-        answer_in: AnswerHeader::of(req),
-        raw,
-        payment,
-    }))
+    Ok(Some(PaymentHeader { raw, payment }))
 }
 
 /// The request's idempotency key: the `Idempotency-Key` header, or the id a v2 payment
 /// carries in its `payment-identifier` extension (reference clients using the
-/// extension send no header), honored alike. Both present must agree.
+/// extension send no header), honored alike. Both present must agree. Neither is a
+/// secret (a key may be derived from public data, an id travels inside the payment):
+/// a replay is answered only to a payment that proves the wallet (see `claim`).
 pub(super) fn request_key(
     req: &Request,
     header: Option<&PaymentHeader>,
-) -> Result<Option<RequestKey>, ApiError> {
+) -> Result<Option<IdempotencyKey>, ApiError> {
     let from_header = IdempotencyKey::from_headers(req.headers())?;
     let from_payment = match header {
         Some(h) => discovery::payment_id(&h.raw).map_err(|e| {
@@ -105,32 +102,14 @@ pub(super) fn request_key(
             "Send one of them, or the same value in both. Nothing was charged.",
         )
         .with_detail("reason", "payment_identifier_mismatch")),
-        (Some(key), _) => Ok(Some(RequestKey {
-            key,
-            from_payment: false,
-        })),
-        (None, Some(id)) => IdempotencyKey::parse(&id).map(|key| {
-            Some(RequestKey {
-                key,
-                from_payment: true,
-            })
-        }),
+        (Some(key), _) => Ok(Some(key)),
+        (None, Some(id)) => IdempotencyKey::parse(&id).map(Some),
         (None, None) => Ok(None),
     }
 }
 
-/// A request's idempotency key and where it came from.
-pub(super) struct RequestKey {
-    pub(super) key: IdempotencyKey,
-    /// From the payment's payment-identifier: it travels inside the payment (to a
-    /// facilitator, through MCP clients and proxies), so unlike the header it is no
-    /// secret between the client and us. Its replays are given only to a verified
-    /// payer, or with the one-time secret withheld.
-    pub(super) from_payment: bool,
-}
-
-/// `r` with its one-time `secret` withheld (null), for replays to a requester who has
-/// not proven to be the payer.
+/// `r` with its one-time `secret` withheld (null), for an answer given to a requester
+/// who has not proven to hold the paying wallet now.
 pub(super) fn withhold_secret(r: Response) -> Response {
     let (parts, body) = r.into_parts();
     let body = match umpire_core::json::parse(&body) {

@@ -1,18 +1,23 @@
 //! One paid request, whatever it sells (a verdict, a reputation report), top-down:
 //!
-//! 1. [`begin`], in four steps, each a function of its own that either goes on or
-//!    answers instead:
+//! 1. [`begin`], in steps, each a function of its own that either goes on or answers
+//!    instead:
 //!    - [`Asking::read`]: the payment header and the Idempotency-Key the request carries;
-//!    - [`front::replay`]: a completed identical request is replayed in front of the
-//!      paywall (no payment asked, none taken); a request with no payment gets the 402;
-//!    - [`verify::match_and_verify`]: the payment matched against our own requirements
-//!      and verified, its authorization lasting through this request's deadline. A
-//!      payment that fails verification because it already bought this very request
-//!      is answered with that purchase, or recovered from its prepared answer when its
+//!      a request with no payment gets the 402;
+//!    - [`verify::matched`]: the payment against our own requirements (never the
+//!      client's copy);
+//!    - [`front::check_key`]: a key used for another request, or still in use, is
+//!      refused before the payment is looked at;
+//!    - [`verify::verify`]: the payment verified, its authorization lasting through this
+//!      request's deadline; one the chain shows already paid us (whoever executed it)
+//!      verifies as paid. A payment refused because it already bought this very
+//!      request is answered with that purchase, or with its prepared answer when its
 //!      request was interrupted ([`Asking::owed`]);
-//!    - [`claim::claim`]: the Idempotency-Key claimed, then the payment itself in the
-//!      ledger ([`Hold::claim`]: one authorization pays for one purchase, whatever its
-//!      encoding).
+//!    - [`claim::claim`]: the Idempotency-Key claimed (a completed identical request is
+//!      replayed: no settlement, the one-time secret only to a payment that proves the
+//!      wallet now), then the payment itself in the ledger ([`Hold::claim`]: one
+//!      authorization pays for one purchase, whatever its encoding); this request's own
+//!      interrupted purchase is resumed ([`Asking::resume`]), never judged again.
 //! 2. The caller does its work before [`Checkout::work_deadline`].
 //! 3. [`Checkout::settle`]: the answer written down in the ledger (`Prepared`), then
 //!    the payment settled by this purchase's own broadcast or facilitator call; not
@@ -20,14 +25,15 @@
 //! 4. [`Checkout::finish`]: a settled purchase is delivered (its verdict stored, the
 //!    settlement in body and header) and recorded (`Settled`, the key completed); a
 //!    failed one is voided (`Voided`, the key released, nothing charged); one whose
-//!    outcome is unknown stays prepared for the retry.
+//!    outcome is unknown stays prepared for the retry (`settlement_pending`).
 //!
-//! Crash safety: a process that dies after settling and before recording leaves the
-//! prepared answer; the customer's retry (the same request and payment) is refused by
-//! verification (the authorization is spent), retakes the entry, confirms on chain that
-//! this very authorization paid us, and gets the prepared answer. A payment that still
-//! verifies never settled: the retry is an ordinary purchase and replaces the entry.
-//! No settled payment without its document, no document without a settled payment.
+//! Crash safety: a process that dies after preparing its answer leaves it prepared, and
+//! kept for that request while its payment can still land; the customer's retry (the
+//! same request and payment) takes it back and the chain decides: the authorization's
+//! transfer paid us (whoever broadcast it), and the prepared answer is given; it cannot
+//! any more (canceled, expired unused), and the purchase is voided; still open, and it
+//! is settled now. No settled payment without its document, no document without a
+//! settled payment.
 //!
 //! [`Hold::claim`]: crate::paid::ledger::Hold::claim
 
@@ -46,13 +52,13 @@ mod verify;
 
 pub use answer::Void;
 pub use header::{AnswerHeader, settlement_header};
-pub use sale::{Refusal, out_of_time, settle_reserve};
+pub use sale::{LANDING_MARGIN_SECS, Refusal, out_of_time, settle_reserve};
 
 /// The prepared answer lives in the ledger entry; purchases build it here.
 pub use crate::paid::ledger::Prepared;
 
+use umpire_core::ApiError;
 use umpire_core::product::{Price, REPUTATION_PRICE, Tier};
-use umpire_core::{ApiError, ErrorCode};
 use umpire_host::Deadline;
 use umpire_pay::types::{Account, Network};
 use umpire_pay::{PaymentContext, PaymentFailure, SettlementResponse};
@@ -63,10 +69,10 @@ use crate::plumbing::metrics::{self, Metric};
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
 
-use answer::deliver;
+use answer::{deliver, settlement_unknown};
 use asking::Asking;
 use claim::Claims;
-use sale::{RETRY_AFTER_SECS, SETTLE_MIN, Sale};
+use sale::{SETTLE_MIN, Sale};
 
 /// What one paid request sells: a price and the resource it is charged for.
 #[derive(Debug, Clone)]
@@ -110,11 +116,12 @@ pub async fn begin<'a>(
 ) -> Result<Checkout<'a>, Response> {
     let sale = Sale::open(state, product).await?;
     let asking = Asking::read(&sale, req, deadline)?;
-    front::replay(state, &asking).await?;
     let Some(header) = &asking.header else {
         return Err(sale.ask_for_payment());
     };
-    let paying = verify::match_and_verify(&sale, &asking, header).await?;
+    let ctx = verify::matched(&sale, &asking, header).await?;
+    let key = front::check_key(state, &asking).await?;
+    let paying = verify::verify(&sale, &asking, ctx, key).await?;
     claim::claim(sale, &asking, paying).await
 }
 
@@ -130,6 +137,8 @@ pub struct Checkout<'a> {
     pub ctx: PaymentContext,
     /// The verified payer.
     pub payer: Account,
+    /// The payment already moved to us: settling it is only recording it.
+    settled: Option<SettlementResponse>,
     /// The Idempotency-Key claimed, if the request came with one.
     claims: Claims<'a>,
     /// The payment's ledger entry, held for this request.
@@ -184,10 +193,20 @@ impl Checkout<'_> {
         if !self.deadline.allows(SETTLE_MIN) {
             return Err(Void::Internal(out_of_time(state.config.request_budget)));
         }
+        // Kept for this request while the payment may still land; a payment that does
+        // not say (a Solana transaction) is kept for two holds.
+        let now = state.config.clock.now();
+        let kept_until = match self.ctx.lands_by() {
+            Some(t) => t.saturating_add(LANDING_MARGIN_SECS),
+            None => now + 2 * u64::from(state.config.in_progress_secs),
+        };
         self.hold
-            .prepare(state, prepared)
+            .prepare(state, prepared, kept_until)
             .await
             .map_err(Void::Internal)?;
+        if let Some(settled) = self.settled.take() {
+            return Ok(settled);
+        }
         state
             .payments
             .settle(&self.ctx, self.deadline)
@@ -213,17 +232,15 @@ impl Checkout<'_> {
                 // The transfer may have gone through with its answer lost: keep the
                 // prepared answer, so the identical retry either finds the payment
                 // spent and gets it, or finds it unspent and buys afresh.
-                if let Void::Settlement(f) = &v {
-                    tracing::warn!(error = %f, "settlement outcome unknown");
-                }
                 self.hold.leave_unknown(state).await;
                 self.claims.release().await;
-                respond::error(&ApiError::new(
-                    ErrorCode::ChainUnavailable,
-                    "the payment could not be settled right now (chain or facilitator unreachable)",
-                    "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice.",
-                )
-                .with_retry_after(RETRY_AFTER_SECS))
+                match &v {
+                    Void::Settlement(f) => {
+                        tracing::warn!(error = %f, "settlement outcome unknown");
+                        settlement_unknown(self.answer_in, &self.ctx, f)
+                    }
+                    Void::Internal(e) => respond::error(e),
+                }
             }
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.

@@ -1,38 +1,103 @@
-//! Payments that failed verification but are owed a purchase: the replay of the one they
-//! bought, or the recovery of one interrupted after its answer was prepared.
+//! Payments owed a purchase they already bought: the replay of a finished one, and the
+//! completion of one interrupted after its answer was prepared (a crash, or a
+//! settlement whose outcome was unknown), which the chain decides and which is never
+//! judged again.
+//!
+//! Answers given here carry the one-time secret only when the payment presented proves
+//! the wallet now (it verified unspent: our broadcast of it never landed). A payment
+//! spent on chain is public and proves nothing about who presents it; the customer
+//! gets the secret back by presenting a payment signed now (see `claim::claim`).
 
 use umpire_core::ApiError;
-use umpire_pay::{FailureKind, PaymentContext, PaymentFailure};
+use umpire_pay::{FailureKind, PaymentContext, PaymentFailure, SettlementResponse};
 
-use crate::paid::ledger::{self, Hold, PaymentKey, Retake, Running};
+use crate::paid::ledger::{self, Hold, PaymentKey, Prepared, Retake, Running};
 use crate::plumbing::metrics::{self, Metric};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
-use super::answer::{ANSWER_MARGIN, deliver};
+use super::answer::{ANSWER_MARGIN, deliver, settlement_unknown};
 use super::asking::Asking;
 use super::claim::Claims;
-use super::sale::{chain_unavailable, payment_in_use};
+use super::header::withhold_secret;
+use super::sale::{Refusal, Sale, chain_unavailable, payment_in_use};
+use super::verify::Paying;
+
+/// How an interrupted purchase's payment is decided.
+enum Decide<'p> {
+    /// Already known to have paid us.
+    Paid(&'p SettlementResponse),
+    /// Still unspent: settle it now (resending our own broadcast, if it was ours).
+    Settle,
+    /// Refused by verification: only look whether it paid us.
+    Find,
+}
 
 impl Asking<'_> {
-    /// The purchase `ctx`'s payment is owed, if any: the one this very authorization
-    /// already bought for this very request (its answer lost, or resent without an
-    /// Idempotency-Key as @x402/fetch resends it), or one interrupted after its answer
-    /// was prepared, delivered if the chain shows the payment went through. Never a
-    /// refusal of a payment that paid.
+    /// The purchase `ctx`'s payment is owed, if any, once verification refused it: the
+    /// one this very authorization already bought for this very request (its answer
+    /// lost, or resent without an Idempotency-Key as @x402/fetch resends it), or one
+    /// interrupted after its answer was prepared, delivered if the chain shows the
+    /// payment went through. Only for a payment its payer signed: a header that names
+    /// the payer with another wallet's signature gets nothing.
     pub(super) async fn owed(&self, state: &AppState, ctx: &PaymentContext) -> Option<Response> {
+        if !ctx.signed_by_payer() {
+            return None;
+        }
         let payment_key = ledger::payment_key(ctx);
         if let Some(r) = self.replay_by_payment(state, ctx, &payment_key).await {
             return Some(r);
         }
-        self.recover(state, ctx, &payment_key).await
+        let (hold, prepared) = match self.retake(state, &payment_key).await? {
+            Ok(taken) => taken,
+            Err(r) => return Some(r),
+        };
+        match self
+            .decide(state, ctx, hold, prepared, Decide::Find, false)
+            .await
+        {
+            Decided::Answer(r) => Some(r),
+            // Refused for what verification found.
+            Decided::Refused(_) | Decided::NotPaid => None,
+        }
+    }
+
+    /// The retry of this very request, interrupted after its answer was prepared, whose
+    /// payment verified again (unspent, or already paid us): the prepared answer is
+    /// delivered once the payment is settled, never a new verdict and never a request
+    /// to pay again.
+    pub(super) async fn resume(&self, sale: &Sale<'_>, paying: &Paying) -> Response {
+        let state = sale.state;
+        let (hold, prepared) = match self.retake(state, &paying.payment_key).await {
+            Some(Ok(taken)) => taken,
+            Some(Err(r)) => return r,
+            // Settled or voided since: ask again.
+            None => return respond::error(&payment_in_use()),
+        };
+        let how = match &paying.settled {
+            Some(s) => Decide::Paid(s),
+            None => Decide::Settle,
+        };
+        let reveal = paying.proves_wallet();
+        match self
+            .decide(state, &paying.ctx, hold, prepared, how, reveal)
+            .await
+        {
+            Decided::Answer(r) => r,
+            Decided::Refused(f) => sale.refused(
+                self.answer_in,
+                Some(&paying.ctx.rail.network),
+                self.wallet,
+                &f,
+                Refusal::Voided,
+            ),
+            Decided::NotPaid => respond::error(&payment_in_use()),
+        }
     }
 
     /// The answer for a payment that already bought (or is buying) this very request:
     /// its purchase replayed with the secret withheld, waited for while it runs
-    /// (`in_flight` past a while). Only for whoever holds the payer's own signature
-    /// over the authorization (checked offline: cheap, and it is what scopes the
-    /// replay to the wallet that paid); `None` when there is nothing to replay.
+    /// (`in_flight` past a while). `None` when there is nothing to replay.
     pub(super) async fn replay_by_payment(
         &self,
         state: &AppState,
@@ -61,75 +126,99 @@ impl Asking<'_> {
         }
     }
 
-    /// A retry refused by verification, of a purchase whose process died (or lost its
-    /// answer) after preparing it: if `ctx`'s payment has a prepared answer for this
-    /// very request and the chain shows that authorization paid us, the answer (stored
-    /// and recorded now); `None` when there is nothing to recover and the refusal
-    /// stands.
-    async fn recover(
+    /// Takes back this request's prepared purchase: `None` when there is none, `Err`
+    /// the answer when another retry holds it or the store failed.
+    async fn retake(
+        &self,
+        state: &AppState,
+        payment_key: &PaymentKey,
+    ) -> Option<Result<(Hold, Prepared), Response>> {
+        let err = |e: ApiError| Some(Err(respond::error(&e)));
+        match Hold::retake(state, payment_key, &self.request_hash).await {
+            Ok(Retake::Taken(hold, prepared)) => Some(Ok((hold, *prepared))),
+            Ok(Retake::Busy) => err(payment_in_use()),
+            Ok(Retake::Nothing) => None,
+            Err(e) => err(e),
+        }
+    }
+
+    /// Decides a retaken purchase: delivered (with the secret only if `reveal`) when the
+    /// payment paid us, left prepared when the chain cannot say yet, voided when it
+    /// shows the payment cannot pay. The key is taken as the purchase itself would.
+    async fn decide(
         &self,
         state: &AppState,
         ctx: &PaymentContext,
-        payment_key: &PaymentKey,
-    ) -> Option<Response> {
-        let err = |e: ApiError| Some(respond::error(&e));
-        // Take the payment back, and the key, as the purchase itself would.
-        let (hold, prepared) = match Hold::retake(state, payment_key, &self.request_hash).await {
-            Ok(Retake::Taken(hold, prepared)) => (hold, *prepared),
-            Ok(Retake::Busy) => return err(payment_in_use()),
-            Ok(Retake::Nothing) => return None,
-            Err(e) => return err(e),
-        };
+        hold: Hold,
+        prepared: Prepared,
+        how: Decide<'_>,
+        reveal: bool,
+    ) -> Decided {
         let mut claims = Claims::new(state);
         if let Some(scoped) = &self.scoped
             && let Err(r) = claims.take_key(scoped, &self.request_hash).await
         {
             hold.leave_unknown(state).await;
-            return Some(self.seal(r));
+            return Decided::Answer(if reveal { r } else { withhold_secret(r) });
         }
-        let found = tokio::time::timeout_at(
-            self.deadline.less(ANSWER_MARGIN).instant().into(),
-            state.payments.find_settlement(ctx),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(PaymentFailure::unavailable(
-                "the chain did not answer within this request's time budget",
-            ))
-        });
+        let found = match how {
+            Decide::Paid(s) => Ok(Some(s.clone())),
+            Decide::Settle => state.payments.settle(ctx, self.deadline).await.map(Some),
+            Decide::Find => tokio::time::timeout_at(
+                self.deadline.less(ANSWER_MARGIN).instant().into(),
+                state.payments.find_settlement(ctx),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(PaymentFailure::unavailable(
+                    "the chain did not answer within this request's time budget",
+                ))
+            }),
+        };
         match found {
             Ok(Some(settlement)) => {
                 tracing::warn!(
                     transaction = settlement.transaction,
-                    "delivering a purchase interrupted after settlement"
+                    "delivering a purchase interrupted after its answer was prepared"
                 );
                 metrics::record(Metric::Settlement);
                 let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 hold.settled(state, &settlement.transaction, &r).await;
                 claims.complete(&r).await;
-                Some(r)
+                Decided::Answer(if reveal { r } else { withhold_secret(r) })
             }
             Ok(None) => {
-                // Not settled (yet): refused for what verification found; the answer
-                // stays prepared in case a broadcast from the interrupted purchase
-                // still lands.
+                // Not settled (yet): the answer stays prepared in case a broadcast from
+                // the interrupted purchase still lands.
                 hold.leave_unknown(state).await;
                 claims.release().await;
-                None
+                Decided::NotPaid
             }
             Err(f) if f.kind == FailureKind::Unavailable => {
-                // No lookup (a facilitator settles, or the chain is unreachable).
-                tracing::warn!(error = %f, "an interrupted purchase could not be looked up");
+                tracing::warn!(error = %f, "an interrupted purchase could not be decided");
                 hold.leave_unknown(state).await;
                 claims.release().await;
-                err(chain_unavailable())
+                Decided::Answer(match f.transaction.as_deref() {
+                    Some(_) => settlement_unknown(self.answer_in, ctx, &f),
+                    None => respond::error(&chain_unavailable()),
+                })
             }
             Err(f) => {
                 tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
                 hold.void(state, f.reason.as_str()).await;
                 claims.release().await;
-                None
+                Decided::Refused(f)
             }
         }
     }
+}
+
+/// What [`Asking::decide`] came to.
+enum Decided {
+    /// The answer to give.
+    Answer(Response),
+    /// The chain shows the payment cannot pay; the purchase is voided.
+    Refused(PaymentFailure),
+    /// Not paid yet, nothing to say but that.
+    NotPaid,
 }

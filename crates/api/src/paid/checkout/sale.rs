@@ -193,6 +193,11 @@ pub fn out_of_time(budget: Duration) -> ApiError {
     .with_retry_after(RETRY_AFTER_SECS)
 }
 
+/// How long past a payment's own last moment to land (an authorization's `validBefore`)
+/// its prepared answer is kept for its request: room for a block timestamp ahead of
+/// our clock, and for the last block to be seen.
+pub const LANDING_MARGIN_SECS: u64 = 60;
+
 /// What a 502 `chain_unavailable` or a busy payment asks the client to wait.
 pub(super) const RETRY_AFTER_SECS: u64 = 2;
 

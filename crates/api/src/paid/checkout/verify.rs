@@ -6,15 +6,17 @@ use umpire_core::ErrorCode;
 use umpire_pay::rails::{MatchError, Offer};
 use umpire_pay::settle::VerifyTimes;
 use umpire_pay::types::Account;
-use umpire_pay::{PaymentContext, PaymentFailure, PaymentRequirements, Rail};
+use umpire_pay::{PaymentContext, PaymentFailure, PaymentRequirements, Rail, SettlementResponse};
+use umpire_store::PaymentState;
 
-use crate::Response;
 use crate::paid::idempotency::{self, Decision};
 use crate::paid::ledger::{self, PaymentKey};
 use crate::plumbing::respond;
+use crate::{AppState, Response};
 
 use super::asking::Asking;
-use super::header::PaymentHeader;
+use super::front::KeyState;
+use super::header::{PaymentHeader, withhold_secret};
 use super::sale::{Refusal, Sale, settle_reserve};
 
 /// A payment that matched and verified, not yet claimed.
@@ -23,17 +25,36 @@ pub(super) struct Paying {
     pub(super) payment_key: PaymentKey,
     /// The payer verification proved.
     pub(super) payer: Account,
+    /// The payment already moved to us (a bystander executed it, or our own earlier
+    /// broadcast landed): nothing is left to settle.
+    pub(super) settled: Option<SettlementResponse>,
 }
 
-/// The payment matched and verified; `Err` is the answer instead (a refusal, or the
-/// purchase the payment is owed).
-pub(super) async fn match_and_verify(
+impl Paying {
+    /// Whether the payment proves the wallet *now*: it verified unspent, so whoever sent
+    /// it holds the payer's live signature. A payment already executed is public on
+    /// chain and proves nothing about who presents it.
+    pub(super) fn proves_wallet(&self) -> bool {
+        self.settled.is_none()
+    }
+}
+
+/// The payment verified against `ctx`, our requirements; `Err` is the answer instead
+/// (a refusal, or the purchase the payment is owed).
+pub(super) async fn verify(
     sale: &Sale<'_>,
     asking: &Asking<'_>,
-    header: &PaymentHeader,
+    ctx: PaymentContext,
+    key: KeyState,
 ) -> Result<Paying, Response> {
     let state = sale.state;
-    let ctx = matched(sale, asking, header).await?;
+    // A replay under a completed key with the payment that bought it: the ledger knows
+    // it paid, no chain call needed (a payment signed now goes on to the chain).
+    if key == KeyState::Completed
+        && let Some(paying) = settled_in_ledger(state, &ctx).await
+    {
+        return Ok(paying);
+    }
     // The authorization must last until this request's last moment to settle; the
     // verification itself must leave the work and the settlement their time.
     let times = VerifyTimes {
@@ -47,14 +68,44 @@ pub(super) async fn match_and_verify(
         Ok(verified) => Ok(Paying {
             payment_key: ledger::payment_key(&ctx),
             payer: verified.payer,
+            settled: verified.settled,
             ctx,
         }),
         Err(f) => Err(refused(sale, asking, &ctx, &f).await),
     }
 }
 
-/// The payment against our requirements at this moment's offer.
-async fn matched(
+/// `ctx`'s payment as the ledger has it when a purchase of ours settled with it:
+/// verified from the store alone. Only for the payer's own signature (checked offline):
+/// a header naming the payer with another wallet's signature meets the same entry.
+async fn settled_in_ledger(state: &AppState, ctx: &PaymentContext) -> Option<Paying> {
+    if !ctx.signed_by_payer() {
+        return None;
+    }
+    let payer = ctx.claimed_payer()?;
+    let payment_key = ledger::payment_key(ctx);
+    let now = state.config.clock.now();
+    let entry = state.store.get_payment(&payment_key, now).await.ok()??;
+    let PaymentState::Settled { transaction, .. } = entry.state else {
+        return None;
+    };
+    Some(Paying {
+        settled: Some(SettlementResponse {
+            success: true,
+            transaction,
+            network: Some(ctx.rail.network.clone()),
+            payer: Some(payer),
+            error_reason: None,
+        }),
+        payer,
+        payment_key,
+        ctx: ctx.clone(),
+    })
+}
+
+/// The payment against our requirements at this moment's offer; `Err` is the refusal
+/// (or, for a SOL quote that ran out, the purchase the payment is owed).
+pub(super) async fn matched(
     sale: &Sale<'_>,
     asking: &Asking<'_>,
     header: &PaymentHeader,
@@ -113,10 +164,11 @@ async fn refused(
     let state = sale.state;
     // A concurrent twin with the same key may have settled this very payment while we
     // verified it (the chain now says its nonce is used): the client is owed that
-    // purchase's answer, not a refusal.
-    if let Some(scoped) = &asking.scoped {
+    // purchase's answer, not a refusal, if the payment is the payer's own (a forged
+    // one gets nothing). The payment is spent, so public: no secret.
+    if let Some(scoped) = asking.scoped.as_ref().filter(|_| ctx.signed_by_payer()) {
         match idempotency::check(state, scoped, &asking.request_hash).await {
-            Ok(Decision::Replay(r)) => return asking.seal(r),
+            Ok(Decision::Replay(r)) => return withhold_secret(r),
             Err(e) if e.code == ErrorCode::InFlight => return respond::error(&e),
             _ => {}
         }

@@ -1,0 +1,480 @@
+//! Money on a chain that behaves like Base: anvil making a block every two seconds (or
+//! only when the test says), a public window in which anyone holding a signed
+//! authorization may execute it and its payer may cancel it, and an RPC whose answers
+//! can be lost while the call goes through ([`RpcProxy`]). Every test ends by holding
+//! the server's purchase ledger equal to what the chain shows: no payment kept without
+//! its purchase, no purchase recorded without its payment.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy::primitives::{Address, B256, U256};
+use alloy::signers::SignerSync;
+use alloy::signers::local::PrivateKeySigner;
+use alloy::sol;
+use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
+use base64::Engine;
+use serde_json::json;
+use umpire_blackbox::chain::{
+    Devnet, Mining, RpcProxy, Settlement, buy_v2, sign_payment, sign_payments,
+};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json, post_paid};
+use umpire_core::json::Value;
+
+const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+
+sol! {
+    struct CancelAuthorization {
+        address authorizer;
+        bytes32 nonce;
+    }
+
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+
+    function cancelAuthorization(address authorizer, bytes32 nonce, uint8 v, bytes32 r, bytes32 s);
+}
+
+/// anvil behind a proxy, `umpire serve` selling through the proxy on two-second blocks.
+struct Base {
+    devnet: Devnet,
+    proxy: RpcProxy,
+    server: Arc<Server>,
+    payer: String,
+    payer0: u128,
+}
+
+impl Base {
+    fn open(mining: Mining, extra: &[(&str, &str)]) -> Base {
+        let devnet = Devnet::start();
+        devnet.set_mining(mining);
+        let proxy = RpcProxy::start(&devnet);
+        let mut env = vec![
+            ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
+            ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+        ];
+        env.extend_from_slice(extra);
+        let server = Arc::new(devnet.serve(Settlement::SelfSettle, &env));
+        let payer = devnet.get("payer");
+        let payer0 = devnet.balance(&payer);
+        Base {
+            devnet,
+            proxy,
+            server,
+            payer,
+            payer0,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/v1/verdicts/basic", self.server.addr)
+    }
+
+    fn sign(&self) -> String {
+        sign_payment(&self.devnet, &self.url(), BODY)
+    }
+
+    fn buy(&self, payment: &str, key: &str) -> Reply {
+        post_paid(self.server.addr, "/v1/verdicts/basic", BODY, payment, key)
+    }
+
+    fn buy_in_background(&self, payment: &str, key: &str) -> std::thread::JoinHandle<Reply> {
+        let (server, payment, key) = (self.server.clone(), payment.to_owned(), key.to_owned());
+        std::thread::spawn(move || {
+            post_paid(server.addr, "/v1/verdicts/basic", BODY, &payment, &key)
+        })
+    }
+
+    fn charged(&self) -> u128 {
+        self.payer0 - self.devnet.balance(&self.payer)
+    }
+
+    /// Waits until the server has sent `n` settlements in all.
+    fn await_broadcasts(&self, n: usize) {
+        let started = Instant::now();
+        while self.proxy.calls_of("eth_sendRawTransaction") < n {
+            assert!(started.elapsed() < Duration::from_secs(30), "no broadcast");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn domain(&self) -> Eip712Domain {
+        Eip712Domain::new(
+            Some(self.devnet.get("asset_name").into()),
+            Some(self.devnet.get("asset_version").into()),
+            Some(U256::from(
+                self.devnet
+                    .get("chain_id")
+                    .parse::<u64>()
+                    .expect("chain id"),
+            )),
+            Some(self.devnet.get("asset").parse().expect("token")),
+            None,
+        )
+    }
+
+    /// The payer cancels the authorization in `payment` (`cancelAuthorization`, signed
+    /// by the payer, sent by `sender`); the transaction's hash.
+    fn cancel(&self, payment: &str, sender: &str) -> String {
+        let a = authorization(payment);
+        let payer: PrivateKeySigner = self
+            .devnet
+            .get("payer_private_key")
+            .parse()
+            .expect("payer key");
+        let nonce: B256 = a["nonce"].as_str().expect("nonce").parse().expect("nonce");
+        let message = CancelAuthorization {
+            authorizer: payer.address(),
+            nonce,
+        };
+        let sig = payer
+            .sign_hash_sync(&message.eip712_signing_hash(&self.domain()))
+            .expect("sign");
+        let data = cancelAuthorizationCall {
+            authorizer: payer.address(),
+            nonce,
+            v: 27 + u8::from(sig.v()),
+            r: sig.r().into(),
+            s: sig.s().into(),
+        }
+        .abi_encode();
+        self.devnet
+            .rpc(
+                "eth_sendTransaction",
+                json!([{"from": sender, "to": self.devnet.get("asset"),
+                        "data": format!("0x{}", hex::encode(data)), "gas": "0x30000"}]),
+            )
+            .as_str()
+            .expect("hash")
+            .to_owned()
+    }
+
+    /// The same authorization as `payment`'s, its signature made by `signer` instead of
+    /// its payer: a header that names the payer but is not the payer's.
+    fn forged(&self, payment: &str, signer: &PrivateKeySigner) -> String {
+        let mut v = decode(payment);
+        let a = &v["payload"]["authorization"];
+        let word = |k: &str| -> U256 { a[k].as_str().expect(k).parse().expect(k) };
+        let message = TransferWithAuthorization {
+            from: a["from"].as_str().expect("from").parse().expect("from"),
+            to: a["to"].as_str().expect("to").parse().expect("to"),
+            value: word("value"),
+            validAfter: word("validAfter"),
+            validBefore: word("validBefore"),
+            nonce: a["nonce"].as_str().expect("nonce").parse().expect("nonce"),
+        };
+        let sig = signer
+            .sign_hash_sync(&message.eip712_signing_hash(&self.domain()))
+            .expect("sign");
+        v["payload"]["signature"] = json!(format!("0x{}", hex::encode(sig.as_bytes())));
+        base64::engine::general_purpose::STANDARD.encode(v.to_string())
+    }
+
+    fn audit(&self) {
+        self.devnet.assert_ledger_matches_chain(&self.server);
+    }
+}
+
+fn decode(payment: &str) -> serde_json::Value {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(payment)
+        .expect("base64");
+    serde_json::from_slice(&raw).expect("payment JSON")
+}
+
+fn authorization(payment: &str) -> serde_json::Value {
+    decode(payment)["payload"]["authorization"].clone()
+}
+
+fn text(r: &Reply) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+fn key() -> String {
+    umpire_host::random_id("base")
+}
+
+fn settlement(r: &Reply) -> serde_json::Value {
+    decode_b64_json(r.header("payment-response").expect("PAYMENT-RESPONSE"))
+}
+
+/// (a) A bystander executes the authorization between our verification and our
+/// settlement, on two-second blocks: the purchase is delivered with the bystander's
+/// transaction, charged once, and the authorization buys no other request.
+#[test]
+fn a_bystander_executing_the_authorization_between_our_steps_still_buys_it_once() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    let payment = base.sign();
+    let bystander = base.devnet.accounts()[7].clone();
+    let mut purchase = None;
+    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
+        purchase = Some(base.buy_in_background(&payment, &key()));
+    });
+    // Verified and judged; our transaction is about to go out. The bystander's goes
+    // first (sent straight to the chain, mined in the next block).
+    let receipt = base.devnet.execute_authorization(&bystander, &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let s = settlement(&r);
+    assert_eq!(s["success"], true, "{s}");
+    assert_eq!(
+        s["transaction"].as_str().map(str::to_lowercase),
+        receipt["transactionHash"].as_str().map(str::to_lowercase),
+        "the settlement names the bystander's transaction"
+    );
+    assert!(r.json().get("secret").and_then(Value::as_str).is_some());
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+
+    // The same authorization buys no other request.
+    let other = post_paid(
+        base.server.addr,
+        "/v1/verdicts/basic",
+        &BODY.replace("all tests pass", "all tests passed"),
+        &payment,
+        &key(),
+    );
+    assert_eq!(other.status, 402, "{}", text(&other));
+    assert!(other.json().get("document").is_none());
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}
+
+/// (a) The bystander was faster still: the authorization was executed before the
+/// request arrived. The payment reached us, so the request buys with it.
+#[test]
+fn an_authorization_executed_before_its_request_arrives_still_buys_it() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    let payment = base.sign();
+    let bystander = base.devnet.accounts()[6].clone();
+    let receipt = base.devnet.execute_authorization(&bystander, &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let r = base.buy(&payment, &key());
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(
+        settlement(&r)["transaction"]
+            .as_str()
+            .map(str::to_lowercase),
+        receipt["transactionHash"].as_str().map(str::to_lowercase)
+    );
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing left to broadcast"
+    );
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}
+
+/// (b) Our broadcast's answer is lost (and the server cannot see the chain until the
+/// request's deadline); blocks are mined only when the test says. The customer retries
+/// before the block: one verdict, charged once, no 402, no second signature asked.
+#[test]
+fn our_lost_broadcast_and_a_retry_before_the_block_charge_once() {
+    let base = Base::open(Mining::Manual, &[("UMPIRE_REQUEST_BUDGET_MS", "6000")]);
+    let payment = base.sign();
+    let key = key();
+    let mut purchase = None;
+    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
+        purchase = Some(base.buy_in_background(&payment, &key))
+    });
+    base.proxy.blind();
+    paused.resume();
+    let first = purchase.expect("started").join().expect("buyer");
+    assert_eq!(first.status, 502, "{}", text(&first));
+    let pending = settlement(&first);
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    assert!(
+        first.json().get("document").is_none(),
+        "nothing delivered unpaid"
+    );
+    assert_eq!(base.charged(), 0, "not mined yet");
+    let broadcasts = base.proxy.calls_of("eth_sendRawTransaction");
+
+    // The retry, before any block: it waits for the chain; the block comes meanwhile.
+    base.proxy.see_again();
+    let retry = base.buy_in_background(&payment, &key);
+    std::thread::sleep(Duration::from_millis(500));
+    base.devnet.mine();
+    let r = retry.join().expect("retry");
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(
+        settlement(&r)["transaction"],
+        pending["transaction"],
+        "paid by the broadcast that was lost"
+    );
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    // The same bytes were resent, never a second transfer signed.
+    base.devnet.mine();
+    let settler = base.devnet.get("settler");
+    let nonce = base
+        .devnet
+        .rpc("eth_getTransactionCount", json!([settler, "latest"]));
+    assert_eq!(nonce, "0x1", "one transaction from the settler");
+    assert!(base.proxy.calls_of("eth_sendRawTransaction") > broadcasts);
+    base.audit();
+}
+
+/// (c) The payer cancels the authorization while our broadcast waits in the pool (here:
+/// behind a nonce gap, so it cannot be mined): no document is delivered for it, and the
+/// purchase that opened the gap is still delivered once the gap fills.
+#[test]
+fn an_authorization_canceled_while_our_broadcast_waits_delivers_nothing() {
+    let base = Base::open(Mining::Manual, &[("UMPIRE_REQUEST_BUDGET_MS", "8000")]);
+    let payments = sign_payments(&base.devnet, &base.url(), BODY, 2);
+    let (first_key, second_key) = (key(), key());
+    let settler = base.devnet.get("settler");
+
+    // The first purchase's transaction leaves the pool unmined: its nonce is a gap.
+    let first = base.buy_in_background(&payments[0], &first_key);
+    base.await_broadcasts(1);
+    std::thread::sleep(Duration::from_millis(200));
+    for hash in base.devnet.pending_from(&settler) {
+        base.devnet.drop_pending(&hash);
+    }
+    // The second's waits behind it; its payer cancels meanwhile, and a block is made.
+    let second = base.buy_in_background(&payments[1], &second_key);
+    base.await_broadcasts(2);
+    let canceled = base.cancel(&payments[1], &base.devnet.accounts()[9]);
+    base.devnet.mine();
+    let receipt = base
+        .devnet
+        .rpc("eth_getTransactionReceipt", json!([canceled]));
+    assert_eq!(receipt["status"], "0x1", "canceled: {receipt}");
+
+    let second = second.join().expect("second");
+    assert_eq!(second.status, 402, "{}", text(&second));
+    assert!(second.json().get("document").is_none(), "{}", text(&second));
+    assert_eq!(
+        settlement(&second)["errorReason"],
+        "invalid_exact_evm_payload_authorization_nonce_used"
+    );
+    let first = first.join().expect("first");
+    assert_eq!(
+        first.status,
+        502,
+        "the gap left it pending: {}",
+        text(&first)
+    );
+    assert_eq!(base.charged(), 0);
+
+    // Its retry resends the transaction that was lost: the gap fills, it is delivered.
+    let retry = base.buy_in_background(&payments[0], &first_key);
+    std::thread::sleep(Duration::from_millis(500));
+    base.devnet.mine();
+    let r = retry.join().expect("retry");
+    assert_eq!(r.status, 201, "{}", text(&r));
+    base.devnet.mine();
+    assert_eq!(
+        base.charged(),
+        PRICE_BASIC,
+        "only the first purchase was paid"
+    );
+    base.audit();
+}
+
+/// (d) A header that names the payer but is signed by another wallet, sent under the
+/// payer's Idempotency-Key, gets neither the answer nor the secret. The payer's own
+/// spent payment, rebuilt from the chain by anyone, gets the answer without the
+/// secret; only a payment the payer signs now (never charged) gets the secret.
+#[test]
+fn a_replay_needs_the_payers_own_signature_and_the_secret_a_fresh_one() {
+    let base = Base::open(Mining::Instant, &[]);
+    let payment = base.sign();
+    let key = key();
+    let bought = base.buy(&payment, &key);
+    assert_eq!(bought.status, 201, "{}", text(&bought));
+    let secret = bought
+        .json()
+        .get("secret")
+        .and_then(Value::as_str)
+        .expect("secret")
+        .to_owned();
+
+    let stranger = PrivateKeySigner::random();
+    let forged = base.forged(&payment, &stranger);
+    let r = base.buy(&forged, &key);
+    assert_ne!(r.status, 201, "{}", text(&r));
+    assert!(r.json().get("document").is_none(), "{}", text(&r));
+    assert!(
+        !text(&r).contains(&secret),
+        "the secret leaked: {}",
+        text(&r)
+    );
+    assert!(
+        r.header("idempotent-replayed").is_none(),
+        "no replay for a forged payment"
+    );
+
+    let rebuilt = base.buy(&payment, &key);
+    assert_eq!(rebuilt.status, 201, "{}", text(&rebuilt));
+    assert_eq!(
+        rebuilt.json().get("verdict_id"),
+        bought.json().get("verdict_id")
+    );
+    assert_eq!(rebuilt.json().get("secret"), Some(&Value::Null));
+
+    let fresh = base.sign();
+    let proven = base.buy(&fresh, &key);
+    assert_eq!(proven.status, 201, "{}", text(&proven));
+    assert_eq!(
+        proven.json().get("secret").and_then(Value::as_str),
+        Some(secret.as_str())
+    );
+    let nonce: B256 = authorization(&fresh)["nonce"]
+        .as_str()
+        .expect("nonce")
+        .parse()
+        .expect("nonce");
+    let payer: Address = base.payer.parse().expect("payer");
+    let used = base.devnet.rpc(
+        "eth_call",
+        json!([{"to": base.devnet.get("asset"),
+                "data": format!("0xe94a0102{:0>64}{}", hex::encode(payer), hex::encode(nonce))}, "latest"]),
+    );
+    assert_eq!(
+        used.as_str().map(|u| u.ends_with('0')),
+        Some(true),
+        "the proving payment was never executed: {used}"
+    );
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}
+
+/// The reference client `@x402/fetch` buys on two-second blocks while the RPC's
+/// receipts lag past the request's deadline: the token's logs prove the transfer, so
+/// it ends with exactly one 201 and one charge.
+#[test]
+fn the_reference_client_buys_on_two_second_blocks_with_receipts_that_never_come() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    base.proxy.late_receipts(Duration::from_secs(120));
+    let bought = buy_v2(&base.devnet, &base.url(), BODY, None);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let s = bought.header("payment-response").expect("PAYMENT-RESPONSE");
+    assert_eq!(decode_b64_json(&s)["success"], true);
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}
+
+/// The audit every test here ends with fails when it should: the chain shows a
+/// transfer by authorization that no purchase recorded.
+#[test]
+fn the_ledger_audit_catches_a_payment_kept_without_its_purchase() {
+    // Positive control: a transfer by authorization that no purchase recorded.
+    let base = Base::open(Mining::Instant, &[]);
+    let payment = base.sign();
+    base.devnet
+        .execute_authorization(&base.devnet.accounts()[5], &payment);
+    let audit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| base.audit()));
+    assert!(
+        audit.is_err(),
+        "the audit must fail when the chain shows an unrecorded payment"
+    );
+}
