@@ -16,7 +16,7 @@ use alloy::sol_types::{Eip712Domain, SolCall, SolStruct};
 use base64::Engine;
 use serde_json::json;
 use umpire_blackbox::chain::{
-    Devnet, Mining, RpcProxy, Settlement, buy_v2, sign_payment, sign_payments,
+    Devnet, Fault, Mining, RpcProxy, Settlement, buy_v2, sign_payment, sign_payments,
 };
 use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json, post_paid};
 use umpire_core::json::Value;
@@ -477,4 +477,124 @@ fn the_ledger_audit_catches_a_payment_kept_without_its_purchase() {
         audit.is_err(),
         "the audit must fail when the chain shows an unrecorded payment"
     );
+}
+
+/// A node whose logs lag its state: the token says the authorization is used, the logs
+/// do not show by what. That is neither a payment nor a refusal: `502` to retry (never
+/// "nothing was taken"), and once the logs catch up the same request buys with the
+/// transfer that paid.
+#[test]
+fn logs_that_lag_are_an_unknown_never_a_refusal() {
+    let base = Base::open(Mining::Instant, &[]);
+    let payment = base.sign();
+    let receipt = base
+        .devnet
+        .execute_authorization(&base.devnet.accounts()[6], &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    base.proxy
+        .fault("eth_getLogs", Fault::Result(json!([])), None);
+    let key = key();
+    let r = base.buy(&payment, &key);
+    assert_eq!(r.status, 502, "{}", text(&r));
+    assert_eq!(r.error_code(), "chain_unavailable");
+    assert!(
+        !text(&r).to_lowercase().contains("nothing was charged"),
+        "the money moved: {}",
+        text(&r)
+    );
+    base.proxy.see_again();
+    let r = base.buy(&payment, &key);
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(
+        settlement(&r)["transaction"]
+            .as_str()
+            .map(str::to_lowercase),
+        receipt["transactionHash"].as_str().map(str::to_lowercase)
+    );
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}
+
+/// Fees cached for a block go stale when the base fee jumps: the node refuses the
+/// transfer, the fees are read again and it is signed again; the purchase settles.
+#[test]
+fn a_jump_in_fees_between_purchases_is_read_again_and_settles() {
+    // Blocks as the test makes them, and fees cached for 4 s (the block time the
+    // server is told).
+    let base = Base::open(Mining::Instant, &[("UMPIRE_EVM_BLOCK_TIME_MS", "4000")]);
+    let first = base.buy(&base.sign(), &key());
+    assert_eq!(first.status, 201, "{}", text(&first));
+    // 500 gwei from the next block on: far above twice what was cached.
+    base.devnet
+        .rpc("anvil_setNextBlockBaseFeePerGas", json!(["0x746a528800"]));
+    base.devnet.mine();
+    let second = base.buy(&base.sign(), &key());
+    assert_eq!(second.status, 201, "{}", text(&second));
+    assert_eq!(
+        base.proxy.calls_of("eth_feeHistory"),
+        2,
+        "read once, then again after the refusal"
+    );
+    assert_eq!(base.charged(), 2 * PRICE_BASIC);
+    base.audit();
+}
+
+/// Another sender uses the settler's key (a second process, an operator's manual
+/// transaction): the nonce counted here is stale, the node says so, the nonce is read
+/// again and the purchase settles.
+#[test]
+fn a_nonce_taken_by_another_sender_is_read_again() {
+    let base = Base::open(Mining::Instant, &[]);
+    let first = base.buy(&base.sign(), &key());
+    assert_eq!(first.status, 201, "{}", text(&first));
+    let settler = base.devnet.get("settler");
+    base.devnet
+        .send(json!({"from": settler, "to": settler, "value": "0x0"}));
+    let second = base.buy(&base.sign(), &key());
+    assert_eq!(second.status, 201, "{}", text(&second));
+    assert!(base.proxy.calls_of("eth_getTransactionCount") >= 2);
+    assert_eq!(base.charged(), 2 * PRICE_BASIC);
+    base.audit();
+}
+
+/// No gas estimate is made for an EOA-signed transfer: one that would have failed it
+/// (the payer emptied the wallet while we judged) is sent, reverts on chain, and the
+/// purchase is refused without delivery, nothing taken.
+#[test]
+fn a_transfer_that_would_have_failed_its_estimate_reverts_and_delivers_nothing() {
+    let page = umpire_blackbox::Held::start("service up");
+    let base = Base::open(Mining::Instant, &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")]);
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200}}}}]}},"deliverable":{{"text":"deployed"}}}}"#,
+        page.addr
+    );
+    let url = format!("http://{}/v1/verdicts/probe", base.server.addr);
+    let payment = sign_payment(&base.devnet, &url, &body);
+    let purchase = {
+        let (server, body, payment) = (base.server.clone(), body.clone(), payment.clone());
+        std::thread::spawn(move || {
+            post_paid(server.addr, "/v1/verdicts/probe", &body, &payment, &key())
+        })
+    };
+    page.wait_for_request(Duration::from_secs(30));
+    // Verified; now the payer empties the wallet.
+    let held = base.devnet.balance(&base.payer);
+    let elsewhere = base.devnet.accounts()[8].clone();
+    base.devnet.transfer(&base.payer, &elsewhere, held);
+    page.release();
+    let r = purchase.join().expect("buyer");
+    assert_eq!(r.status, 402, "{}", text(&r));
+    assert!(r.json().get("document").is_none(), "{}", text(&r));
+    assert_eq!(settlement(&r)["errorReason"], "insufficient_funds");
+    assert_eq!(
+        base.proxy.calls_of("eth_estimateGas"),
+        0,
+        "no estimate made"
+    );
+    let settler_nonce = base.devnet.rpc(
+        "eth_getTransactionCount",
+        json!([base.devnet.get("settler"), "latest"]),
+    );
+    assert_eq!(settler_nonce, "0x1", "the transfer was sent and reverted");
+    base.audit();
 }

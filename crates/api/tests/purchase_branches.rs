@@ -509,17 +509,19 @@ async fn a_refused_settlement_voids_and_the_same_payment_may_buy_again() {
 }
 
 #[tokio::test]
-async fn a_nonce_spent_by_another_transaction_is_a_refusal_not_a_sale() {
+async fn a_nonce_used_otherwise_is_a_refusal_not_a_sale() {
     let shop = shop(|_| {});
     let payment = shop.pay().await;
-    // Someone who saw the header front-runs our settlement with it.
+    // The payer cancels the authorization before our settlement lands: the settler
+    // reports its nonce used, not by a payment to us (a transfer to us by someone else
+    // would be a settlement, tests/base_like.rs).
     FakeChain::script(&shop.chain.settle, &[Step::BroadcastThenFail(nonce_used())]);
     let refused = shop.send(Some(&payment), None).await;
     assert_eq!(refused.status(), 402, "{:?}", json(&refused));
     assert!(
         json(&refused)["error"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("executed by another transaction")),
+            .is_some_and(|m| m.contains("spent on a transfer that did not pay us")),
         "{:?}",
         json(&refused)
     );

@@ -37,6 +37,9 @@ use crate::paid::idempotency::{self, COMPLETED_SECS, RequestHash};
 use crate::plumbing::respond;
 use crate::{AppState, Response};
 
+/// How many times a settled payment's record is tried.
+const SETTLED_ATTEMPTS: u32 = 3;
+
 /// How long a voided entry is kept (it frees the payment at once; it stays only so an
 /// operator and pass 2 can see what happened).
 const VOIDED_SECS: u64 = 3600;
@@ -318,12 +321,22 @@ impl Hold {
             transaction: transaction.to_owned(),
             response: idempotency::stored_answer(state, response),
         };
-        match self.step(state, to, now, now + COMPLETED_SECS).await {
-            Ok(true) => {}
-            Ok(false) => tracing::error!(transaction, "a settled payment's entry was taken over"),
-            // The prepared answer stays: a retry finds the payment spent and recovers it.
-            Err(e) => {
-                tracing::error!(error = %e.message, transaction, "could not record a settled payment")
+        // Retried: a prepared entry left behind would outlive its keep one day.
+        for attempt in 1..=SETTLED_ATTEMPTS {
+            match self
+                .step(state, to.clone(), now, now + COMPLETED_SECS)
+                .await
+            {
+                Ok(true) => return,
+                Ok(false) => {
+                    tracing::error!(transaction, "a settled payment's entry was taken over");
+                    return;
+                }
+                // The prepared answer stays: a retry finds the payment spent and recovers it.
+                Err(e) => {
+                    tracing::error!(error = %e.message, transaction, attempt, "could not record a settled payment");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
             }
         }
     }

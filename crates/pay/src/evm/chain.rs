@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy::consensus::{SignableTransaction, Transaction as _, TxEip1559, TxEnvelope};
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{TransactionBuilder, TxSignerSync};
 use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
@@ -98,7 +98,20 @@ struct Fees {
 struct Broadcast {
     hash: B256,
     raw: Bytes,
+    nonce: u64,
+    sent_at: Instant,
 }
+
+/// How long a process remembers a broadcast it has not seen decided: longer than any
+/// authorization it settles stays valid (a payment's window is minutes).
+const REMEMBER_BROADCASTS: Duration = Duration::from_secs(3600);
+
+/// Each RPC call made while holding the send lock gets at most this long: one that
+/// never answers must not hold every other settlement of the process.
+const SEND_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Gas for a no-op transaction that fills a nonce a lost broadcast left empty.
+const FILLER_GAS: u64 = 21_000;
 
 /// What the chain says of an authorization that would not transfer now, or would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +120,32 @@ pub enum OnChain {
     Unspent,
     /// Already executed, by this transaction, as a transfer of the payment to us.
     PaidUs(B256),
+}
+
+/// What spent an authorization, as the token's own logs tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpentBy {
+    /// Its transfer of the payment to us, in this transaction.
+    Us(B256),
+    /// Its payer canceled it, or it was used in a transaction that paid us nothing
+    /// (positive evidence: the logs show it).
+    Otherwise,
+    /// The logs do not show what spent it (yet): a node that lags, or further back
+    /// than the lookback. Neither paid nor refused.
+    Unseen,
+}
+
+fn used_otherwise() -> PaymentFailure {
+    invalid(
+        FailureReason::EvmNonceUsed,
+        "this authorization was canceled, or spent on a transfer that did not pay us: the payment cannot pay any more, and nothing was taken by us",
+    )
+}
+
+fn unseen() -> PaymentFailure {
+    PaymentFailure::unavailable(
+        "the token says this authorization is used, but its logs do not show by what yet",
+    )
 }
 
 /// Nonce trouble the settler recovers from by re-reading its nonce and signing again.
@@ -126,6 +165,32 @@ fn is_fee_error(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     m.contains("fee") && (m.contains("less than") || m.contains("too low"))
         || m.contains("transaction underpriced") && !m.contains("replacement")
+}
+
+/// A node's answer that says the transaction was not taken, for a reason we know: its
+/// nonce, its fees, our gas money, a malformed transaction. Any other error answer (an
+/// internal error, a proxy's timeout after forwarding) leaves it unknown whether the
+/// transaction went out.
+fn is_definite_refusal(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    is_nonce_error(&m)
+        || is_fee_error(&m)
+        || is_settler_unfunded(&m)
+        || [
+            "intrinsic gas too low",
+            "exceeds block gas limit",
+            "invalid sender",
+            "invalid signature",
+            "invalid transaction",
+        ]
+        .iter()
+        .any(|needle| m.contains(needle))
+}
+
+/// The settler's own account cannot pay for gas: our configuration, not the payer's.
+fn is_settler_unfunded(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("insufficient funds for gas") || m.contains("insufficient funds for transfer")
 }
 
 /// The node has this very transaction already (a resend after a lost answer).
@@ -299,12 +364,10 @@ impl EvmChain {
         let held = IEip3009::balanceOfCall::abi_decode_returns(&held)
             .map_err(|e| rpc_error("decoding balanceOf", e))?;
         if used {
-            return match self.find_settlement(token, payment, pay_to).await? {
-                Some(tx) => Ok(OnChain::PaidUs(tx)),
-                None => Err(invalid(
-                    FailureReason::EvmNonceUsed,
-                    "this authorization's nonce was used, but not by a transfer of this payment to us (it was canceled, or spent on another transfer): the payment cannot pay any more",
-                )),
+            return match self.spent_by(token, payment, pay_to).await? {
+                SpentBy::Us(tx) => Ok(OnChain::PaidUs(tx)),
+                SpentBy::Otherwise => Err(used_otherwise()),
+                SpentBy::Unseen => Err(unseen()),
             };
         }
         if held < a.value {
@@ -344,18 +407,20 @@ impl EvmChain {
         ))
     }
 
-    /// The transaction that executed this very authorization as a transfer to `pay_to`,
-    /// if one did: `None` while it is unused, or when it was used by something else
-    /// (a cancellation, another transfer). Read from the token's logs alone, one call
-    /// for both events: `AuthorizationUsed(from, nonce)` and `Transfer(from, pay_to,
-    /// value)` in the same transaction, so it needs no receipt (a reverted transaction
-    /// leaves no logs).
-    pub async fn find_settlement(
+    /// What spent this (used) authorization, from the token's logs alone, one call for
+    /// the three events that can: `AuthorizationUsed(from, nonce)` with a `Transfer(from,
+    /// pay_to, value)` in the same transaction (paid us, whoever sent it; no receipt
+    /// needed, a reverted transaction leaves no logs), `AuthorizationCanceled(from,
+    /// nonce)`, or `AuthorizationUsed` in a transaction that paid us nothing. A payment
+    /// whose signature is not an EOA's (a smart wallet's) counts as ours only if the
+    /// transaction that moved it carried that very signature: the offline check could
+    /// not tie the presented header to its payer.
+    pub async fn spent_by(
         &self,
         token: Address,
         payment: &Eip3009Payment,
         pay_to: Address,
-    ) -> Result<Option<B256>, PaymentFailure> {
+    ) -> Result<SpentBy, PaymentFailure> {
         let a = &payment.authorization;
         let latest = self
             .provider
@@ -366,18 +431,57 @@ impl EvmChain {
             .address(token)
             .event_signature(vec![
                 IEip3009::AuthorizationUsed::SIGNATURE_HASH,
+                IEip3009::AuthorizationCanceled::SIGNATURE_HASH,
                 IEip3009::Transfer::SIGNATURE_HASH,
             ])
             .topic1(a.from.into_word())
             .topic2(vec![a.nonce, pay_to.into_word()])
-            .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS))
+            // The lookback counts the latest block: providers cap a range's length.
+            .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS - 1))
             .to_block(latest);
         let logs = self
             .provider
             .get_logs(&filter)
             .await
             .map_err(|e| rpc_error("eth_getLogs", e))?;
-        Ok(settlement_in(&logs, token, payment, pay_to))
+        if let Some(tx) = settlement_in(&logs, token, payment, pay_to) {
+            if payment.is_eoa_signature() || self.carries_signature(tx, payment).await? {
+                return Ok(SpentBy::Us(tx));
+            }
+            return Ok(SpentBy::Otherwise);
+        }
+        let spent = logs
+            .iter()
+            .filter(|l| l.address() == token && !l.removed)
+            .any(|l| {
+                let by =
+                    |authorizer: Address, nonce: B256| authorizer == a.from && nonce == a.nonce;
+                l.log_decode::<IEip3009::AuthorizationCanceled>()
+                    .is_ok_and(|c| by(c.inner.data.authorizer, c.inner.data.nonce))
+                    || l.log_decode::<IEip3009::AuthorizationUsed>()
+                        .is_ok_and(|u| by(u.inner.data.authorizer, u.inner.data.nonce))
+            });
+        Ok(if spent {
+            SpentBy::Otherwise
+        } else {
+            SpentBy::Unseen
+        })
+    }
+
+    /// Whether transaction `tx` carried this payment's signature bytes.
+    async fn carries_signature(
+        &self,
+        tx: B256,
+        payment: &Eip3009Payment,
+    ) -> Result<bool, PaymentFailure> {
+        let found = self
+            .provider
+            .get_transaction_by_hash(tx)
+            .await
+            .map_err(|e| rpc_error("eth_getTransactionByHash", e))?;
+        let input = found.map(|t| t.inner.input().clone()).unwrap_or_default();
+        let sig = payment.signature.as_ref();
+        Ok(!sig.is_empty() && input.windows(sig.len()).any(|w| w == sig))
     }
 
     /// Settles the payment: signs and sends the transfer (or resends the one this
@@ -402,14 +506,8 @@ impl EvmChain {
             .get(&id)
             .cloned();
         let sent = match known {
-            Some(b) => {
-                // The same bytes again: harmless if they arrived, the broadcast if not.
-                if let Err(e) = self.send_raw(&b.raw).await {
-                    tracing::debug!(error = %e, hash = %b.hash, "resending a settlement");
-                }
-                b
-            }
-            None => match self.broadcast(settler, token, payment, pay_to).await? {
+            Some(b) if !self.stale(&b).await => b,
+            _ => match self.broadcast(settler, token, payment, pay_to).await? {
                 Sent::Broadcast(b) => b,
                 Sent::PaidBy(tx) => return Ok(tx),
             },
@@ -423,6 +521,31 @@ impl EvmChain {
                 .remove(&id);
         }
         decided
+    }
+
+    /// Resends a broadcast this process made earlier (harmless if it arrived, the
+    /// broadcast if not); `true` when it can never land: its nonce went to another
+    /// transaction and it has no receipt, so it is forgotten and signed anew.
+    async fn stale(&self, b: &Broadcast) -> bool {
+        match tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw)).await {
+            Ok(Err(e)) if e.to_string().to_ascii_lowercase().contains("nonce too low") => {
+                let receipt = tokio::time::timeout(
+                    SEND_CALL_TIMEOUT,
+                    self.provider.get_transaction_receipt(b.hash),
+                )
+                .await;
+                let stale = matches!(receipt, Ok(Ok(None)));
+                if stale {
+                    tracing::warn!(hash = %b.hash, nonce = b.nonce, "a remembered settlement lost its nonce to another transaction; signing it again");
+                }
+                stale
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, hash = %b.hash, "resending a settlement");
+                false
+            }
+            _ => false,
+        }
     }
 
     /// Signs the transfer and sends it, in nonce order. A node that refuses it for its
@@ -443,18 +566,16 @@ impl EvmChain {
         for attempt in 1..=SEND_ATTEMPTS {
             let nonce = match state.next_nonce {
                 Some(n) => n,
-                None => self
-                    .provider
-                    .get_transaction_count(settler.address)
-                    .pending()
-                    .await
-                    .map_err(|e| rpc_error("eth_getTransactionCount", e))?,
+                None => self.pending_nonce(settler.address).await?,
             };
             let fees = self.fees(&mut state).await?;
             let b = self.sign(settler, token, &input, nonce, gas_limit, fees)?;
-            match self.send_raw(&b.raw).await {
+            let sent = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw))
+                .await
+                .unwrap_or_else(|_| Err(TransportErrorKind::custom_str("no answer in time")));
+            match sent {
                 Ok(()) => {}
-                Err(e) if e.as_error_resp().is_some() => {
+                Err(e) if e.as_error_resp().is_some() && is_definite_refusal(&e.to_string()) => {
                     let text = e.to_string();
                     if is_nonce_error(&text) && attempt < SEND_ATTEMPTS {
                         tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
@@ -465,6 +586,12 @@ impl EvmChain {
                         tracing::warn!(error = %text, "settlement fees out of date; reading them again");
                         state.fees = None;
                         continue;
+                    }
+                    if is_settler_unfunded(&text) {
+                        state.next_nonce = Some(nonce);
+                        return Err(PaymentFailure::config(format!(
+                            "the settler key cannot pay for gas: {text}"
+                        )));
                     }
                     // Refused: the nonce stays ours for the next settlement.
                     state.next_nonce = Some(nonce);
@@ -497,11 +624,24 @@ impl EvmChain {
         }
     }
 
+    /// The account's next nonce as the node counts its pending transactions.
+    async fn pending_nonce(&self, account: Address) -> Result<u64, PaymentFailure> {
+        tokio::time::timeout(
+            SEND_CALL_TIMEOUT,
+            self.provider.get_transaction_count(account).pending(),
+        )
+        .await
+        .map_err(|_| rpc_error("eth_getTransactionCount", "no answer in time"))?
+        .map_err(|e| rpc_error("eth_getTransactionCount", e))
+    }
+
     /// Sends `b` again after a lost answer; `true` once the node has it.
     async fn resend(&self, b: &Broadcast) -> bool {
         for _ in 0..RESENDS {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            match self.send_raw(&b.raw).await {
+            let sent = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw)).await;
+            let Ok(sent) = sent else { continue };
+            match sent {
                 Ok(()) => return true,
                 Err(e) if e.as_error_resp().is_some() => {
                     let text = e.to_string();
@@ -552,11 +692,14 @@ impl EvmChain {
         if let Some(f) = state.fees.filter(|f| f.read_at.elapsed() < fresh_for) {
             return Ok(f);
         }
-        let history = self
-            .provider
-            .get_fee_history(1, BlockNumberOrTag::Latest, &[50.0])
-            .await
-            .map_err(|e| rpc_error("eth_feeHistory", e))?;
+        let history = tokio::time::timeout(
+            SEND_CALL_TIMEOUT,
+            self.provider
+                .get_fee_history(1, BlockNumberOrTag::Latest, &[50.0]),
+        )
+        .await
+        .map_err(|_| rpc_error("eth_feeHistory", "no answer in time"))?
+        .map_err(|e| rpc_error("eth_feeHistory", e))?;
         let base = history.base_fee_per_gas.last().copied().unwrap_or_default();
         let tip = history
             .reward
@@ -579,7 +722,7 @@ impl EvmChain {
     fn sign(
         &self,
         settler: &Settler,
-        token: Address,
+        to: Address,
         input: &Bytes,
         nonce: u64,
         gas_limit: u64,
@@ -591,7 +734,7 @@ impl EvmChain {
             gas_limit,
             max_fee_per_gas: fees.max_fee_per_gas,
             max_priority_fee_per_gas: fees.max_priority_fee_per_gas,
-            to: TxKind::Call(token),
+            to: TxKind::Call(to),
             value: U256::ZERO,
             access_list: Default::default(),
             input: input.clone(),
@@ -603,7 +746,12 @@ impl EvmChain {
         let signed = tx.into_signed(signature);
         let hash = *signed.hash();
         let raw = TxEnvelope::from(signed).encoded_2718().into();
-        Ok(Broadcast { hash, raw })
+        Ok(Broadcast {
+            hash,
+            raw,
+            nonce,
+            sent_at: Instant::now(),
+        })
     }
 
     /// Waits for proof that the authorization paid us, until `until`: our transaction's
@@ -620,6 +768,7 @@ impl EvmChain {
         let started = Instant::now();
         let late_after = (self.block_time * RECEIPT_LATE_BLOCKS).max(Duration::from_secs(1));
         let mut polls = self.polls();
+        let mut refilled = false;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left <= CONFIRM_MARGIN {
@@ -650,10 +799,16 @@ impl EvmChain {
                 Ok(None) => {}
                 Err(e) => tracing::debug!(%hash, error = %e, "receipt poll failed; polling again"),
             }
-            if started.elapsed() >= late_after
-                && let Some(decided) = self.decided_by_logs(token, payment, pay_to, until).await
-            {
-                return decided;
+            if started.elapsed() >= late_after {
+                if let Some(decided) = self.decided_by_logs(token, payment, pay_to, until).await {
+                    return decided;
+                }
+                // Late, and unused: our transaction may have been dropped, or wait
+                // behind a nonce a lost broadcast left empty. Both are put right.
+                if !refilled {
+                    refilled = true;
+                    self.refill(hash).await;
+                }
             }
         }
         // The last word: the token itself.
@@ -684,17 +839,58 @@ impl EvmChain {
             if !self.authorization_used(token, a.from, a.nonce).await.ok()? {
                 return None;
             }
-            match self.find_settlement(token, payment, pay_to).await {
-                Ok(Some(tx)) => Some(Ok(tx)),
-                Ok(None) => Some(Err(invalid(
-                    FailureReason::EvmNonceUsed,
-                    "this authorization was canceled or spent on another transfer before our settlement landed: nothing was taken",
-                ))),
-                Err(_) => None,
+            match self.spent_by(token, payment, pay_to).await {
+                Ok(SpentBy::Us(tx)) => Some(Ok(tx)),
+                Ok(SpentBy::Otherwise) => Some(Err(used_otherwise())),
+                Ok(SpentBy::Unseen) | Err(_) => None,
             }
         };
         let left = until.saturating_duration_since(Instant::now());
         tokio::time::timeout(left, ask).await.ok().flatten()
+    }
+
+    /// Puts a late broadcast right: sends it again (a node that dropped it takes it
+    /// back), and fills every nonce below it that the chain has not seen used (a lost
+    /// broadcast of ours, or one this process no longer remembers) with what this
+    /// process sent at that nonce, or else a no-op to itself, so nothing waits behind a
+    /// gap.
+    async fn refill(&self, hash: B256) {
+        let Some(settler) = &self.settler else { return };
+        let (mine, below) = {
+            let remembered = settler.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = remembered.values().find(|b| b.hash == hash).cloned();
+            let below: HashMap<u64, Broadcast> =
+                remembered.values().map(|b| (b.nonce, b.clone())).collect();
+            (mine, below)
+        };
+        let Some(mine) = mine else { return };
+        // The node's pending count stops at the first nonce it has nothing for: from
+        // there up to ours is the gap (a nonce the node holds a transaction for is never
+        // filled over, so nobody's pending transfer is replaced).
+        if let Ok(pending) = self.pending_nonce(settler.address).await {
+            let state = settler.sending.lock().await;
+            for nonce in pending..mine.nonce {
+                let fill = match below.get(&nonce) {
+                    Some(b) => Some(b.clone()),
+                    None => state.fees.and_then(|fees| {
+                        self.sign(
+                            settler,
+                            settler.address,
+                            &Bytes::new(),
+                            nonce,
+                            FILLER_GAS,
+                            fees,
+                        )
+                        .ok()
+                    }),
+                };
+                if let Some(b) = fill {
+                    tracing::warn!(nonce, hash = %b.hash, "filling a settler nonce a later settlement waits behind");
+                    let _ = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw)).await;
+                }
+            }
+        }
+        let _ = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&mine.raw)).await;
     }
 
     /// The pauses between receipt polls: on an instant chain at once, then doubling from
@@ -720,10 +916,9 @@ impl EvmChain {
 
 impl Settler {
     fn remember(&self, id: &str, b: &Broadcast) {
-        self.broadcasts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned(), b.clone());
+        let mut remembered = self.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
+        remembered.retain(|_, old| old.sent_at.elapsed() < REMEMBER_BROADCASTS);
+        remembered.insert(id.to_owned(), b.clone());
     }
 }
 

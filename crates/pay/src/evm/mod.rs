@@ -10,7 +10,7 @@
 
 mod chain;
 
-pub use chain::{EvmChain, OnChain, TRANSFER_GAS_LIMIT};
+pub use chain::{EvmChain, OnChain, SpentBy, TRANSFER_GAS_LIMIT};
 
 use alloy::primitives::{Address, B256, Bytes, Signature, U256};
 use alloy::sol;
@@ -39,6 +39,7 @@ sol! {
         function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, uint8 v, bytes32 r, bytes32 s) external;
         function transferWithAuthorization(address from, address to, uint256 value, uint256 validAfter, uint256 validBefore, bytes32 nonce, bytes signature) external;
         event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
+        event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
         event Transfer(address indexed from, address indexed to, uint256 value);
     }
 }
@@ -47,7 +48,11 @@ sol! {
 /// time to land, and the token refuses an authorization at `validBefore`.
 pub const VALID_BEFORE_MARGIN_SECS: u64 = 6;
 
-/// How far back [`EvmChain::find_settlement`] looks for the transfer that used an
+/// How far past `maxTimeoutSeconds` an authorization's `validBefore` may reach (a
+/// client's clock ahead of ours).
+pub const VALID_BEFORE_SLACK_SECS: u64 = 300;
+
+/// How far back [`EvmChain::spent_by`] looks for the transfer that used an
 /// authorization: about 5.5 hours of Base blocks, inside the 10,000-block range most
 /// RPC providers allow for `eth_getLogs`.
 pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
@@ -254,6 +259,21 @@ impl Eip3009Payment {
                 format!(
                     "the authorization is not valid until {} (now {now})",
                     a.validAfter
+                ),
+            ));
+        }
+        // No longer than the window we offered (and a margin for a client's clock): a
+        // payment's prepared purchase is kept for its request until the payment can no
+        // longer land, which must be soon.
+        let longest = now
+            .saturating_add(requirements.max_timeout_seconds)
+            .saturating_add(VALID_BEFORE_SLACK_SECS);
+        if a.validBefore > U256::from(longest) {
+            return Err(invalid(
+                FailureReason::EvmValidBefore,
+                format!(
+                    "the authorization is valid until {}, longer than the {} s this payment window offers (now {now})",
+                    a.validBefore, requirements.max_timeout_seconds
                 ),
             ));
         }

@@ -5,7 +5,7 @@ use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use umpire_host::Deadline;
 
-use crate::evm::{Eip3009Payment, EvmChain, OnChain};
+use crate::evm::{Eip3009Payment, EvmChain, OnChain, SpentBy};
 use crate::rails::Rail;
 use crate::reason::{FailureReason, PaymentFailure};
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
@@ -101,13 +101,17 @@ impl Settler for SelfSettler {
         }
         match self
             .chain
-            .find_settlement(token, &p, pay_to_of(&ctx.rail)?)
+            .spent_by(token, &p, pay_to_of(&ctx.rail)?)
             .await?
         {
-            Some(tx) => Ok(Some(settled(ctx, &p, tx))),
-            None => Err(PaymentFailure::invalid(
+            SpentBy::Us(tx) => Ok(Some(settled(ctx, &p, tx))),
+            SpentBy::Otherwise => Err(PaymentFailure::invalid(
                 FailureReason::EvmNonceUsed,
                 "this authorization's nonce was used, but not by a transfer of this payment to us",
+            )),
+            // Used, by what the logs do not say yet: neither paid nor refused.
+            SpentBy::Unseen => Err(PaymentFailure::unavailable(
+                "the authorization is used, and the chain's logs do not show by what yet",
             )),
         }
     }

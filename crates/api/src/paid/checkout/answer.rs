@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_host::Deadline;
-use umpire_pay::{FailureKind, PaymentContext, PaymentFailure, SettlementResponse};
+use umpire_pay::{FailureKind, FailureReason, PaymentContext, PaymentFailure, SettlementResponse};
 use umpire_store::{StoreError, VerdictRecord};
 
 use crate::paid::ledger::Prepared;
@@ -160,6 +160,31 @@ pub(super) fn settlement_unknown(
         if let (name, Some(v)) = settlement_header(answer_in, &pending) {
             r.headers_mut().insert(name, v);
         }
+    }
+    r
+}
+
+/// The answer to a retry whose purchase is prepared and undecided (its payment may
+/// still land, the chain cannot say yet): `502 chain_unavailable` with
+/// `settlement_pending`, never a `402` inviting a second payment.
+pub(super) fn still_open(answer_in: AnswerHeader, ctx: &PaymentContext) -> Response {
+    let mut r = respond::error(
+        &ApiError::new(
+            ErrorCode::ChainUnavailable,
+            "this request's purchase is prepared and its payment may still land; the chain does not show it yet",
+            "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: you get its answer once the chain shows the transfer, or it is voided once the payment can no longer land. Do not pay again.",
+        )
+        .with_retry_after(RETRY_AFTER_SECS),
+    );
+    let pending = SettlementResponse {
+        success: false,
+        transaction: String::new(),
+        network: Some(ctx.rail.network.clone()),
+        payer: ctx.claimed_payer(),
+        error_reason: Some(FailureReason::SettlementPending),
+    };
+    if let (name, Some(v)) = settlement_header(answer_in, &pending) {
+        r.headers_mut().insert(name, v);
     }
     r
 }

@@ -5,6 +5,7 @@
 use umpire_pay::FailureReason;
 use umpire_pay::PaymentFailure;
 use umpire_pay::rails::Family;
+use umpire_store::PaymentState;
 
 use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
 use crate::paid::ledger::{self, ClaimError, Hold, Running};
@@ -103,6 +104,22 @@ async fn take_payment(
 ) -> Result<Hold, Taken> {
     let answered = |e| Taken::Answered(respond::error(&e));
     let (key, hash) = (&paying.payment_key, &asking.request_hash);
+    if paying.settled.is_some() {
+        // Paid already: the payment bought the purchase that prepared its answer, even
+        // one whose hold and keep have lapsed (its record of the sale may have failed).
+        let now = state.config.clock.now();
+        // (A purchase still running holds it: waited for below, as any twin is.)
+        if let Ok(Some(entry)) = state.store.get_payment(key, now).await
+            && matches!(entry.state, PaymentState::Prepared { .. })
+            && entry.held_until <= now
+        {
+            return Err(if entry.request_hash == hash.as_str() {
+                Taken::Interrupted
+            } else {
+                Taken::Spent
+            });
+        }
+    }
     let mut claimed = Hold::claim(state, key, hash).await;
     if let Err(ClaimError::InUse) = claimed {
         // Its twin is running (the same payment resent while its first request works):

@@ -9,18 +9,18 @@
 //! gets the secret back by presenting a payment signed now (see `claim::claim`).
 
 use umpire_core::ApiError;
-use umpire_pay::{FailureKind, PaymentContext, PaymentFailure, SettlementResponse};
+use umpire_pay::{FailureKind, FailureReason, PaymentContext, PaymentFailure, SettlementResponse};
 
 use crate::paid::ledger::{self, Hold, PaymentKey, Prepared, Retake, Running};
 use crate::plumbing::metrics::{self, Metric};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
-use super::answer::{ANSWER_MARGIN, deliver, settlement_unknown};
+use super::answer::{ANSWER_MARGIN, deliver, settlement_unknown, still_open};
 use super::asking::Asking;
 use super::claim::Claims;
 use super::header::withhold_secret;
-use super::sale::{Refusal, Sale, chain_unavailable, payment_in_use};
+use super::sale::{Refusal, Sale, payment_in_use};
 use super::verify::Paying;
 
 /// How an interrupted purchase's payment is decided.
@@ -57,8 +57,11 @@ impl Asking<'_> {
             .await
         {
             Decided::Answer(r) => Some(r),
-            // Refused for what verification found.
-            Decided::Refused(_) | Decided::NotPaid => None,
+            // The chain shows it cannot pay: refused for what verification found.
+            Decided::Voided(_) => None,
+            // It may still land (our earlier broadcast in a pool): never a 402 that
+            // invites a second payment while the first can still be taken.
+            Decided::Refused(_) | Decided::NotPaid => Some(still_open(self.answer_in, ctx)),
         }
     }
 
@@ -84,14 +87,21 @@ impl Asking<'_> {
             .await
         {
             Decided::Answer(r) => r,
-            Decided::Refused(f) => sale.refused(
+            Decided::Voided(f) => sale.refused(
                 self.answer_in,
                 Some(&paying.ctx.rail.network),
                 self.wallet,
                 &f,
                 Refusal::Voided,
             ),
-            Decided::NotPaid => respond::error(&payment_in_use()),
+            Decided::Refused(f) => sale.refused(
+                self.answer_in,
+                Some(&paying.ctx.rail.network),
+                self.wallet,
+                &f,
+                Refusal::Refused,
+            ),
+            Decided::NotPaid => still_open(self.answer_in, &paying.ctx),
         }
     }
 
@@ -200,12 +210,27 @@ impl Asking<'_> {
                 claims.release().await;
                 Decided::Answer(match f.transaction.as_deref() {
                     Some(_) => settlement_unknown(self.answer_in, ctx, &f),
-                    None => respond::error(&chain_unavailable()),
+                    None => still_open(self.answer_in, ctx),
                 })
             }
-            Err(f) => {
+            // Positive evidence it can never pay (canceled, used elsewhere, expired):
+            // voided.
+            Err(f)
+                if matches!(
+                    f.reason,
+                    FailureReason::EvmNonceUsed | FailureReason::EvmValidBefore
+                ) =>
+            {
                 tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
                 hold.void(state, f.reason.as_str()).await;
+                claims.release().await;
+                Decided::Voided(f)
+            }
+            // Refused now (the payer's balance, a revert) while an earlier broadcast
+            // could still land if that changes: kept prepared, refused for now.
+            Err(f) => {
+                tracing::warn!(error = %f, "an interrupted purchase cannot be settled now");
+                hold.leave_unknown(state).await;
                 claims.release().await;
                 Decided::Refused(f)
             }
@@ -217,7 +242,9 @@ impl Asking<'_> {
 enum Decided {
     /// The answer to give.
     Answer(Response),
-    /// The chain shows the payment cannot pay; the purchase is voided.
+    /// The chain shows the payment can never pay; the purchase is voided.
+    Voided(PaymentFailure),
+    /// It cannot be settled now (kept prepared: it may still land).
     Refused(PaymentFailure),
     /// Not paid yet, nothing to say but that.
     NotPaid,

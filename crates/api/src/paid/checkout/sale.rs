@@ -125,10 +125,22 @@ impl<'a> Sale<'a> {
             tracing::warn!(error = %failure, "payment could not be verified");
             return respond::error(&chain_unavailable());
         }
-        let (message, hint) = if voided && failure.reason == FailureReason::EvmNonceUsed {
+        let spent = matches!(
+            failure.reason,
+            FailureReason::EvmNonceUsed | FailureReason::DuplicateSettlement
+        );
+        let (message, hint) = if voided && spent {
             (
-                "the authorization was executed by another transaction before this purchase settled it, so the purchase was voided: nothing was delivered or kept".to_owned(),
-                "This purchase took no money: a transfer it did not make spent the authorization (your own, or one by whoever saw the payment header). Sign a new payment and retry.",
+                "the authorization was canceled, or spent on a transfer that did not pay us, before this purchase settled it, so the purchase was voided: nothing was delivered or kept".to_owned(),
+                "This purchase took no money: the chain shows the authorization used by something other than a payment to us (a cancellation, or another transfer). Sign a new payment and retry.",
+            )
+        } else if spent {
+            (
+                format!(
+                    "the payment was refused ({}): {}",
+                    failure.reason, failure.message
+                ),
+                "This request took nothing: that authorization was used already (it bought another purchase, or was canceled). Sign a new payment against the requirements in PAYMENT-REQUIRED and retry.",
             )
         } else if voided {
             (
@@ -206,7 +218,7 @@ pub(super) fn chain_unavailable() -> ApiError {
     ApiError::new(
         ErrorCode::ChainUnavailable,
         "the payment could not be checked right now (chain or facilitator unreachable)",
-        "Retry the identical request in a few seconds; nothing was charged.",
+        "Retry the identical request with the same payment in a few seconds: if it has paid, you get its purchase; you are never charged twice.",
     )
     .with_retry_after(RETRY_AFTER_SECS)
 }
