@@ -66,6 +66,9 @@ pub struct EvmChain {
     receipt_timeout: Duration,
     /// How often the chain makes a block (`ZERO`: at once, as a local chain does).
     block_time: Duration,
+    /// The latest block a receipt showed and when it was seen: the phase receipt polls
+    /// are timed to.
+    last_block: Arc<Mutex<Option<(u64, Instant)>>>,
 }
 
 /// The key that pays gas for settlements, and what it has in flight.
@@ -265,6 +268,7 @@ impl EvmChain {
             chain_id,
             receipt_timeout,
             block_time,
+            last_block: Default::default(),
         })
     }
 
@@ -783,6 +787,11 @@ impl EvmChain {
             let receipt = tokio::time::timeout(ask, self.provider.get_transaction_receipt(hash))
                 .await
                 .unwrap_or(Ok(None));
+            if let Ok(Some(r)) = &receipt
+                && let Some(number) = r.block_number
+            {
+                self.saw_block(number);
+            }
             match receipt {
                 Ok(Some(r)) if r.status() => return Ok(hash),
                 Ok(Some(_)) => {
@@ -893,24 +902,54 @@ impl EvmChain {
         let _ = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&mine.raw)).await;
     }
 
-    /// The pauses between receipt polls: on an instant chain at once, then doubling from
-    /// 5 ms to 500 ms; on a chain with blocks, a quarter block at a time, so a receipt
-    /// is seen within a quarter block of its block.
-    fn polls(&self) -> impl Iterator<Item = Duration> {
-        let quarter = self.block_time / 4;
+    /// The pauses between receipt polls. On an instant chain: at once, then doubling
+    /// from 5 ms to 500 ms. On a chain with blocks, timed to them: once a block has been
+    /// seen (a receipt tells its number, and the moment it was seen sets the phase), the
+    /// first poll comes just after the next block is due, and the ones after it briefly
+    /// while that block is fresh, then just after the one after; before any block has
+    /// been seen, a quarter block at a time.
+    fn polls(&self) -> impl Iterator<Item = Duration> + '_ {
         let mut pause = RECEIPT_POLL_FIRST;
         let mut first = true;
         std::iter::from_fn(move || {
-            if quarter > Duration::ZERO {
-                return Some(quarter);
-            }
-            let now = if first { Duration::ZERO } else { pause };
-            if !first {
-                pause = (pause * 2).min(RECEIPT_POLL_MAX);
-            }
+            let now = if self.block_time.is_zero() {
+                let now = if first { Duration::ZERO } else { pause };
+                if !first {
+                    pause = (pause * 2).min(RECEIPT_POLL_MAX);
+                }
+                now
+            } else {
+                self.pause_for_blocks(first)
+            };
             first = false;
             Some(now)
         })
+    }
+
+    /// The pause before the next receipt poll on a chain with blocks (see
+    /// [`EvmChain::polls`]).
+    fn pause_for_blocks(&self, first: bool) -> Duration {
+        let seen = *self.last_block.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, seen_at)) = seen else {
+            return self.block_time / 4;
+        };
+        let period = self.block_time.as_nanos().max(1);
+        let into = Duration::from_nanos((seen_at.elapsed().as_nanos() % period) as u64);
+        let to_next = self.block_time.saturating_sub(into);
+        if !first && into < AFTER_BLOCK_WINDOW {
+            // The block just came and the receipt was not in the answer yet: a node can
+            // be a moment behind the block it announces.
+            return AFTER_BLOCK_POLL;
+        }
+        to_next + AFTER_BLOCK_POLL / 3
+    }
+
+    /// Notes that block `number` was seen now, for timing polls to the next one.
+    fn saw_block(&self, number: u64) {
+        let mut last = self.last_block.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|(n, _)| number > n) {
+            *last = Some((number, Instant::now()));
+        }
     }
 }
 
@@ -961,6 +1000,12 @@ fn settlement_in(
         })
         .find(|tx| used_in.contains(tx))
 }
+
+/// After a block is due, receipt polls come this often while it is fresh (a node can be
+/// a moment behind the block it announces)...
+const AFTER_BLOCK_POLL: Duration = Duration::from_millis(150);
+/// ...for this long after it.
+const AFTER_BLOCK_WINDOW: Duration = Duration::from_millis(500);
 
 /// The first pause between receipt polls on an instant chain, and the longest.
 pub(super) const RECEIPT_POLL_FIRST: Duration = Duration::from_millis(5);
