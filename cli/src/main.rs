@@ -59,19 +59,63 @@ struct PayArg {
     /// Default: $UMPIRE_SOLANA_RPC_URL, else Solana's public mainnet RPC.
     #[arg(long)]
     solana_rpc: Option<String>,
+    /// The pin file every 402 is checked against (the service's key and prices; see
+    /// `umpire pin`). Default: $UMPIRE_PIN, else the pin kept for --base, made on first
+    /// use over https or on this machine.
+    #[arg(long, env = "UMPIRE_PIN")]
+    pin_file: Option<PathBuf>,
+    /// The most one payment may be: dollars (1.50) for the USDC rails, SOL (0.02sol)
+    /// for native SOL; repeat (or comma-separate) for both. Default: $UMPIRE_MAX_AMOUNT,
+    /// else the pinned price (USDC) and the signed quote (SOL).
+    #[arg(long, env = "UMPIRE_MAX_AMOUNT", value_delimiter = ',')]
+    max_amount: Vec<commands::guard::MaxAmount>,
+    /// Pay a service reached over plain http on another machine (anyone on the way
+    /// could rewrite what it asks; only for a network that is yours).
+    #[arg(long)]
+    allow_http: bool,
 }
 
 impl PayArg {
-    fn into_args(self) -> commands::pay::PayArgs {
+    fn into_args(self, budget: Option<commands::guard::Budget>) -> commands::pay::PayArgs {
         commands::pay::PayArgs {
             rail: self.rail,
             key_file: self.key_file,
             solana_keypair: self.solana_keypair,
             solana_rpc: self.solana_rpc,
+            guard: commands::guard::GuardArgs {
+                pin_file: self.pin_file,
+                max_amount: self.max_amount,
+                allow_http: self.allow_http,
+                budget,
+            },
         }
     }
 }
 
+/// What an unattended evaluator may spend.
+#[derive(clap::Args)]
+struct BudgetArg {
+    /// The most spent on verdicts in any hour, in dollars (at the pinned prices).
+    #[arg(long, env = "UMPIRE_BUDGET_PER_HOUR", default_value = "5.00")]
+    budget_per_hour: commands::guard::MaxAmount,
+    /// The most spent on verdicts by this run, in dollars; the run stops when it is
+    /// spent.
+    #[arg(long, env = "UMPIRE_BUDGET_TOTAL", default_value = "25.00")]
+    budget_total: commands::guard::MaxAmount,
+}
+
+impl BudgetArg {
+    fn budget(&self) -> Result<commands::guard::Budget, String> {
+        use commands::guard::MaxAmount::Usd;
+        match (self.budget_per_hour, self.budget_total) {
+            (Usd(per_hour), Usd(total)) => Ok(commands::guard::Budget { per_hour, total }),
+            _ => Err("--budget-per-hour and --budget-total are dollars (like 5.00)".into()),
+        }
+    }
+}
+
+// Parsed once per run: the size of the largest command's flags costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve every endpoint in one process, with state in the data directory.
@@ -201,6 +245,8 @@ enum Command {
         remote: Remote,
         #[command(flatten)]
         pay: PayArg,
+        #[command(flatten)]
+        budget: BudgetArg,
     },
     /// Print the bytes32 a provider submits to an ERC-8183 job for a deliverable (its
     /// deliverable_hash: sha256 of the stable JSON of {"json","text"}).
@@ -302,6 +348,17 @@ enum Command {
         #[command(flatten)]
         pay: PayArg,
     },
+    /// Pin the service's key and prices: from then on every payment's 402 must carry
+    /// offers signed by this key, at no more than these prices, or nothing is signed
+    /// (docs/client.md). Run it again to accept a new key or new prices.
+    Pin {
+        /// The key document to pin, a file or URL, taken from a source you trust.
+        /// Default: BASE/.well-known/umpire-key.json.
+        #[arg(long)]
+        key_document: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
     /// Make a new signing key for an AWS deployment: a fresh Ed25519 seed, encrypted
     /// under the KMS key (kms:Encrypt with the encryption context purpose=umpire-signing-seed)
     /// and printed as the two stack parameters to deploy together. The seed itself is
@@ -389,8 +446,13 @@ fn main() -> ExitCode {
                 lookback_blocks,
                 remote,
                 pay,
+                budget,
             } => {
                 use commands::evaluate::{Target, WatchArgs};
+                let budget = match budget.budget() {
+                    Ok(b) => b,
+                    Err(e) => return fail(2, &e),
+                };
                 let mut client_addresses = Vec::new();
                 for c in &clients {
                     match c.parse::<alloy::primitives::Address>() {
@@ -423,7 +485,7 @@ fn main() -> ExitCode {
                     target,
                     rpc,
                     tier,
-                    pay: pay.into_args(),
+                    pay: pay.into_args(Some(budget)),
                     evaluator_key_file,
                     umpire_key,
                     lookback_blocks,
@@ -453,7 +515,7 @@ fn main() -> ExitCode {
                     deliverable,
                     job_ref,
                     webhook,
-                    pay: pay.into_args(),
+                    pay: pay.into_args(None),
                     idempotency_key,
                     no_wait,
                 };
@@ -530,9 +592,18 @@ fn main() -> ExitCode {
                 remote,
                 pay,
             } => {
-                let pay = pay.into_args();
+                let pay = pay.into_args(None);
                 remote_call(remote, |api| async move {
                     commands::reputation::reputation(&api, &merchant, json, &pay).await
+                })
+                .await
+            }
+            Command::Pin {
+                key_document,
+                remote,
+            } => {
+                remote_call(remote, |api| async move {
+                    commands::guard::pin(&api, key_document.as_deref()).await
                 })
                 .await
             }

@@ -22,7 +22,7 @@ pub struct BuyArgs {
 }
 
 pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
-    let payer = Payer::from_args(&args.pay)?;
+    let payer = Payer::new(api, &args.pay).await?;
     let mut body = Value::object()
         .with("spec", read_json(&args.spec)?)
         .with("deliverable", read_json(&args.deliverable)?);

@@ -130,7 +130,7 @@ impl Api {
             .ok_or_else(|| Local("the 402 has no PAYMENT-REQUIRED header".into()))?;
         let required: PaymentRequired = decode_header(header)
             .map_err(|e| Local(format!("unreadable PAYMENT-REQUIRED: {e}")))?;
-        let payment = payer.pay(&required).await?;
+        let payment = payer.pay(&required, path).await?;
         let answer = self
             .until_answered(&method, path, body, &key, payment)
             .await?;
@@ -141,7 +141,7 @@ impl Api {
         // a payment signed now proves the wallet and gets it. It buys nothing (the key's
         // purchase is done, so it is answered as a replay and never settled).
         eprintln!("the purchase was made already; proving the wallet to get its secret");
-        let fresh = payer.pay(&required).await?;
+        let fresh = payer.pay(&required, path).await?;
         match self.until_answered(&method, path, body, &key, fresh).await {
             Ok(proven) if (200..300).contains(&proven.status) && !withheld_secret(&proven) => {
                 Ok(proven)

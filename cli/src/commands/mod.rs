@@ -6,6 +6,7 @@ pub mod buy;
 pub mod client;
 pub mod evaluate;
 pub mod feedback;
+pub mod guard;
 pub mod judge;
 pub mod keygen;
 pub mod lookup;

@@ -2,18 +2,27 @@
 //! native SOL), and the keys they are read from.
 
 use super::Local;
+use super::client::Api;
+use super::guard::{Guard, GuardArgs, Room};
 use alloy::signers::local::PrivateKeySigner;
 use std::path::{Path, PathBuf};
 use umpire_core::signer::LocalSigner;
 use umpire_pay::client::{Mint, RailChoice, pick, sign_exact_evm, sign_exact_svm, solana_keypair};
 use umpire_pay::solana::SolanaRpc;
-use umpire_pay::types::Asset;
+use umpire_pay::types::{Asset, PaymentRequirements};
 use umpire_pay::{PaymentRequired, svm};
 
-/// Who pays, and on which rail: an EVM wallet (USDC on Base), or a Solana keypair
+/// Who pays, and what every payment is checked against before it is signed (see
+/// `guard`): nothing is signed that the guard refuses.
+pub struct Payer {
+    wallet: Wallet,
+    guard: Guard,
+}
+
+/// The wallet, and on which rail: an EVM wallet (USDC on Base), or a Solana keypair
 /// (USDC on Solana, or native SOL at the 402's quote) with the RPC node its
 /// transaction's blockhash and the token's mint are read from.
-pub enum Payer {
+pub enum Wallet {
     Evm(PrivateKeySigner),
     Solana {
         keypair: LocalSigner,
@@ -40,15 +49,62 @@ pub struct PayArgs {
     pub key_file: Option<PathBuf>,
     pub solana_keypair: Option<PathBuf>,
     pub solana_rpc: Option<String>,
+    pub guard: GuardArgs,
 }
 
 /// Solana's public mainnet RPC (rate-limited; pass your own with --solana-rpc).
 const SOLANA_PUBLIC_RPC: &str = "https://api.mainnet-beta.solana.com";
 
 impl Payer {
-    pub fn from_args(args: &PayArgs) -> Result<Payer, Local> {
+    /// The wallet `args` names, guarded by the pin of `api`'s service (made on first
+    /// use where that is safe).
+    pub async fn new(api: &Api, args: &PayArgs) -> Result<Payer, Local> {
+        let wallet = Wallet::from_args(args)?;
+        let guard = Guard::load(api, &args.guard).await?;
+        Ok(Payer { wallet, guard })
+    }
+
+    /// What the spending budget leaves for a payment of `price` (USDC base units).
+    pub fn room(&self, price: u128) -> Room {
+        self.guard.room(price, umpire_host::Clock::system().now())
+    }
+
+    /// Signs a payment of the 402's option on this payer's rail for `path`, once the
+    /// guard approves it: the header value.
+    pub(crate) async fn pay(
+        &self,
+        required: &PaymentRequired,
+        path: &str,
+    ) -> Result<String, Local> {
+        let choice = self.wallet.choice();
+        let accepted = pick(required, choice).ok_or_else(|| {
+            Local(format!(
+                "none of the accepted rails is one this client pays on {choice:?}: {}",
+                required
+                    .accepts
+                    .iter()
+                    .map(|r| format!("{} {} {}", r.scheme, r.network, r.asset))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let index = required
+            .accepts
+            .iter()
+            .position(|r| std::ptr::eq(r, accepted))
+            .unwrap_or_default();
+        let now = umpire_host::Clock::system().now();
+        let approval = self.guard.approve(required, index, path, now)?;
+        let header = self.wallet.sign(required, accepted, now).await?;
+        self.guard.signed(approval, now);
+        Ok(header)
+    }
+}
+
+impl Wallet {
+    pub fn from_args(args: &PayArgs) -> Result<Wallet, Local> {
         let choice = match args.rail {
-            RailArg::Base => return Ok(Payer::Evm(wallet(args.key_file.as_deref())?)),
+            RailArg::Base => return Ok(Wallet::Evm(wallet(args.key_file.as_deref())?)),
             RailArg::Solana => RailChoice::SolanaUsdc,
             RailArg::Sol => RailChoice::NativeSol,
         };
@@ -69,7 +125,7 @@ impl Payer {
             .or_else(|| std::env::var("UMPIRE_SOLANA_RPC_URL").ok())
             .unwrap_or_else(|| SOLANA_PUBLIC_RPC.to_owned());
         let rpc = SolanaRpc::new(&url).map_err(|e| Local(e.message))?;
-        Ok(Payer::Solana {
+        Ok(Wallet::Solana {
             keypair,
             address,
             rpc,
@@ -77,26 +133,23 @@ impl Payer {
         })
     }
 
-    /// Signs a payment for the 402's option on this payer's rail: the header value.
-    pub(crate) async fn pay(&self, required: &PaymentRequired) -> Result<String, Local> {
-        let choice = match self {
-            Payer::Evm(_) => RailChoice::Evm,
-            Payer::Solana { choice, .. } => *choice,
-        };
-        let accepted = pick(required, choice).ok_or_else(|| {
-            Local(format!(
-                "none of the accepted rails is one this client pays on {choice:?}: {}",
-                required
-                    .accepts
-                    .iter()
-                    .map(|r| format!("{} {} {}", r.scheme, r.network, r.asset))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+    fn choice(&self) -> RailChoice {
+        match self {
+            Wallet::Evm(_) => RailChoice::Evm,
+            Wallet::Solana { choice, .. } => *choice,
+        }
+    }
+
+    /// Signs a payment of `accepted` (an option of `required`) at `now`: the header value.
+    async fn sign(
+        &self,
+        required: &PaymentRequired,
+        accepted: &PaymentRequirements,
+        now: u64,
+    ) -> Result<String, Local> {
         let from = match self {
-            Payer::Evm(w) => w.address().to_string(),
-            Payer::Solana { address, .. } => address.to_base58(),
+            Wallet::Evm(w) => w.address().to_string(),
+            Wallet::Solana { address, .. } => address.to_base58(),
         };
         let what = if accepted.asset == Asset::NativeSol {
             "lamports of native SOL".to_owned()
@@ -108,15 +161,15 @@ impl Payer {
             accepted.amount, accepted.network, accepted.pay_to
         );
         match self {
-            Payer::Evm(wallet) => sign_exact_evm(
+            Wallet::Evm(wallet) => sign_exact_evm(
                 wallet,
                 required,
                 accepted,
-                umpire_host::Clock::system().now(),
+                now,
                 umpire_host::random_bytes::<32>(),
             )
             .map_err(Local),
-            Payer::Solana { keypair, rpc, .. } => {
+            Wallet::Solana { keypair, rpc, .. } => {
                 let mint = if accepted.asset == Asset::NativeSol {
                     None
                 } else {

@@ -13,7 +13,7 @@ pub async fn reputation(
     json: bool,
     pay: &PayArgs,
 ) -> Result<ExitCode, Local> {
-    let payer = Payer::from_args(pay)?;
+    let payer = Payer::new(api, pay).await?;
     let key = umpire_host::random_id("umpire-cli");
     let a = api
         .paid(

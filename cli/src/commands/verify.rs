@@ -21,11 +21,7 @@ pub(crate) async fn load_keys(
     data_dir: Option<PathBuf>,
 ) -> Result<Vec<PublicKey>, String> {
     let doc = match key {
-        Some(k) if k.starts_with("http://") || k.starts_with("https://") => {
-            let body = fetch_key_document(k).await?;
-            parse(&body).map_err(|e| format!("{k}: {e}"))?
-        }
-        Some(k) => read_json(Path::new(k))?,
+        Some(k) => key_document(k).await?,
         None => {
             let dir = data_dir.unwrap_or_else(default_data_dir);
             let signer = load_signer(&dir).map_err(|e| {
@@ -39,6 +35,16 @@ pub(crate) async fn load_keys(
         return Err("the key document lists no usable keys".into());
     }
     Ok(keys)
+}
+
+/// A key document from a file or an http(s) URL.
+pub(crate) async fn key_document(source: &str) -> Result<Value, String> {
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let body = fetch_key_document(source).await?;
+        parse(&body).map_err(|e| format!("{source}: {e}"))
+    } else {
+        read_json(Path::new(source))
+    }
 }
 
 async fn fetch_key_document(url: &str) -> Result<Vec<u8>, String> {

@@ -108,6 +108,7 @@ impl FakeChain {
             network: Some(ctx.rail.network.clone()),
             payer: ctx.claimed_payer(),
             error_reason: None,
+            extensions: Default::default(),
         }
     }
 

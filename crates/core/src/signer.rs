@@ -36,6 +36,27 @@ pub fn key_id_for(public_key: &[u8; 32]) -> String {
     format!("{ALG}-{}", &crate::hash::sha256_hex(public_key)[..16])
 }
 
+/// The key as a `did:key` (W3C DID method `key`): `did:key:z` and base58btc of the
+/// Ed25519 multicodec prefix (0xed 0x01) and the 32 bytes. Self-describing, so the
+/// key signing x402 offers and receipts (their JWS `kid`) resolves with no lookup.
+pub fn did_key(public_key: &[u8; 32]) -> String {
+    let mut bytes = Vec::with_capacity(34);
+    bytes.extend_from_slice(&[0xed, 0x01]);
+    bytes.extend_from_slice(public_key);
+    format!("did:key:z{}", bs58::encode(bytes).into_string())
+}
+
+/// The 32 bytes a `did:key` names, if it names an Ed25519 key (a `#fragment` ignored).
+pub fn from_did_key(did: &str) -> Option<[u8; 32]> {
+    let did = did.split('#').next()?;
+    let encoded = did.strip_prefix("did:key:z")?;
+    let bytes = bs58::decode(encoded).into_vec().ok()?;
+    match bytes.as_slice() {
+        [0xed, 0x01, rest @ ..] => rest.try_into().ok(),
+        _ => None,
+    }
+}
+
 /// A signer holding the 32-byte seed in memory.
 pub struct LocalSigner {
     seed: Zeroizing<[u8; 32]>,
@@ -169,6 +190,7 @@ impl PublicKey {
             .with("alg", ALG)
             .with("public_key_base64", B64.encode(self.bytes))
             .with("public_key_hex", hex::encode(self.bytes))
+            .with("did", did_key(&self.bytes))
             .with("status", status)
     }
 
@@ -230,6 +252,19 @@ mod tests {
 
     fn unhex<const N: usize>(text: &str) -> [u8; N] {
         hex::decode(text).expect("hex").try_into().expect("length")
+    }
+
+    #[test]
+    fn did_key_round_trips_and_reads_as_an_ed25519_did() {
+        let public: [u8; 32] =
+            unhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+        let did = did_key(&public);
+        // Every Ed25519 did:key starts so (multicodec 0xed01 in base58btc).
+        assert!(did.starts_with("did:key:z6Mk"), "{did}");
+        assert_eq!(from_did_key(&did), Some(public));
+        assert_eq!(from_did_key(&format!("{did}#{}", &did[8..])), Some(public));
+        assert_eq!(from_did_key("did:key:z6Mk"), None);
+        assert_eq!(from_did_key(&did.replace("did:key:", "did:web:")), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod client;
 pub mod codec;
 pub mod config;
 pub mod evm;
+pub mod offers;
 pub mod price;
 pub mod rails;
 pub mod reason;

@@ -231,6 +231,7 @@ fn settled(ctx: &PaymentContext, tx: &Transaction) -> SettlementResponse {
         network: Some(ctx.rail.network.clone()),
         payer: Some(Account::Solana(tx.message.fee_payer())),
         error_reason: None,
+        extensions: Default::default(),
     }
 }
 

@@ -152,7 +152,7 @@ pub async fn evaluate(api: &Api, args: EvaluateArgs) -> Result<ExitCode, Local> 
             .map_err(|e: JobRefError| Local(e.to_string()))?,
     };
     let signer = evaluator_key(&args)?;
-    let payer = Payer::from_args(&args.pay)?;
+    let payer = Payer::new(api, &args.pay).await?;
     let mut escrow = Escrow::connect(&args.rpc, &on, Some(signer))
         .await
         .map_err(|e| Local(format!("escrow: {e}")))?;

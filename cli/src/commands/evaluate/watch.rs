@@ -19,6 +19,10 @@ use umpire_escrow::bytes32_hex;
 
 use super::{Evaluator, Step};
 use crate::commands::Local;
+use crate::commands::guard::Room;
+
+/// The exit status of a watch stopped because its spending budget is spent.
+pub const BUDGET_SPENT: u8 = 3;
 
 /// How often a job whose evaluation failed on the way is tried before it is given up.
 const MAX_ATTEMPTS: u32 = 10;
@@ -261,6 +265,29 @@ pub(super) async fn watch(
             },
             Ok(_) => {}
             Err(e) => eprintln!("the chain did not answer: {e}; trying again"),
+        }
+        // The cheapest verdict: while the budget has room for it, jobs are worked on.
+        let cheapest = u128::from(Tier::Witness.price().usdc_units);
+        match ev.payer.room(cheapest) {
+            Room::Spent => {
+                eprintln!(
+                    "the spending budget is spent (--budget-total); stopping with {} jobs unevaluated",
+                    pending.len()
+                );
+                return Ok(ExitCode::from(BUDGET_SPENT));
+            }
+            Room::HourSpent if !pending.is_empty() => {
+                eprintln!(
+                    "this hour's budget is spent (--budget-per-hour); {} jobs wait",
+                    pending.len()
+                );
+                if w.once {
+                    return Ok(ExitCode::from(2));
+                }
+                tokio::time::sleep(Duration::from_secs(w.poll_seconds.max(1))).await;
+                continue;
+            }
+            Room::HourSpent | Room::Open => {}
         }
         let mut again = Vec::new();
         for id in pending.drain(..) {

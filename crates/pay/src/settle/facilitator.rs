@@ -209,6 +209,7 @@ impl Settler for FacilitatorClient {
             network: Some(ctx.rail.network.clone()),
             payer: payer_of(answer.payer.as_deref(), ctx),
             error_reason: None,
+            extensions: Default::default(),
         })
     }
 

@@ -38,6 +38,7 @@ pub(super) fn settled(ctx: &PaymentContext, p: &Eip3009Payment, hash: B256) -> S
         network: Some(ctx.rail.network.clone()),
         payer: Some(Account::Evm(p.payer())),
         error_reason: None,
+        extensions: Default::default(),
     }
 }
 

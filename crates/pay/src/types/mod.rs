@@ -250,6 +250,9 @@ pub struct SettlementResponse {
     pub payer: Option<Account>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<FailureReason>,
+    /// What extensions add to the answer (`offer-receipt`'s signed receipt).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extensions: Map<String, Value>,
 }
 
 /// `SettlementResponse.network`: the spec requires the field, so a refusal that
@@ -347,6 +350,7 @@ mod tests {
                     .expect("valid fixture"),
             ),
             error_reason: Some("insufficient_funds".into()),
+            extensions: Default::default(),
         };
         let v = serde_json::to_value(&s).expect("json");
         assert_eq!(v["errorReason"], "insufficient_funds");

@@ -156,6 +156,7 @@ pub(super) fn settlement_unknown(
             network: Some(ctx.rail.network.clone()),
             payer: ctx.claimed_payer(),
             error_reason: Some(failure.reason.clone()),
+            extensions: Default::default(),
         };
         if let (name, Some(v)) = settlement_header(answer_in, &pending) {
             r.headers_mut().insert(name, v);
@@ -182,6 +183,7 @@ pub(super) fn still_open(answer_in: AnswerHeader, ctx: &PaymentContext) -> Respo
         network: Some(ctx.rail.network.clone()),
         payer: ctx.claimed_payer(),
         error_reason: Some(FailureReason::SettlementPending),
+        extensions: Default::default(),
     };
     if let (name, Some(v)) = settlement_header(answer_in, &pending) {
         r.headers_mut().insert(name, v);

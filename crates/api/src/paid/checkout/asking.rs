@@ -26,6 +26,8 @@ pub(super) struct Asking<'r> {
     /// The Idempotency-Key it came with, scoped to that wallet.
     pub(super) scoped: Option<ScopedKey>,
     pub(super) deadline: Deadline,
+    /// The URL of what is bought, as a receipt names it.
+    pub(super) resource_url: String,
 }
 
 impl<'r> Asking<'r> {
@@ -53,6 +55,7 @@ impl<'r> Asking<'r> {
             wallet,
             header,
             deadline,
+            resource_url: sale.resource_url(),
         })
     }
 }

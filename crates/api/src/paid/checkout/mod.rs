@@ -245,6 +245,7 @@ impl Checkout<'_> {
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 metrics::record(Metric::Settlement);
+                let settlement = self.sale.with_receipt(settlement);
                 let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 self.hold.settled(state, &settlement.transaction, &r).await;
                 self.claims.complete(&r).await;

@@ -20,7 +20,7 @@ use super::answer::{ANSWER_MARGIN, deliver, settlement_unknown, still_open};
 use super::asking::Asking;
 use super::claim::Claims;
 use super::header::withhold_secret;
-use super::sale::{Refusal, Sale, payment_in_use};
+use super::sale::{Refusal, Sale, payment_in_use, receipted};
 use super::verify::Paying;
 
 /// How an interrupted purchase's payment is decided.
@@ -171,27 +171,14 @@ impl Asking<'_> {
             hold.leave_unknown(state).await;
             return Decided::Answer(if reveal { r } else { withhold_secret(r) });
         }
-        let found = match how {
-            Decide::Paid(s) => Ok(Some(s.clone())),
-            Decide::Settle => state.payments.settle(ctx, self.deadline).await.map(Some),
-            Decide::Find => tokio::time::timeout_at(
-                self.deadline.less(ANSWER_MARGIN).instant().into(),
-                state.payments.find_settlement(ctx),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(PaymentFailure::unavailable(
-                    "the chain did not answer within this request's time budget",
-                ))
-            }),
-        };
-        match found {
+        match self.settlement(state, ctx, how).await {
             Ok(Some(settlement)) => {
                 tracing::warn!(
                     transaction = settlement.transaction,
                     "delivering a purchase interrupted after its answer was prepared"
                 );
                 metrics::record(Metric::Settlement);
+                let settlement = receipted(state, &self.resource_url, settlement);
                 let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 hold.settled(state, &settlement.transaction, &r).await;
                 claims.complete(&r).await;
@@ -234,6 +221,31 @@ impl Asking<'_> {
                 claims.release().await;
                 Decided::Refused(f)
             }
+        }
+    }
+}
+
+impl Asking<'_> {
+    /// What the chain says of an interrupted purchase's payment, decided `how`.
+    async fn settlement(
+        &self,
+        state: &AppState,
+        ctx: &PaymentContext,
+        how: Decide<'_>,
+    ) -> Result<Option<SettlementResponse>, PaymentFailure> {
+        match how {
+            Decide::Paid(s) => Ok(Some(s.clone())),
+            Decide::Settle => state.payments.settle(ctx, self.deadline).await.map(Some),
+            Decide::Find => tokio::time::timeout_at(
+                self.deadline.less(ANSWER_MARGIN).instant().into(),
+                state.payments.find_settlement(ctx),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(PaymentFailure::unavailable(
+                    "the chain did not answer within this request's time budget",
+                ))
+            }),
         }
     }
 }

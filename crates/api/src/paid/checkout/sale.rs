@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use umpire_core::{ApiError, ErrorCode};
+use umpire_pay::offers;
 use umpire_pay::rails::{Offer, SolRate};
 use umpire_pay::types::{Account, Network};
 use umpire_pay::{
@@ -65,9 +66,14 @@ impl<'a> Sale<'a> {
         }
     }
 
+    /// The URL the product is sold at, as the 402, its offers and receipts name it.
+    pub(super) fn resource_url(&self) -> String {
+        format!("{}{}", self.state.config.issuer, self.product.path)
+    }
+
     pub(super) fn resource(&self) -> ResourceInfo {
         ResourceInfo {
-            url: format!("{}{}", self.state.config.issuer, self.product.path),
+            url: self.resource_url(),
             description: self.product.listing.description(),
             mime_type: "application/json".into(),
             service_name: Some(discovery::SERVICE_NAME.into()),
@@ -84,7 +90,28 @@ impl<'a> Sale<'a> {
                 .rails
                 .payment_required(&self.offer(), self.resource(), reason);
         required.extensions = discovery::extensions(self.product.listing);
+        // Signed offers: proof of these terms for a payer whose 402 came through
+        // someone else (a mirror, a proxy, an agent framework). Each is good as long
+        // as a payment signed now may be, and a SOL quote no longer than the quote.
+        let now = self.state.config.clock.now();
+        let offers = offers::offers(self.state.signer.as_ref(), &required, |accepted| {
+            let window = now + accepted.max_timeout_seconds;
+            accepted
+                .extra
+                .get("quote")
+                .and_then(|q| q.get("expiresAt"))
+                .and_then(serde_json::Value::as_u64)
+                .map_or(window, |quote| quote.min(window))
+        });
         required
+            .extensions
+            .insert(offers::OFFER_RECEIPT.into(), offers.to_serde());
+        required
+    }
+
+    /// The `offer-receipt` receipt of a settled purchase of this sale, in `settlement`.
+    pub(super) fn with_receipt(&self, settlement: SettlementResponse) -> SettlementResponse {
+        receipted(self.state, &self.resource_url(), settlement)
     }
 
     pub(super) fn v1_accepts(&self) -> Vec<PaymentRequirementsV1> {
@@ -171,6 +198,7 @@ impl<'a> Sale<'a> {
             network: network.cloned(),
             payer,
             error_reason: Some(failure.reason.clone()),
+            extensions: Default::default(),
         };
         if let (name, Some(v)) = settlement_header(answer_in, &settlement) {
             r.headers_mut().insert(name, v);
@@ -231,4 +259,30 @@ pub(super) fn payment_in_use() -> ApiError {
         "Resend the identical request with the same payment (and Idempotency-Key, if you sent one) in a few seconds: once that request ends you get its answer, and you are never charged twice.",
     )
     .with_retry_after(RETRY_AFTER_SECS)
+}
+
+/// `settlement` with the signed `offer-receipt` receipt of a delivered purchase of
+/// `resource_url` (nothing added to a failed settlement or one naming no payer).
+pub(super) fn receipted(
+    state: &AppState,
+    resource_url: &str,
+    mut settlement: SettlementResponse,
+) -> SettlementResponse {
+    let (true, Some(payer), Some(network)) =
+        (settlement.success, &settlement.payer, &settlement.network)
+    else {
+        return settlement;
+    };
+    let payload = offers::ReceiptPayload {
+        network: network.as_str().to_owned(),
+        resource_url: resource_url.to_owned(),
+        payer: payer.to_string(),
+        issued_at: state.config.clock.now(),
+        transaction: Some(settlement.transaction.clone()),
+    };
+    settlement.extensions.insert(
+        offers::OFFER_RECEIPT.into(),
+        offers::receipt(state.signer.as_ref(), &payload).to_serde(),
+    );
+    settlement
 }

@@ -96,6 +96,7 @@ async fn settled_in_ledger(state: &AppState, ctx: &PaymentContext) -> Option<Pay
             network: Some(ctx.rail.network.clone()),
             payer: Some(payer),
             error_reason: None,
+            extensions: Default::default(),
         }),
         payer,
         payment_key,
