@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use umpire_blackbox::chain::{Devnet, Settlement, node_json};
+use umpire_blackbox::mirror::Mirror;
 use umpire_blackbox::{PRICE_BASIC, PRICE_SWORN, Server, TempDir, run_umpire};
 use umpire_escrow::JobRef;
 
@@ -88,6 +89,19 @@ impl World {
         env: &[(&str, &str)],
     ) -> (i32, String, String) {
         let base = format!("http://{}", self.server.addr);
+        self.evaluate_at(&base, job, tier, spec, deliverable, env)
+    }
+
+    /// `umpire evaluate` buying from the service at `base`.
+    fn evaluate_at(
+        &self,
+        base: &str,
+        job: &str,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+        env: &[(&str, &str)],
+    ) -> (i32, String, String) {
         let rpc = self.devnet.get("rpc_url");
         let key = self.devnet.get("payer_private_key");
         let records = self.files.path().to_string_lossy().into_owned();
@@ -110,7 +124,7 @@ impl World {
                 "--deliverable",
                 deliverable,
                 "--base",
-                &base,
+                base,
             ],
             &all,
         )
@@ -713,4 +727,57 @@ fn a_second_evaluation_of_a_job_waits_for_the_first_instead_of_racing_it() {
     let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
     assert_eq!(code, 0, "{err}");
     assert_eq!(json(&out)["status"], "Completed");
+}
+
+#[test]
+fn an_evaluator_behind_a_hostile_mirror_pays_nothing_and_decides_nothing() {
+    let w = World::start(&[]);
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let payer0 = w.balance("payer");
+    let upstream = format!("http://{}", w.server.addr);
+    for mode in ["inflate", "forged"] {
+        let mirror = Mirror::start(&upstream, mode);
+        let (code, out, err) = w.evaluate_at(&mirror.base, &job, "basic", &spec, &good, &[]);
+        assert_ne!(code, 0, "{mode}: {out}");
+        assert!(err.contains("refusing to pay"), "{mode}: {err}");
+        assert_eq!(mirror.payments_seen(), 0, "{mode}: a payment was sent");
+    }
+    assert_eq!(w.balance("payer"), payer0, "nothing paid");
+    assert_eq!(w.show(&id)["status"], "Submitted", "nothing decided");
+}
+
+#[test]
+fn a_watcher_stops_when_its_budget_is_spent() {
+    let w = World::start(&[]);
+    let good = w.file("good.json", GOOD);
+    let site = umpire_blackbox::Scripted::start(vec![(200, GOOD), (200, GOOD), (200, GOOD)]);
+    let brief = format!(
+        r#"{{"umpire":{{"tier":"basic","spec":{SPEC},"deliverable_url":"http://{}/d.json"}}}}"#,
+        site.addr
+    );
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let v = w.escrow(&["create", "--description", &brief]);
+            let id = v["job_id"].as_str().expect("id").to_owned();
+            w.submit(&id, &good);
+            id
+        })
+        .collect();
+    let payer0 = w.balance("payer");
+    let client = w.devnet.get("escrow_client");
+    // $1.50 buys one basic verdict ($1.00), not two.
+    let (code, out, err) = w.watch(&["--client", &client, "--budget-total", "1.50"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("spending budget"), "{err}");
+    assert_eq!(out.trim().lines().count(), 1, "one job judged: {out}");
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC, "one verdict paid");
+    let statuses: Vec<String> = ids
+        .iter()
+        .map(|id| w.show(id)["status"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(statuses.contains(&"Completed".to_owned()), "{statuses:?}");
+    assert!(statuses.contains(&"Submitted".to_owned()), "{statuses:?}");
 }

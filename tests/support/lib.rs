@@ -11,6 +11,7 @@ use umpire_core::json::{Value, parse};
 
 pub mod chain;
 pub mod lambda;
+pub mod mirror;
 pub mod stack;
 pub mod svm;
 

@@ -76,6 +76,10 @@ enum Step {
     /// Something on the way failed for now (the chain, the service, a fetch): nothing
     /// more was paid than the kept purchase, and a later run may finish it.
     Again(String),
+    /// This hour's spending budget has no room for it: nothing was paid; later.
+    Wait(String),
+    /// The spending budget is spent: nothing was paid, and no more will be.
+    Stop(String),
 }
 
 /// A refusal on our side of the evaluation (exit 1), explained.
@@ -195,7 +199,7 @@ pub async fn evaluate(api: &Api, args: EvaluateArgs) -> Result<ExitCode, Local> 
             Ok(
                 match ev.judge(&job_ref, tier, spec, deliverable_json).await {
                     Step::Done(code) => code,
-                    Step::Again(why) => {
+                    Step::Again(why) | Step::Wait(why) | Step::Stop(why) => {
                         eprintln!("umpire evaluate: {why}");
                         eprintln!(
                             "  what to do: run again later; a verdict already bought for the job is read back, not bought again"

@@ -165,6 +165,22 @@ impl Evaluator<'_> {
                 None => return skip(format!("its brief names no tier we sell ({name:?})")),
             },
         };
+        // Nothing is fetched for a job the budget cannot pay for.
+        match self.payer.room(u128::from(tier.price().usdc_units)) {
+            Room::Spent => {
+                return Step::Stop(format!(
+                    "a {} verdict does not fit in what is left of the spending budget (--budget-total)",
+                    tier.as_str()
+                ));
+            }
+            Room::HourSpent => {
+                return Step::Wait(format!(
+                    "a {} verdict does not fit in this hour's budget (--budget-per-hour)",
+                    tier.as_str()
+                ));
+            }
+            Room::Open => {}
+        }
         let commitment = match self.submitted(&job_ref, &job).await {
             Ok(c) => c,
             Err(step) => return step,
@@ -266,34 +282,24 @@ pub(super) async fn watch(
             Ok(_) => {}
             Err(e) => eprintln!("the chain did not answer: {e}; trying again"),
         }
-        // The cheapest verdict: while the budget has room for it, jobs are worked on.
-        let cheapest = u128::from(Tier::Witness.price().usdc_units);
-        match ev.payer.room(cheapest) {
-            Room::Spent => {
-                eprintln!(
-                    "the spending budget is spent (--budget-total); stopping with {} jobs unevaluated",
-                    pending.len()
-                );
-                return Ok(ExitCode::from(BUDGET_SPENT));
-            }
-            Room::HourSpent if !pending.is_empty() => {
-                eprintln!(
-                    "this hour's budget is spent (--budget-per-hour); {} jobs wait",
-                    pending.len()
-                );
-                if w.once {
-                    return Ok(ExitCode::from(2));
-                }
-                tokio::time::sleep(Duration::from_secs(w.poll_seconds.max(1))).await;
-                continue;
-            }
-            Room::HourSpent | Room::Open => {}
-        }
         let mut again = Vec::new();
-        for id in pending.drain(..) {
+        let jobs: Vec<U256> = pending.drain(..).collect();
+        for (i, &id) in jobs.iter().enumerate() {
             match ev.watched(id, ceiling, w, &fetcher).await {
                 Step::Done(_) => {
                     done.insert(id);
+                }
+                Step::Stop(why) => {
+                    eprintln!(
+                        "job {}: {why}; stopping with {} jobs unevaluated",
+                        ev.on.job(id),
+                        jobs.len() - i + again.len()
+                    );
+                    return Ok(ExitCode::from(BUDGET_SPENT));
+                }
+                Step::Wait(why) => {
+                    eprintln!("job {}: {why}; it waits", ev.on.job(id));
+                    again.push(id);
                 }
                 Step::Again(why) => {
                     let n = attempts.entry(id).or_insert(0);
