@@ -283,7 +283,7 @@ pub(super) async fn watch(
             Err(e) => eprintln!("the chain did not answer: {e}; trying again"),
         }
         let mut again = Vec::new();
-        let jobs: Vec<U256> = pending.drain(..).collect();
+        let jobs: Vec<U256> = std::mem::take(&mut pending);
         for (i, &id) in jobs.iter().enumerate() {
             match ev.watched(id, ceiling, w, &fetcher).await {
                 Step::Done(_) => {
