@@ -1,8 +1,9 @@
 //! Proof in x402's own signed forms, and a payer that cannot be overcharged: every
 //! paid 402 carries offers signed with the published key (checked with the reference
 //! library, `@x402/extensions/offer-receipt`), every purchase a signed receipt naming
-//! its payer; and `umpire buy` behind a hostile mirror — one that forwards the free
-//! routes to the genuine service and rewrites the paid 402 — signs nothing.
+//! its payer; `umpire buy` behind a hostile mirror — one that forwards the free routes
+//! to the genuine service and rewrites the paid 402 — signs nothing; and the wallet
+//! that paid reads its verdict by signing in (`@x402/extensions/sign-in-with-x`).
 
 use serde_json::Value;
 use umpire_blackbox::chain::{Devnet, Settlement, node_json};
@@ -38,6 +39,10 @@ struct EveryRail {
 
 impl EveryRail {
     fn start() -> EveryRail {
+        EveryRail::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, &str)]) -> EveryRail {
         let devnet = Devnet::start();
         let net = SolanaNet::start();
         let facilitator = SvmFacilitator::start(&net);
@@ -46,6 +51,7 @@ impl EveryRail {
             sol.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         // The witness's probe names this machine (never fetched: nobody pays).
         extra.push(("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"));
+        extra.extend_from_slice(env);
         let server = devnet.serve(Settlement::SelfSettle, &extra);
         EveryRail {
             devnet,
@@ -336,4 +342,139 @@ fn a_plain_http_service_elsewhere_is_not_paid_without_saying_so() {
     let (code, _, err) = buyer.buy("http://192.0.2.1:9", &[], &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("plain http"), "{err}");
+}
+
+/// A free port on 127.0.0.1 (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `tests/js/siwx.mjs` against `url`: (status, body, the header sent).
+fn sign_in(url: &str, args: &[&str]) -> (u64, String, String) {
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    let v = node_json("tests/js/siwx.mjs", &all);
+    (
+        v["status"].as_u64().unwrap_or_default(),
+        v["body"].as_str().unwrap_or_default().to_owned(),
+        v["header"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn the_paying_wallet_signs_in_to_its_verdict_and_nothing_else_does() {
+    let issuer = format!("http://127.0.0.1:{}", free_port());
+    let w = EveryRail::start_with(&[("UMPIRE_ISSUER", &issuer)]);
+    assert_eq!(w.base(), issuer);
+    let url = format!("{issuer}/v1/verdicts/basic");
+    let devnet = w.devnet.devnet_json();
+    let bought = node_json(
+        "tests/js/buy.mjs",
+        &["--devnet", &devnet, "--url", &url, "--body", &body()],
+    );
+    assert_eq!(bought["status"], 201, "{bought}");
+    let answer: Value = serde_json::from_str(bought["body"].as_str().expect("body")).expect("JSON");
+    let id = answer["verdict_id"].as_str().expect("id").to_owned();
+    let status_url = format!("{issuer}/v1/verdicts/{id}");
+    let payer_key = w.devnet.get("payer_private_key");
+
+    // Without a credential: the challenge, declared.
+    let asked = request(
+        w.server.addr,
+        "GET",
+        &format!("/v1/verdicts/{id}"),
+        &[],
+        None,
+    );
+    assert_eq!(asked.status, 422);
+    let challenge = decode_b64_json(asked.header("payment-required").expect("challenge"));
+    let declared = &challenge["extensions"]["sign-in-with-x"];
+    assert_eq!(declared["info"]["uri"], status_url.as_str(), "{challenge}");
+    assert_eq!(
+        declared["info"]["domain"],
+        issuer.trim_start_matches("http://")
+    );
+
+    // The paying wallet, through the reference helpers: the verdict, no secret needed.
+    let (status, text, header) = sign_in(&status_url, &["--private-key", &payer_key]);
+    assert_eq!(status, 200, "{text}");
+    let read: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(read["verdict_id"], id.as_str());
+    assert_eq!(read["document"], answer["document"]);
+
+    // The same proof again: its nonce is spent.
+    let (status, text, _) = sign_in(&status_url, &["--header", &header]);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("invalid_siwx_nonce"), "{text}");
+
+    // Another wallet: told what an unknown id is told.
+    let stranger = format!("0x{}", "42".repeat(32));
+    let (status, text, _) = sign_in(&status_url, &["--private-key", &stranger]);
+    assert_eq!(status, 404, "{text}");
+
+    // A proof for another domain, and an expired one.
+    let (status, text, _) = sign_in(
+        &status_url,
+        &["--private-key", &payer_key, "--tamper", "domain"],
+    );
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("invalid_siwx_domain_mismatch"), "{text}");
+    let (status, text, _) = sign_in(
+        &status_url,
+        &["--private-key", &payer_key, "--tamper", "expired"],
+    );
+    assert_eq!(status, 401, "{text}");
+    assert!(
+        text.contains("invalid_siwx_issued_at_too_old") || text.contains("invalid_siwx_expired"),
+        "{text}"
+    );
+
+    // A proof for this verdict opens no other: bound to its URI.
+    let other = node_json(
+        "tests/js/buy.mjs",
+        &["--devnet", &devnet, "--url", &url, "--body", &body()],
+    );
+    let other: Value = serde_json::from_str(other["body"].as_str().expect("body")).expect("JSON");
+    let other_url = format!(
+        "{issuer}/v1/verdicts/{}",
+        other["verdict_id"].as_str().expect("id")
+    );
+    let (_, _, fresh) = sign_in(&status_url, &["--private-key", &payer_key]);
+    let (status, text, _) = sign_in(&other_url, &["--header", &fresh]);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("invalid_siwx_uri_mismatch"), "{text}");
+
+    // The Solana payer signs in with SIWS the same way.
+    let svm = w.net.svm_json();
+    let sol = node_json(
+        "tests/js/buy.mjs",
+        &["--svm", &svm, "--url", &url, "--body", &body()],
+    );
+    assert_eq!(sol["status"], 201, "{sol}");
+    let sol: Value = serde_json::from_str(sol["body"].as_str().expect("body")).expect("JSON");
+    let sol_url = format!(
+        "{issuer}/v1/verdicts/{}",
+        sol["verdict_id"].as_str().expect("id")
+    );
+    let (status, text, _) = sign_in(&sol_url, &["--svm-keypair", &w.net.get("payer_keypair")]);
+    assert_eq!(status, 200, "{text}");
+    // ...and the EVM payer cannot read the Solana payer's verdict.
+    let (status, _, _) = sign_in(&sol_url, &["--private-key", &payer_key]);
+    assert_eq!(status, 404);
+
+    // `umpire status` signs in with the wallet when no secret is given.
+    let (code, out, err) = run_umpire(
+        &["status", &id, "--base", &issuer],
+        &[("UMPIRE_WALLET_KEY", payer_key.as_str())],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&id), "{out}");
+    let (code, _, err) = run_umpire(
+        &["status", &id, "--base", &issuer],
+        &[("UMPIRE_WALLET_KEY", stranger.as_str())],
+    );
+    assert_eq!(code, 1, "{err}");
 }

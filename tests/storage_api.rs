@@ -33,6 +33,7 @@ fn record(
         expires_at: created_at + ttl,
         webhook_outcome: None,
         job_key: None,
+        payer: None,
     }
 }
 

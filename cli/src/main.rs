@@ -286,10 +286,14 @@ enum Command {
     /// A verdict's status and document, with the one-time secret from the purchase.
     Status {
         id: String,
+        /// The one-time secret the purchase returned. Without it, the wallet that paid
+        /// proves itself instead (sign-in-with-x): --rail and its key, as for `buy`.
         #[arg(long)]
-        secret: String,
+        secret: Option<String>,
         #[command(flatten)]
         remote: Remote,
+        #[command(flatten)]
+        pay: PayArg,
     },
     /// Sworn verdict ids bought with this spec_hash and webhook URL.
     Find {
@@ -525,9 +529,27 @@ fn main() -> ExitCode {
                 )
                 .await
             }
-            Command::Status { id, secret, remote } => {
+            Command::Status {
+                id,
+                secret,
+                remote,
+                pay,
+            } => {
+                use commands::lookup::Credential;
+                let credential = match secret {
+                    Some(s) => Credential::Secret(s),
+                    None => match commands::pay::Wallet::from_args(&pay.into_args(None)) {
+                        Ok(w) => Credential::Wallet(w),
+                        Err(e) => {
+                            return fail(
+                                2,
+                                &format!("no --secret, and no wallet to sign in with: {}", e.0),
+                            );
+                        }
+                    },
+                };
                 remote_call(remote, |api| async move {
-                    commands::lookup::status(&api, &id, &secret).await
+                    commands::lookup::status(&api, &id, credential).await
                 })
                 .await
             }

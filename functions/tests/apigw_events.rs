@@ -184,6 +184,7 @@ async fn status_and_find_read_path_query_and_bearer_from_the_event() {
             expires_at: now + 3600,
             webhook_outcome: None,
             job_key: None,
+            payer: None,
         })
         .await
         .expect("seed");

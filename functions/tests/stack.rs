@@ -206,6 +206,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
             expires_at: now + 3600,
             webhook_outcome: None,
             job_key: None,
+            payer: None,
         })
         .await
         .expect("a pending verdict");

@@ -122,6 +122,7 @@ async fn bought(
             expires_at: now + 86_400,
             webhook_outcome: None,
             job_key: Some(key.to_hex()),
+            payer: None,
         })
         .await
         .expect("put verdict");
@@ -489,6 +490,7 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
             expires_at: now + 3600,
             webhook_outcome: None,
             job_key: Some(key.to_hex()),
+            payer: None,
         })
         .await
         .expect("a pending verdict");

@@ -304,8 +304,16 @@ impl Server {
     }
 
     fn spawn_bin(bin: &Path, data: TempDir, env: &[(&str, &str)], stderr: Stdio) -> Server {
+        // A server whose issuer is on this machine listens where its issuer says (a
+        // sign-in is bound to the issuer's host and port); any other on a free port.
+        let addr = env
+            .iter()
+            .find(|(k, _)| *k == "UMPIRE_ISSUER")
+            .and_then(|(_, v)| v.strip_prefix("http://"))
+            .filter(|a| a.starts_with("127.0.0.1:"))
+            .unwrap_or("127.0.0.1:0");
         let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+        cmd.args(["serve", "--addr", addr, "--data-dir"])
             .arg(data.path())
             .env("RUST_LOG", "warn")
             // Tests not about rate limits must not trip them; those that are set limits.

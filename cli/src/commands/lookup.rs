@@ -2,23 +2,86 @@
 
 use std::process::ExitCode;
 
+use alloy::signers::SignerSync as _;
 use reqwest::Method;
+use umpire_core::signer::Signer as _;
 use umpire_core::urlenc::component;
+use umpire_pay::siwx::{Proof, SIGN_IN_WITH_X, siwe_message, siws_message};
 
 use super::Local;
 use super::client::{Api, free};
+use super::pay::Wallet;
 
-/// A verdict by id, with the secret its purchase returned.
-pub async fn status(api: &Api, id: &str, secret: &str) -> Result<ExitCode, Local> {
+/// How a status read proves it may read the verdict.
+pub enum Credential {
+    /// The one-time secret its purchase returned.
+    Secret(String),
+    /// The wallet that paid (sign-in-with-x).
+    Wallet(Wallet),
+}
+
+/// A verdict by id, with its secret or the paying wallet's proof.
+pub async fn status(api: &Api, id: &str, credential: Credential) -> Result<ExitCode, Local> {
     let path = format!("/v1/verdicts/{}", component(id));
-    free(
-        api,
-        Method::GET,
-        &path,
-        &[("authorization", format!("Bearer {secret}"))],
-        None,
-    )
-    .await
+    let header = match credential {
+        Credential::Secret(secret) => ("authorization", format!("Bearer {secret}")),
+        Credential::Wallet(wallet) => (SIGN_IN_WITH_X, sign_in(api, &path, &wallet).await?),
+    };
+    free(api, Method::GET, &path, &[header], None).await
+}
+
+/// A proof from `wallet` answering the challenge the service gives for `path`; only a
+/// challenge for the service asked (its host, its URI) is signed.
+async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local> {
+    let asked = api.send(Method::GET, path, &[], None).await?;
+    let declaration = asked
+        .body
+        .get("error")
+        .and_then(|e| e.get("extensions"))
+        .and_then(|e| e.get(SIGN_IN_WITH_X))
+        .ok_or_else(|| {
+            Local(format!(
+                "the service offers no sign-in with a wallet here (it answered {}); pass --secret",
+                asked.status
+            ))
+        })?
+        .to_serde();
+    let base = reqwest::Url::parse(api.base()).map_err(|e| Local(e.to_string()))?;
+    let host = match base.port() {
+        Some(p) => format!("{}:{p}", base.host_str().unwrap_or_default()),
+        None => base.host_str().unwrap_or_default().to_owned(),
+    };
+    let (kind, address) = match wallet {
+        Wallet::Evm(w) => ("eip191", w.address().to_checksum(None)),
+        Wallet::Solana { address, .. } => ("ed25519", address.to_base58()),
+    };
+    let mut proof = Proof::answering(&declaration, kind, &address).map_err(Local)?;
+    let uri = format!("{}{path}", api.base());
+    if proof.domain != host || proof.uri != uri {
+        return Err(Local(format!(
+            "refusing to sign a sign-in for {} ({}) asked by {}: a proof is only for the service it is sent to",
+            proof.domain,
+            proof.uri,
+            api.base()
+        )));
+    }
+    proof.signature = match wallet {
+        Wallet::Evm(w) => {
+            let chain_id = proof
+                .chain_id
+                .strip_prefix("eip155:")
+                .and_then(|c| c.parse::<u64>().ok())
+                .ok_or_else(|| Local(format!("{} is not an EVM chain", proof.chain_id)))?;
+            let signature = w
+                .sign_message_sync(siwe_message(&proof, chain_id).as_bytes())
+                .map_err(|e| Local(format!("signing failed: {e}")))?;
+            alloy::primitives::hex::encode_prefixed(signature.as_bytes())
+        }
+        Wallet::Solana { keypair, .. } => {
+            bs58::encode(keypair.sign(siws_message(&proof).as_bytes())).into_string()
+        }
+    };
+    Ok(proof.to_header())
 }
 
 /// The verdicts bought for a spec with a webhook.

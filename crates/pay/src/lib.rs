@@ -14,6 +14,7 @@ pub mod price;
 pub mod rails;
 pub mod reason;
 pub mod settle;
+pub mod siwx;
 pub mod solana;
 pub mod svm;
 pub mod types;

@@ -88,6 +88,11 @@ pub struct VerdictRecord {
     /// answer): only the stores' own columns hold it.
     #[serde(skip)]
     pub job_key: Option<String>,
+    /// The wallet that paid for it (an EVM address, checksummed, or a Solana address):
+    /// it may read the verdict by proving the wallet (sign-in-with-x) instead of the
+    /// secret. None for verdicts bought before it was kept.
+    #[serde(default)]
+    pub payer: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

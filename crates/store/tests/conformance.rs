@@ -33,6 +33,7 @@ fn verdict(id: &str, spec_hash: &str, webhook: Option<&str>, expires_at: u64) ->
         expires_at,
         webhook_outcome: None,
         job_key: None,
+        payer: None,
     }
 }
 
@@ -75,6 +76,16 @@ async fn verdicts_round_trip_and_are_created_once(store: &dyn Store) {
     );
     store.delete_verdict("vrd_a").await.expect("delete");
     assert_eq!(store.get_verdict("vrd_a", NOW).await.expect("get"), None);
+    // The paying wallet is kept (it may sign in to read the verdict).
+    let paid = VerdictRecord {
+        payer: Some("0x70997970C51812dc3A010C7d01b50e0d17dc79C8".into()),
+        ..verdict("vrd_p", "s1", None, NOW + 100)
+    };
+    store.put_verdict(&paid).await.expect("put");
+    assert_eq!(
+        store.get_verdict("vrd_p", NOW).await.expect("get"),
+        Some(paid)
+    );
 }
 
 async fn retention_is_enforced_on_read(store: &dyn Store) {

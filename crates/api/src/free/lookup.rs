@@ -4,6 +4,7 @@
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
+use crate::free::siwx;
 use crate::plumbing::limits;
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
@@ -23,7 +24,7 @@ pub fn query_param(req: &Request, name: &str) -> Option<String> {
         .last()
 }
 
-fn not_found() -> ApiError {
+pub(crate) fn not_found() -> ApiError {
     // The same answer for an unknown id, an expired one and a wrong secret, so ids
     // cannot be probed.
     ApiError::new(
@@ -34,12 +35,33 @@ fn not_found() -> ApiError {
 }
 
 pub async fn status(state: &AppState, req: &Request) -> Response {
-    respond::outcome(status_inner(state, req).await, Some("no-store"))
+    match status_inner(state, req).await {
+        Ok(v) => respond::outcome(Ok(v), Some("no-store")),
+        Err(Denied::Plainly(e)) => respond::error(&e),
+        Err(Denied::Challenging(e)) => siwx::challenge(state, req, &e),
+    }
 }
 
-async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError> {
+/// Why a status read is refused, and whether the answer offers a wallet proof instead.
+pub(super) enum Denied {
+    Plainly(ApiError),
+    /// No usable credential: the answer carries a sign-in-with-x challenge.
+    Challenging(ApiError),
+}
+
+impl From<ApiError> for Denied {
+    fn from(e: ApiError) -> Self {
+        Denied::Plainly(e)
+    }
+}
+
+async fn status_inner(state: &AppState, req: &Request) -> Result<Value, Denied> {
     limits::enforce_for(state, "status", req).await?;
     let id = crate::plumbing::routes::last_segment(req);
+    if let Some(proof) = req.headers().get(umpire_pay::siwx::SIGN_IN_WITH_X) {
+        let rec = siwx::proven(state, id, proof).await?;
+        return Ok(status_body(&rec)?);
+    }
     let bearer = req
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -53,14 +75,14 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .or_else(|| query_param(req, "secret"))
         .filter(|s| !s.is_empty())
     else {
-        return Err(ApiError::new(
+        return Err(Denied::Challenging(ApiError::new(
             ErrorCode::InvalidRequest,
-            "the verdict's secret is required",
-            "Send the one-time secret from the purchase response as Authorization: Bearer <secret> (or ?secret=).",
-        ));
+            "the verdict's secret (or a proof from the wallet that paid) is required",
+            "Send the one-time secret from the purchase response as Authorization: Bearer <secret> (or ?secret=), or sign the sign-in-with-x challenge in this answer with the wallet that paid and send it in the SIGN-IN-WITH-X header.",
+        )));
     };
     if !is_verdict_id(id) {
-        return Err(not_found());
+        return Err(not_found().into());
     }
     let now = state.config.clock.now();
     let rec = state
@@ -70,8 +92,13 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .map_err(crate::internal)?
         .ok_or_else(not_found)?;
     if !crate::paid::secret::matches(&rec.secret_hash, &secret) {
-        return Err(not_found());
+        return Err(not_found().into());
     }
+    Ok(status_body(&rec)?)
+}
+
+/// What a verdict's status read shows.
+fn status_body(rec: &umpire_store::VerdictRecord) -> Result<Value, ApiError> {
     let embed = |text: &Option<String>| -> Result<Value, ApiError> {
         match text {
             None => Ok(Value::Null),
@@ -90,7 +117,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, ApiError
         .with(
             "webhook_delivery",
             match (&rec.webhook_url, &rec.document) {
-                (Some(_), Some(_)) => Some(crate::sworn::webhook_status(&rec)),
+                (Some(_), Some(_)) => Some(crate::sworn::webhook_status(rec)),
                 _ => None,
             },
         ))

@@ -3,3 +3,4 @@
 
 pub mod handlers;
 pub mod lookup;
+pub mod siwx;

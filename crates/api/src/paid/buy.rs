@@ -169,6 +169,7 @@ impl Paid<'_, '_> {
             expires_at: now + DOCUMENT_RETENTION_DAYS * 86_400,
             webhook_outcome: None,
             job_key: None,
+            payer: Some(self.checkout.payer.to_string()),
         }
     }
 

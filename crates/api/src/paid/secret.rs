@@ -117,6 +117,7 @@ mod tests {
             expires_at: 0,
             webhook_outcome: None,
             job_key: None,
+            payer: None,
         };
         assert_eq!(webhook_key(&signer, &record), Some(webhook_key_of(&a)));
         let rotated = LocalSigner::from_seed([9; 32]);

@@ -459,6 +459,7 @@ fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
             .as_deref()
             .and_then(WebhookOutcome::parse),
         job_key: opt_s(item, "job_key"),
+        payer: opt_s(item, "payer"),
     })
 }
 

@@ -30,6 +30,9 @@ impl VerdictStore for DynamoStore {
         if let Some(k) = &rec.job_key {
             item.insert("job_key".into(), s(k));
         }
+        if let Some(p) = &rec.payer {
+            item.insert("payer".into(), s(p));
+        }
         if let Some(p) = &rec.preview {
             item.insert("preview".into(), s(p));
         }

@@ -87,12 +87,13 @@ CREATE INDEX IF NOT EXISTS jobs_due ON jobs (not_before);
 
 /// Columns added to `verdicts` after its first release: a data directory made by an
 /// earlier version gains them on open (the webhook's state, kept on the verdict).
-const VERDICT_ADDED_COLUMNS: [(&str, &str); 5] = [
+const VERDICT_ADDED_COLUMNS: [(&str, &str); 6] = [
     ("webhook_attempt", "INTEGER"),
     ("webhook_held_until", "INTEGER"),
     ("webhook_done", "INTEGER"),
     ("webhook_outcome", "TEXT"),
     ("job_key", "TEXT"),
+    ("payer", "TEXT"),
 ];
 
 /// Columns `payments` gained after it was first created.
@@ -237,6 +238,7 @@ fn verdict_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(VerdictRecord, S
                 .as_deref()
                 .and_then(WebhookOutcome::parse),
             job_key: r.get(11)?,
+            payer: r.get(12)?,
         },
         status,
     ))
@@ -394,8 +396,8 @@ fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
     })
 }
 
-const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, job_key";
+const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, job_key, payer";
 /// What a verdict is read back with: its columns (the job key last) and the webhook's
 /// outcome.
-const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome, job_key";
+const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome, job_key, payer";
 const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";

@@ -16,7 +16,7 @@ impl VerdictStore for SqliteStore {
         let inserted = self
             .run(move |c| {
                 c.execute(
-                    &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"),
+                    &format!("INSERT OR IGNORE INTO verdicts ({VERDICT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                     params![
                         r.verdict_id,
                         r.tier.as_str(),
@@ -28,7 +28,8 @@ impl VerdictStore for SqliteStore {
                         r.webhook_url,
                         r.created_at,
                         r.expires_at,
-                        r.job_key
+                        r.job_key,
+                        r.payer
                     ],
                 )
             })
