@@ -10,6 +10,9 @@ import threading
 import time
 
 criterion, bench_dir = sys.argv[1], sys.argv[2]
+# UMPIRE_BENCH_ONLY=paid|like_base runs that section of the paid path alone (the
+# criterion rows are read either way: they cost nothing).
+ONLY = os.environ.get("UMPIRE_BENCH_ONLY")
 
 
 def median_ns(name):
@@ -384,7 +387,8 @@ def paid_path():
                      f"p50 {floor['p50_ms']:.0f} ms, p99 {floor['p99_ms']:.0f} ms; CPU s: {cpu(floor)}", "-", True))
 
 
-paid_path()
+if ONLY in (None, "paid"):
+    paid_path()
 
 
 def paid_path_like_base():
@@ -423,10 +427,11 @@ def paid_path_like_base():
                      f"Umpire {u['rps'] / ref['rps']:.2f}x the reference's throughput" if ref["rps"] else "", "-", True))
 
 
-paid_path_like_base()
+if ONLY in (None, "like_base"):
+    paid_path_like_base()
 
 fn_dir = os.environ.get("UMPIRE_FUNCTIONS_DIR")
-if fn_dir:
+if fn_dir and ONLY is None:
     venv = os.path.dirname(os.path.dirname(sys.executable))
     out = subprocess.run(["infra/local/with-moto.sh", venv, sys.executable, "bench/cold_start.py", fn_dir],
                          check=True, capture_output=True, text=True).stdout
