@@ -292,7 +292,7 @@ fn paid_tools_refuse_batches_oversized_payments_and_unreadable_keys() {
 
     let big = format!(
         r#","_meta":{{"x402/payment":{{"x402Version":2,"payload":{{"pad":"{}"}}}}}}"#,
-        "a".repeat(9000)
+        "a".repeat(17_000)
     );
     let r = post_mcp(&server, &call(3, args, &big), &[]);
     let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");

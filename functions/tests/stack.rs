@@ -350,6 +350,13 @@ async fn every_route_and_job_runs_under_its_own_role() {
     // One payment sent twice without a key (as @x402/fetch resends): the ledger replays.
     tokio::task::block_in_place(|| {
         let payment = sign_payment(&devnet, &url("/v1/verdicts/basic"), BASIC);
+        // The reference client echoes the 402's extensions (Bazaar schema, an offer per
+        // rail) into the header: with every rail on, it must still pass API Gateway.
+        assert!(
+            payment.len() + 1024 <= umpire_core::platform::API_GATEWAY_REQUEST_HEADERS_BYTES,
+            "a {}-byte payment header leaves no room under API Gateway's limit",
+            payment.len()
+        );
         for _ in 0..2 {
             let r = request(
                 api,

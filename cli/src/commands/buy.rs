@@ -114,9 +114,7 @@ pub async fn buy_once(
     key: &str,
 ) -> Result<Result<Answer, Refused>, Local> {
     let path = format!("/v1/verdicts/{tier}");
-    let a = api
-        .paid(Method::POST, &path, Some(body), payer, key)
-        .await?;
+    let a = super::purchase::paid(api, Method::POST, &path, Some(body), payer, key).await?;
     if a.status != 201 && a.status != 202 {
         return Ok(Err(Refused::of(&a)));
     }

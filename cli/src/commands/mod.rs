@@ -11,6 +11,7 @@ pub mod judge;
 pub mod keygen;
 pub mod lookup;
 pub mod pay;
+pub mod purchase;
 pub mod reputation;
 pub mod serve;
 pub mod validate;

@@ -15,18 +15,18 @@ pub async fn reputation(
 ) -> Result<ExitCode, Local> {
     let payer = Payer::new(api, pay).await?;
     let key = umpire_host::random_id("umpire-cli");
-    let a = api
-        .paid(
-            Method::GET,
-            &format!(
-                "/v1/reputation?merchant={}",
-                umpire_core::urlenc::component(merchant)
-            ),
-            None,
-            &payer,
-            &key,
-        )
-        .await?;
+    let a = super::purchase::paid(
+        api,
+        Method::GET,
+        &format!(
+            "/v1/reputation?merchant={}",
+            umpire_core::urlenc::component(merchant)
+        ),
+        None,
+        &payer,
+        &key,
+    )
+    .await?;
     if a.status != 200 {
         return Ok(refused(&a));
     }

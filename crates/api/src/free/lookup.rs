@@ -4,16 +4,11 @@
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
+use crate::free::denied::{Denied, is_verdict_id, not_found};
 use crate::free::siwx;
 use crate::plumbing::limits;
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
-
-/// Verdict ids as minted: `vrd_` and 32 lowercase hex digits.
-pub fn is_verdict_id(id: &str) -> bool {
-    id.strip_prefix("vrd_")
-        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-}
 
 /// Query parameters, percent-decoded; the last of a repeated name wins.
 pub fn query_param(req: &Request, name: &str) -> Option<String> {
@@ -24,34 +19,11 @@ pub fn query_param(req: &Request, name: &str) -> Option<String> {
         .last()
 }
 
-pub(crate) fn not_found() -> ApiError {
-    // The same answer for an unknown id, an expired one and a wrong secret, so ids
-    // cannot be probed.
-    ApiError::new(
-        ErrorCode::NotFound,
-        "no verdict with that id and secret",
-        "Check the id and send the one-time secret from the purchase response as Authorization: Bearer <secret>. Documents are kept 90 days.",
-    )
-}
-
 pub async fn status(state: &AppState, req: &Request) -> Response {
     match status_inner(state, req).await {
         Ok(v) => respond::outcome(Ok(v), Some("no-store")),
         Err(Denied::Plainly(e)) => respond::error(&e),
         Err(Denied::Challenging(e)) => siwx::challenge(state, req, &e),
-    }
-}
-
-/// Why a status read is refused, and whether the answer offers a wallet proof instead.
-pub(super) enum Denied {
-    Plainly(ApiError),
-    /// No usable credential: the answer carries a sign-in-with-x challenge.
-    Challenging(ApiError),
-}
-
-impl From<ApiError> for Denied {
-    fn from(e: ApiError) -> Self {
-        Denied::Plainly(e)
     }
 }
 

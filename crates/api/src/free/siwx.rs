@@ -12,7 +12,7 @@ use umpire_pay::siwx::{self, Expected, Proof, SIGN_IN_WITH_X};
 use umpire_pay::types::{Account, Network};
 use umpire_store::VerdictRecord;
 
-use super::lookup::{Denied, is_verdict_id, not_found};
+use super::denied::{Denied, is_verdict_id, not_found};
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
 

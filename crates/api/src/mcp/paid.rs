@@ -21,10 +21,12 @@ pub const PAYMENT_META_KEY: &str = "x402/payment";
 
 pub const PAYMENT_RESPONSE_META_KEY: &str = "x402/payment-response";
 
-/// The largest payment a paid tool takes (base64 of its JSON): what fits in an HTTP
-/// request's headers through API Gateway, with room for the others.
-pub(super) const MAX_PAYMENT_BYTES: usize =
-    umpire_core::platform::API_GATEWAY_REQUEST_HEADERS_BYTES - 2048;
+/// The largest payment a paid tool takes (base64 of its JSON). Reference clients echo
+/// the 402's extensions (the Bazaar's schema, one signed offer per rail) into every
+/// payment, so with three rails a payment is ~9 KB. Over MCP it travels in the body and
+/// reaches the paid route in process or by Invoke, where API Gateway's header limit does
+/// not apply: room for more rails, still a bound on what a hostile call makes us decode.
+pub(super) const MAX_PAYMENT_BYTES: usize = 16 * 1024;
 
 /// Where the paid tools' requests go: the paid routes themselves.
 #[async_trait::async_trait]
@@ -68,7 +70,6 @@ pub(super) async fn paid_tool(
             ));
         }
         let encoded = off_thread(move || umpire_pay::encode_header(&payment.to_serde())).await;
-        // As large as the same payment may be over HTTP (API Gateway's header limit).
         if encoded.len() > MAX_PAYMENT_BYTES {
             return Ok(tool_error(&format!(
                 "_meta[\"x402/payment\"] is {} bytes encoded; a payment is at most {MAX_PAYMENT_BYTES}",
