@@ -318,6 +318,29 @@ fn an_unconfirmed_sol_transfer_is_delivered_only_once_it_lands() {
     assert_eq!(net.lamports(&ours), ours0 + price);
 }
 
+/// Confirmation polls follow the slots: on a cluster that confirms a transfer about two
+/// slots after it lands, a purchase asks for its status a few times, not on a schedule
+/// blind to the slots (at once, then 5 ms doubling: nine polls by then).
+#[test]
+fn sol_confirmation_polls_follow_the_slots() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(
+        &facilitator,
+        &price_feed("150.00"),
+        &[("UMPIRE_SOLANA_SLOT_MS", "400")],
+    );
+    net.confirm_after(std::time::Duration::from_millis(900));
+    let required = required(&server);
+    let payment = net.sign_native(&required, None);
+    let before = net.calls_of("getSignatureStatuses");
+    let r = post(&server, &[("PAYMENT-SIGNATURE", payment.as_str())]);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let polls = net.calls_of("getSignatureStatuses") - before;
+    // At 400 ms, then every 200 ms: confirmed by the poll at 1,000 ms.
+    assert!((1..=5).contains(&polls), "{polls} status polls");
+}
+
 #[test]
 fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     let net = SolanaNet::start();

@@ -15,6 +15,9 @@
 //   umpire_failSends [n]           the next n sendTransaction calls are refused
 //   umpire_holdStatuses [bool]     getSignatureStatuses reports landed transactions as
 //                                  only processed (not yet confirmed) while true
+//   umpire_confirmAfter [ms]       landed transactions are reported processed until ms
+//                                  after they landed (a cluster's votes take slots)
+//   umpire_calls [method]          how many calls of method came so far
 //
 // A transaction lands when sent (each send moves the chain one slot on); statuses of
 // landed ones are reported finalized.
@@ -130,6 +133,8 @@ const payToAta = await fund(payTo, 1n * SOL, 0n);
 const statuses = new Map(); // signature -> {slot, err}
 let failSends = 0;
 let holdStatuses = false;
+let confirmAfter = 0;
+const calls = new Map(); // method -> calls so far
 const slot = () => Number(svm.getClock().slot);
 const context = () => ({ slot: slot() });
 const nextSlot = () => svm.warpToSlot(svm.getClock().slot + 1n);
@@ -203,9 +208,9 @@ const methods = {
       if (typeof err === "string" || !config.skipPreflight) {
         throw { code: -32002, message: `Transaction simulation failed: ${JSON.stringify(err)}`, data: { err, logs: r.meta().logs() } };
       }
-      statuses.set(sig, { slot: slot(), err });
+      statuses.set(sig, { slot: slot(), err, at: Date.now() });
     } else {
-      statuses.set(sig, { slot: slot(), err: null });
+      statuses.set(sig, { slot: slot(), err: null, at: Date.now() });
     }
     nextSlot();
     return sig;
@@ -215,12 +220,13 @@ const methods = {
     value: signatures.map((s) => {
       const st = statuses.get(s);
       if (!st) return null;
+      const processed = holdStatuses || Date.now() < st.at + confirmAfter;
       return {
         slot: st.slot,
-        confirmations: holdStatuses ? 0 : null,
+        confirmations: processed ? 0 : null,
         err: st.err,
         status: st.err ? { Err: st.err } : { Ok: null },
-        confirmationStatus: holdStatuses ? "processed" : "finalized",
+        confirmationStatus: processed ? "processed" : "finalized",
       };
     }),
   }),
@@ -240,6 +246,11 @@ const methods = {
     holdStatuses = Boolean(hold);
     return holdStatuses;
   },
+  umpire_confirmAfter: ([ms]) => {
+    confirmAfter = Number(ms ?? 0);
+    return confirmAfter;
+  },
+  umpire_calls: ([method]) => calls.get(method) ?? 0,
 };
 
 const server = http.createServer((req, res) => {
@@ -255,6 +266,7 @@ const server = http.createServer((req, res) => {
       return;
     }
     const one = (m) => {
+      calls.set(m.method, (calls.get(m.method) ?? 0) + 1);
       const method = methods[m.method];
       if (!method) return { jsonrpc: "2.0", id: m.id, error: { code: -32601, message: `Method not found: ${m.method}` } };
       try {

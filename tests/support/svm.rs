@@ -107,6 +107,22 @@ impl SolanaNet {
         self.rpc("umpire_holdStatuses", json!([hold]));
     }
 
+    /// Landed transactions are reported only processed until `after` past landing, as a
+    /// cluster confirms a transaction once its votes come in, slots later.
+    pub fn confirm_after(&self, after: std::time::Duration) {
+        self.rpc(
+            "umpire_confirmAfter",
+            json!([u64::try_from(after.as_millis()).unwrap_or(u64::MAX)]),
+        );
+    }
+
+    /// How many calls of `method` the node has answered so far.
+    pub fn calls_of(&self, method: &str) -> u64 {
+        self.rpc("umpire_calls", json!([method]))
+            .as_u64()
+            .expect("a count")
+    }
+
     /// The next `n` broadcasts are refused by the node.
     pub fn fail_sends(&self, n: u32) {
         self.rpc("umpire_failSends", json!([n]));

@@ -24,6 +24,7 @@
 //! | `UMPIRE_EVM_BLOCK_TIME_MS` | the chain's block interval, which receipt polls follow (`0`: blocks at once) | `2000` on Base and Base Sepolia, else `0` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
 //! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on | — |
+//! | `UMPIRE_SOLANA_SLOT_MS` | the cluster's slot time, which native SOL's confirmation polls follow (`0`: a node that confirms at once) | `400` |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -335,7 +336,21 @@ pub async fn payments_from(
             })?;
             let rpc = crate::solana::SolanaRpc::new(&url)
                 .map_err(|e| err("UMPIRE_SOLANA_RPC_URL", e.message))?;
-            Some(Arc::new(crate::solana::NativeSolSettler { rpc }) as Arc<dyn Settler>)
+            let slot_time = match get("UMPIRE_SOLANA_SLOT_MS") {
+                None => crate::solana::SLOT_TIME,
+                Some(v) => v
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| *ms <= 10_000)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| {
+                        err(
+                            "UMPIRE_SOLANA_SLOT_MS",
+                            "must be milliseconds from 0 (slots at once) to 10000",
+                        )
+                    })?,
+            };
+            Some(Arc::new(crate::solana::NativeSolSettler { rpc, slot_time }) as Arc<dyn Settler>)
         }
     };
     let payments = Payments {

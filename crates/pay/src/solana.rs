@@ -215,6 +215,34 @@ fn already_processed(error: &Value) -> bool {
 #[derive(Debug, Clone)]
 pub struct NativeSolSettler {
     pub rpc: SolanaRpc,
+    /// How often the cluster makes a slot (`ZERO`: at once, as a local node does); the
+    /// confirmation polls follow it.
+    pub slot_time: Duration,
+}
+
+/// Solana's target slot time.
+pub const SLOT_TIME: Duration = Duration::from_millis(400);
+
+/// The pauses between confirmation polls after a broadcast. With slots: none for the
+/// first slot (a transaction lands in the leader's slot at the earliest, and is
+/// confirmed once a supermajority has voted on it after that), then every half slot, so
+/// a confirmation is seen at most half a slot late for a poll or two per slot. At once:
+/// polled at once, then after 5 ms doubling to 500 ms.
+pub fn confirmation_polls(slot_time: Duration) -> impl Iterator<Item = Duration> {
+    let mut pause = Duration::ZERO;
+    let mut first = true;
+    std::iter::from_fn(move || {
+        let now = if !slot_time.is_zero() {
+            if first { slot_time } else { slot_time / 2 }
+        } else if first {
+            Duration::ZERO
+        } else {
+            pause = (pause * 2).clamp(Duration::from_millis(5), Duration::from_millis(500));
+            pause
+        };
+        first = false;
+        Some(now)
+    })
 }
 
 fn transaction_of(ctx: &PaymentContext) -> Result<Transaction, PaymentFailure> {
@@ -288,30 +316,29 @@ impl Settler for NativeSolSettler {
                 ));
             }
         }
-        // Polled at once, then after 5 ms doubling to 500 ms, until shortly before the
+        // Polled on the slots' schedule (`confirmation_polls`) until shortly before the
         // deadline. Only a confirmed success is a settlement: a broadcast still
         // unconfirmed then has an unknown outcome (the payer may have emptied the
         // account so it is dropped), so the purchase stays prepared and the customer's
         // retry delivers it once the chain shows it landed (`find_settlement`).
-        let mut pause = Duration::from_millis(5);
-        loop {
+        for pause in confirmation_polls(self.slot_time) {
+            if !deadline.allows(ANSWER_MARGIN + pause) {
+                break;
+            }
+            tokio::time::sleep(pause).await;
             match self.rpc.status(&sig).await {
                 Ok(Landed::Ok) => return Ok(settled(ctx, &tx)),
                 Ok(Landed::Failed(err)) => return Err(failed_on_chain(&err)),
                 Ok(Landed::No | Landed::Processed) | Err(_) => {}
             }
-            if !deadline.allows(ANSWER_MARGIN + pause) {
-                tracing::warn!(
-                    signature = sig,
-                    "SOL transfer unconfirmed at the deadline; outcome unknown"
-                );
-                return Err(PaymentFailure::unavailable(
-                    "the SOL transfer was broadcast but not confirmed within this request's time; retry the identical request to get its verdict once it lands",
-                ));
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
         }
+        tracing::warn!(
+            signature = sig,
+            "SOL transfer unconfirmed at the deadline; outcome unknown"
+        );
+        Err(PaymentFailure::unavailable(
+            "the SOL transfer was broadcast but not confirmed within this request's time; retry the identical request to get its verdict once it lands",
+        ))
     }
 
     async fn find_settlement(
@@ -330,6 +357,18 @@ impl Settler for NativeSolSettler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn confirmation_polls_follow_the_slots_or_double_at_once() {
+        let ms = |d: Duration| d.as_millis();
+        let slots: Vec<u128> = confirmation_polls(SLOT_TIME).take(4).map(ms).collect();
+        assert_eq!(slots, [400, 200, 200, 200]);
+        let at_once: Vec<u128> = confirmation_polls(Duration::ZERO)
+            .take(10)
+            .map(ms)
+            .collect();
+        assert_eq!(at_once, [0, 5, 10, 20, 40, 80, 160, 320, 500, 500]);
+    }
 
     #[test]
     fn already_processed_is_read_from_the_error_not_from_the_logs() {
