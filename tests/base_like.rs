@@ -598,3 +598,81 @@ fn a_transfer_that_would_have_failed_its_estimate_reverts_and_delivers_nothing()
     assert_eq!(settler_nonce, "0x1", "the transfer was sent and reverted");
     base.audit();
 }
+
+/// Preconfirmations (`UMPIRE_EVM_PRECONFIRMATIONS=on`) against an RPC that streams
+/// flashblocks: the purchase is answered on the preconfirmed receipt, before any block
+/// holds the transfer, and the block then seals it. Off, the same RPC's preconfirmed
+/// receipt is not enough: the answer waits for the block.
+#[test]
+fn preconfirmations_answer_before_the_block_and_off_waits_for_it() {
+    let on = Base::open(Mining::Manual, &[("UMPIRE_EVM_PRECONFIRMATIONS", "on")]);
+    on.proxy.preconfirm(Some(Duration::from_millis(200)));
+    let r = on.buy(&on.sign(), &key());
+    assert_eq!(r.status, 201, "{}", text(&r));
+    let tx = settlement(&r)["transaction"]
+        .as_str()
+        .expect("transaction")
+        .to_owned();
+    assert_eq!(
+        on.devnet.rpc("eth_getTransactionReceipt", json!([tx])),
+        serde_json::Value::Null,
+        "answered before any block held the transfer"
+    );
+    assert_eq!(on.charged(), 0);
+    on.devnet.mine();
+    assert_eq!(on.charged(), PRICE_BASIC);
+    on.audit();
+
+    let off = Base::open(Mining::Manual, &[]);
+    off.proxy.preconfirm(Some(Duration::from_millis(200)));
+    let purchase = off.buy_in_background(&off.sign(), &key());
+    off.await_broadcasts(1);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !purchase.is_finished(),
+        "off: a preconfirmed receipt does not answer the purchase"
+    );
+    off.devnet.mine();
+    let r = purchase.join().expect("buyer");
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(off.charged(), PRICE_BASIC);
+    off.audit();
+}
+
+/// A preconfirmation the block does not include: the purchase was answered on it, the
+/// transaction left the pool, and the process that answered sends it again (the
+/// authorization is still valid), so the payment lands after all.
+#[test]
+fn a_preconfirmation_not_included_is_sent_again_and_lands() {
+    let base = Base::open(Mining::Manual, &[("UMPIRE_EVM_PRECONFIRMATIONS", "on")]);
+    base.proxy.preconfirm(Some(Duration::from_millis(200)));
+    base.proxy.drop_preconfirmed(true);
+    let r = base.buy(&base.sign(), &key());
+    assert_eq!(r.status, 201, "{}", text(&r));
+    base.proxy.drop_preconfirmed(false);
+    let tx = settlement(&r)["transaction"]
+        .as_str()
+        .expect("transaction")
+        .to_owned();
+    assert_eq!(
+        base.devnet.rpc("eth_getTransactionByHash", json!([tx])),
+        serde_json::Value::Null,
+        "the preconfirmed transfer left the pool"
+    );
+    // The answering process notices (receipts two blocks late) and sends it again.
+    let started = Instant::now();
+    while base
+        .devnet
+        .rpc("eth_getTransactionByHash", json!([tx]))
+        .is_null()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the dropped transfer was never sent again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    base.devnet.mine();
+    assert_eq!(base.charged(), PRICE_BASIC, "paid after all, once");
+    base.audit();
+}

@@ -643,6 +643,13 @@ struct ProxyControl {
     /// (method, fault, calls left; `None`: every call).
     faults: Mutex<Vec<(String, Fault, Option<usize>)>>,
     calls: Mutex<Vec<String>>,
+    /// When each transaction sent through the proxy was accepted, by hash.
+    sent_at: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Receipts are preconfirmed this long after a send (0: never), as a flashblocks
+    /// RPC does.
+    preconfirm_ms: AtomicU64,
+    /// A preconfirmed transaction then leaves the pool.
+    drop_preconfirmed: AtomicBool,
     /// The next call of this method waits until [`Paused::resume`].
     pause_on: Mutex<Option<String>>,
     paused: Mutex<PauseState>,
@@ -707,6 +714,22 @@ impl RpcProxy {
     pub fn late_receipts(&self, after: Duration) {
         let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
         self.ctl.late_receipts_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Answers like an RPC that streams flashblocks: a transaction sent through the
+    /// proxy has a (preconfirmed) receipt `after` its send, in the block being built,
+    /// before the chain seals it (`None`: receipts only for sealed blocks).
+    pub fn preconfirm(&self, after: Option<Duration>) {
+        let ms = after.map_or(0, |a| {
+            u64::try_from(a.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        self.ctl.preconfirm_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// A transaction preconfirmed from now on leaves the pool at once: its flashblock
+    /// is not included.
+    pub fn drop_preconfirmed(&self, drop: bool) {
+        self.ctl.drop_preconfirmed.store(drop, Ordering::SeqCst);
     }
 
     /// Calls of `method` reach the chain, their answers are dropped.
@@ -782,6 +805,22 @@ impl RpcProxy {
     }
 }
 
+/// One JSON-RPC call sent on to the chain, and its answer (an error object when the
+/// chain's answer is not JSON).
+fn forward(upstream: SocketAddr, call: &Value) -> Value {
+    let answer = request(
+        upstream,
+        "POST",
+        "/",
+        &[("Content-Type", "application/json")],
+        Some(call.to_string().as_bytes()),
+    );
+    serde_json::from_slice(&answer.body).unwrap_or_else(|_| {
+        json!({"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32603,
+            "message": format!("upstream answered {}", answer.status)}})
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -823,24 +862,45 @@ impl ProxyControl {
             return;
         };
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        let calls: Vec<&Value> = match &body {
-            Value::Array(calls) => calls.iter().collect(),
-            call => vec![call],
+        let (calls, batch): (Vec<&Value>, bool) = match &body {
+            Value::Array(calls) => (calls.iter().collect(), true),
+            call => (vec![call], false),
         };
-        let methods: Vec<String> = calls
-            .iter()
-            .map(|c| c["method"].as_str().unwrap_or_default().to_owned())
-            .collect();
-        lock(&self.calls).extend(methods.iter().cloned());
+        lock(&self.calls).extend(
+            calls
+                .iter()
+                .map(|c| c["method"].as_str().unwrap_or_default().to_owned()),
+        );
         std::thread::sleep(Duration::from_millis(
             self.latency_ms.load(Ordering::SeqCst),
         ));
-        // Faults, pauses and lost answers apply to single calls; a batch is forwarded.
-        let method = if calls.len() == 1 {
-            methods[0].clone()
+        // Each call of a batch meets the same faults, pauses and lost answers as a call
+        // alone (a node answers a batch call by call); one lost answer loses the batch.
+        let mut answers = Vec::with_capacity(calls.len());
+        for call in calls {
+            match self.answer(call, upstream) {
+                Some(a) => answers.push(a),
+                None => return,
+            }
+        }
+        let answer = if batch {
+            Value::Array(answers)
         } else {
-            String::new()
+            answers.pop().unwrap_or(Value::Null)
         };
+        let body = answer.to_string();
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = conn.write_all(body.as_bytes());
+    }
+
+    /// The answer to one call, or `None` when it is lost (the proxy went down, or the
+    /// call went through and its answer is dropped).
+    fn answer(&self, call: &Value, upstream: SocketAddr) -> Option<Value> {
+        let method = call["method"].as_str().unwrap_or_default().to_owned();
         let hold = {
             let mut on = lock(&self.pause_on);
             let hit = !method.is_empty() && on.as_deref() == Some(method.as_str());
@@ -861,53 +921,103 @@ impl ProxyControl {
             }
         }
         if self.down.load(Ordering::SeqCst) {
-            return;
+            return None;
         }
-        let id = calls
-            .first()
-            .map(|c| c["id"].clone())
-            .unwrap_or(Value::Null);
-        let reply = |conn: &mut std::net::TcpStream, status: u16, body: &[u8]| {
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(body);
-        };
+        let id = call["id"].clone();
         let mut lose = false;
         match self.fault_for(&method) {
             Some(Fault::Delay(d)) => std::thread::sleep(d),
             Some(Fault::Fail(message)) => {
-                let v = json!({"jsonrpc": "2.0", "id": id,
-                    "error": {"code": -32000, "message": message}});
-                return reply(&mut conn, 200, v.to_string().as_bytes());
+                return Some(json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32000, "message": message}}));
             }
             Some(Fault::LoseAnswer) => lose = true,
             Some(Fault::Result(result)) => {
-                let v = json!({"jsonrpc": "2.0", "id": id, "result": result});
-                return reply(&mut conn, 200, v.to_string().as_bytes());
+                return Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
             }
             None => {}
         }
-        if calls.len() == 1 && self.receipt_is_late(calls[0]) {
-            let v = json!({"jsonrpc": "2.0", "id": id, "result": null});
-            return reply(&mut conn, 200, v.to_string().as_bytes());
+        if self.receipt_is_late(call) {
+            return Some(json!({"jsonrpc": "2.0", "id": id, "result": null}));
         }
         let delay = self.receipt_delay_ms.load(Ordering::SeqCst);
         if method == "eth_getTransactionReceipt" && delay > 0 {
             std::thread::sleep(Duration::from_millis(delay));
         }
-        let answer = request(
-            upstream,
-            "POST",
-            "/",
-            &[("Content-Type", "application/json")],
-            Some(&req.body),
-        );
+        let mut answer = forward(upstream, call);
         if lose || lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
-            return;
+            return None;
         }
-        reply(&mut conn, answer.status, &answer.body);
+        if method == "eth_sendRawTransaction"
+            && let Some(hash) = answer["result"].as_str()
+        {
+            lock(&self.sent_at).insert(hash.to_owned(), std::time::Instant::now());
+        }
+        if method == "eth_getTransactionReceipt"
+            && answer["result"].is_null()
+            && let Some(receipt) = self.preconfirmed(call, upstream)
+        {
+            answer["result"] = receipt;
+        }
+        Some(answer)
+    }
+
+    /// What a flashblocks-aware RPC answers for a transaction the proxy forwarded and the
+    /// chain has not sealed yet: once a flashblock has passed since it was sent (and it is
+    /// still in the pool), a receipt in the block being built, its status what the
+    /// transaction does on the latest state. With `drop_preconfirmed`, the transaction
+    /// then leaves the pool (the flashblock is not included).
+    fn preconfirmed(&self, call: &Value, upstream: SocketAddr) -> Option<Value> {
+        let every = self.preconfirm_ms.load(Ordering::SeqCst);
+        if every == 0 {
+            return None;
+        }
+        let hash = call["params"][0].as_str()?.to_owned();
+        let sent = *lock(&self.sent_at).get(&hash)?;
+        if sent.elapsed() < Duration::from_millis(every) {
+            return None;
+        }
+        let rpc = |method: &str, params: Value| {
+            forward(
+                upstream,
+                &json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+            )
+        };
+        let tx = rpc("eth_getTransactionByHash", json!([hash]))["result"].clone();
+        if tx.is_null() || !tx["blockNumber"].is_null() {
+            return None;
+        }
+        let simulated = rpc(
+            "eth_call",
+            json!([{"from": tx["from"], "to": tx["to"], "data": tx["input"],
+                "gas": tx["gas"], "value": tx["value"]}, "latest"]),
+        );
+        let status = if simulated["error"].is_null() {
+            "0x1"
+        } else {
+            "0x0"
+        };
+        let latest = rpc("eth_blockNumber", json!([]))["result"]
+            .as_str()
+            .and_then(|n| u64::from_str_radix(n.trim_start_matches("0x"), 16).ok())?;
+        if self.drop_preconfirmed.load(Ordering::SeqCst) {
+            rpc("anvil_dropTransaction", json!([hash]));
+        }
+        Some(json!({
+            "transactionHash": hash,
+            "transactionIndex": "0x1",
+            "blockHash": format!("0x{}", "fb".repeat(32)),
+            "blockNumber": format!("0x{:x}", latest + 1),
+            "from": tx["from"],
+            "to": tx["to"],
+            "cumulativeGasUsed": "0x14c08",
+            "gasUsed": "0x14c08",
+            "effectiveGasPrice": tx["maxFeePerGas"].clone(),
+            "contractAddress": null,
+            "logs": [],
+            "logsBloom": format!("0x{}", "00".repeat(256)),
+            "type": tx["type"].clone(),
+            "status": status,
+        }))
     }
 }

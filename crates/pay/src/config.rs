@@ -22,6 +22,7 @@
 //! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key | — |
 //! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
 //! | `UMPIRE_EVM_BLOCK_TIME_MS` | the chain's block interval, which receipt polls follow (`0`: blocks at once) | `2000` on Base and Base Sepolia, else `0` |
+//! | `UMPIRE_EVM_PRECONFIRMATIONS` | `on`: answer a purchase on the preconfirmed receipt a flashblocks RPC gives (docs/paying.md states the risk) | `off` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
 //! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on | — |
 //! | `UMPIRE_SOLANA_SLOT_MS` | the cluster's slot time, which native SOL's confirmation polls follow (`0`: a node that confirms at once) | `400` |
@@ -316,6 +317,17 @@ pub async fn payments_from(
             )
             .await
             .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
+            let preconfirmations = match get("UMPIRE_EVM_PRECONFIRMATIONS").as_deref() {
+                None | Some("off") => false,
+                Some("on") => true,
+                Some(_) => {
+                    return Err(err(
+                        "UMPIRE_EVM_PRECONFIRMATIONS",
+                        "must be on (answer on a flashblocks RPC's preconfirmed receipt) or off",
+                    ));
+                }
+            };
+            let chain = chain.with_preconfirmations(preconfirmations);
             Some(Arc::new(SelfSettler { chain }) as Arc<dyn Settler>)
         }
         (other, _) => {

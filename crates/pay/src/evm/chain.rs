@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use alloy::consensus::{SignableTransaction, Transaction as _, TxEip1559, TxEnvelope};
 use alloy::eips::{BlockNumberOrTag, Encodable2718};
 use alloy::network::{TransactionBuilder, TxSignerSync};
-use alloy::primitives::{Address, B256, Bytes, TxKind, U256};
+use alloy::primitives::{Address, B256, Bytes, TxKind, U64, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::client::BatchRequest;
-use alloy::rpc::types::{Filter, Log, TransactionRequest};
+use alloy::rpc::types::{Filter, Log, TransactionReceipt, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
 use alloy::transports::{RpcError, TransportErrorKind};
@@ -66,9 +66,33 @@ pub struct EvmChain {
     receipt_timeout: Duration,
     /// How often the chain makes a block (`ZERO`: at once, as a local chain does).
     block_time: Duration,
-    /// The latest block a receipt showed and when it was seen: the phase receipt polls
-    /// are timed to.
+    /// The latest block the chain showed and when it was first seen: the phase receipt
+    /// polls are timed to.
     last_block: Arc<Mutex<Option<(u64, Instant)>>>,
+    /// Whether a purchase may be answered on a preconfirmed receipt (a flashblocks RPC's
+    /// receipt in the block being built), see [`EvmChain::with_preconfirmations`].
+    preconfirmations: bool,
+}
+
+/// What one receipt poll found.
+struct Polled {
+    success: bool,
+    /// In a block the chain has sealed (not a preconfirmation of the one being built).
+    sealed: bool,
+}
+
+/// Proof that the authorization paid us.
+#[derive(Debug, Clone, Copy)]
+struct Confirmed {
+    tx: B256,
+    /// `false`: only preconfirmed so far.
+    sealed: bool,
+}
+
+impl Confirmed {
+    fn sealed(tx: B256) -> Confirmed {
+        Confirmed { tx, sealed: true }
+    }
 }
 
 /// The key that pays gas for settlements, and what it has in flight.
@@ -269,7 +293,20 @@ impl EvmChain {
             receipt_timeout,
             block_time,
             last_block: Default::default(),
+            preconfirmations: false,
         })
+    }
+
+    /// Answers purchases on preconfirmed receipts: an RPC that streams Base's
+    /// flashblocks gives a receipt ~200 ms after the sequencer ordered the transaction,
+    /// before its block is sealed. Receipts are then polled a flashblock after the
+    /// broadcast and every half flashblock after that. The risk: a preconfirmation the
+    /// sealed block does not include (see docs/paying.md); after such an answer the
+    /// process keeps watching the transaction until it is sealed, and sends it again if
+    /// it left the pool. Off, a receipt counts only once its block is sealed.
+    pub fn with_preconfirmations(mut self, on: bool) -> EvmChain {
+        self.preconfirmations = on;
+        self
     }
 
     pub fn chain_id(&self) -> u64 {
@@ -516,15 +553,71 @@ impl EvmChain {
                 Sent::PaidBy(tx) => return Ok(tx),
             },
         };
-        let decided = self.confirm(token, payment, pay_to, sent.hash, until).await;
-        if !matches!(&decided, Err(f) if f.transaction.is_some()) {
-            settler
-                .broadcasts
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+        let decided = self
+            .confirm(
+                token,
+                payment,
+                pay_to,
+                sent.hash,
+                until,
+                self.preconfirmations,
+            )
+            .await;
+        match decided {
+            Ok(c) if !c.sealed => self.follow(token, payment, pay_to, c.tx, id),
+            Err(ref f) if f.transaction.is_some() => {}
+            _ => {
+                settler
+                    .broadcasts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+            }
         }
-        decided
+        decided.map(|c| c.tx)
+    }
+
+    /// Watches a transaction answered on its preconfirmation until its block is sealed
+    /// (resending it if it left the pool, as a late broadcast is), for as long as its
+    /// authorization is valid. In `umpire serve` this runs to the end; on Lambda only
+    /// while the instance runs (a frozen instance resumes it on its next event).
+    fn follow(
+        &self,
+        token: Address,
+        payment: &Eip3009Payment,
+        pay_to: Address,
+        tx: B256,
+        id: String,
+    ) {
+        let chain = self.clone();
+        let payment = payment.clone();
+        let valid_before = u64::try_from(payment.authorization.validBefore).unwrap_or(u64::MAX);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let until =
+            Instant::now() + Duration::from_secs(valid_before.saturating_sub(now).min(3600));
+        tokio::spawn(async move {
+            match chain
+                .confirm(token, &payment, pay_to, tx, until, false)
+                .await
+            {
+                Ok(c) => tracing::info!(tx = %c.tx, "a preconfirmed settlement is sealed"),
+                Err(e) => tracing::error!(
+                    %tx,
+                    reason = %e.message,
+                    "a purchase answered on a preconfirmation was not included: the transfer did not land"
+                ),
+            }
+            if let Some(settler) = &chain.settler {
+                settler
+                    .broadcasts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+            }
+        });
     }
 
     /// Resends a broadcast this process made earlier (harmless if it arrived, the
@@ -768,10 +861,11 @@ impl EvmChain {
         pay_to: Address,
         hash: B256,
         until: Instant,
-    ) -> Result<B256, PaymentFailure> {
+        preconfirmed_ok: bool,
+    ) -> Result<Confirmed, PaymentFailure> {
         let started = Instant::now();
         let late_after = (self.block_time * RECEIPT_LATE_BLOCKS).max(Duration::from_secs(1));
-        let mut polls = self.polls();
+        let mut polls = self.polls(preconfirmed_ok);
         let mut refilled = false;
         loop {
             let left = until.saturating_duration_since(Instant::now());
@@ -784,33 +878,34 @@ impl EvmChain {
             let ask = until
                 .saturating_duration_since(Instant::now())
                 .min(late_after);
-            let receipt = tokio::time::timeout(ask, self.provider.get_transaction_receipt(hash))
+            let receipt = tokio::time::timeout(ask, self.poll_receipt(hash))
                 .await
                 .unwrap_or(Ok(None));
-            if let Ok(Some(r)) = &receipt
-                && let Some(number) = r.block_number
-            {
-                self.saw_block(number);
-            }
             match receipt {
-                Ok(Some(r)) if r.status() => return Ok(hash),
-                Ok(Some(_)) => {
+                Ok(Some(r)) if r.success && (r.sealed || preconfirmed_ok) => {
+                    return Ok(Confirmed {
+                        tx: hash,
+                        sealed: r.sealed,
+                    });
+                }
+                Ok(Some(r)) if !r.success && r.sealed => {
                     // Reverted: most likely the authorization was executed first by
                     // another transaction, or canceled; the chain says which.
                     return match self.why_not(token, payment, pay_to, "reverted").await? {
-                        OnChain::PaidUs(tx) => Ok(tx),
+                        OnChain::PaidUs(tx) => Ok(Confirmed::sealed(tx)),
                         OnChain::Unspent => Err(invalid(
                             FailureReason::SettlementFailed,
                             format!("the transfer {hash} reverted on chain"),
                         )),
                     };
                 }
-                Ok(None) => {}
+                // Preconfirmed only: the sealed block decides.
+                Ok(_) => {}
                 Err(e) => tracing::debug!(%hash, error = %e, "receipt poll failed; polling again"),
             }
             if started.elapsed() >= late_after {
                 if let Some(decided) = self.decided_by_logs(token, payment, pay_to, until).await {
-                    return decided;
+                    return decided.map(Confirmed::sealed);
                 }
                 // Late, and unused: our transaction may have been dropped, or wait
                 // behind a nonce a lost broadcast left empty. Both are put right.
@@ -825,13 +920,40 @@ impl EvmChain {
             .decided_by_logs(token, payment, pay_to, until + CONFIRM_MARGIN)
             .await
         {
-            return decided;
+            return decided.map(Confirmed::sealed);
         }
         tracing::warn!(%hash, "no proof of settlement before the deadline");
         Err(PaymentFailure::pending(
             hash.to_string(),
             "the transfer was broadcast and is not confirmed yet",
         ))
+    }
+
+    /// One receipt poll: the receipt and, in the same round trip (one JSON-RPC batch),
+    /// the latest sealed block, which tells a sealed receipt from a preconfirmed one and
+    /// sets the phase the polls are timed to.
+    async fn poll_receipt(&self, hash: B256) -> Result<Option<Polled>, PaymentFailure> {
+        const METHOD: &str = "eth_getTransactionReceipt";
+        let mut batch = BatchRequest::new(self.provider.client());
+        let receipt = batch
+            .add_call::<_, Option<TransactionReceipt>>(METHOD, &(hash,))
+            .map_err(|e| rpc_error(METHOD, e))?;
+        let latest = batch
+            .add_call::<_, U64>("eth_blockNumber", &[(); 0])
+            .map_err(|e| rpc_error("eth_blockNumber", e))?;
+        batch.send().await.map_err(|e| rpc_error(METHOD, e))?;
+        let latest = latest
+            .await
+            .map_err(|e| rpc_error("eth_blockNumber", e))?
+            .to::<u64>();
+        self.saw_block(latest);
+        let Some(r) = receipt.await.map_err(|e| rpc_error(METHOD, e))? else {
+            return Ok(None);
+        };
+        Ok(Some(Polled {
+            success: r.status(),
+            sealed: r.block_number.is_some_and(|n| n <= latest),
+        }))
     }
 
     /// The outcome if the token already knows it: the authorization used by a transfer
@@ -908,11 +1030,15 @@ impl EvmChain {
     /// first poll comes just after the next block is due, and the ones after it briefly
     /// while that block is fresh, then just after the one after; before any block has
     /// been seen, a quarter block at a time.
-    fn polls(&self) -> impl Iterator<Item = Duration> + '_ {
+    fn polls(&self, preconfirmed: bool) -> impl Iterator<Item = Duration> + '_ {
         let mut pause = RECEIPT_POLL_FIRST;
         let mut first = true;
         std::iter::from_fn(move || {
-            let now = if self.block_time.is_zero() {
+            let now = if preconfirmed {
+                // A flashblock orders what arrived during it: the first poll after one,
+                // then every half flashblock.
+                if first { FLASHBLOCK } else { FLASHBLOCK / 2 }
+            } else if self.block_time.is_zero() {
                 let now = if first { Duration::ZERO } else { pause };
                 if !first {
                     pause = (pause * 2).min(RECEIPT_POLL_MAX);
@@ -1000,6 +1126,10 @@ fn settlement_in(
         })
         .find(|tx| used_in.contains(tx))
 }
+
+/// How often Base's sequencer streams a flashblock (a preconfirmed part of the block
+/// being built).
+const FLASHBLOCK: Duration = Duration::from_millis(200);
 
 /// After a block is due, receipt polls come this often while it is fresh (a node can be
 /// a moment behind the block it announces)...
