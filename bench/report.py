@@ -239,7 +239,7 @@ def like_base(devnet, devnet_json, chain):
 
     rpc_call(devnet["rpc_url"], "evm_setAutomine", [False])
     rpc_call(devnet["rpc_url"], "evm_setIntervalMining", [chain["block_time"]])
-    proxy = RpcProxy(devnet["rpc_url"], chain.get("latency_ms", 0))
+    proxy = RpcProxy(devnet["rpc_url"], chain.get("latency_ms", 0), chain.get("preconfirm_ms", 0))
     proxied = dict(devnet, rpc_url=proxy.url)
     path = devnet_json.replace(".json", "-proxied.json")
     with open(path, "w") as f:
@@ -266,6 +266,8 @@ def paid_run(who, concurrency, terms, chain=None):
         proxy, devnet, devnet_json = like_base(devnet, devnet_json, chain)
         count = chain["count"]
         extra["UMPIRE_EVM_BLOCK_TIME_MS"] = str(chain["block_time"] * 1000)
+        if chain.get("preconfirm_ms"):
+            extra["UMPIRE_EVM_PRECONFIRMATIONS"] = "on"
     try:
         load = ["node", "bench/paid_load.mjs", "--concurrency", str(concurrency)]
         if who == "floor":
@@ -412,19 +414,37 @@ def paid_path_like_base():
             continue
         honest = u["paid"] == u["ok"] and ref["paid"] == ref["ok"]
         gap = u["p50_ms"] - floor["p50_ms"]
+        # Issue 39: within 150 ms of the floor; issue 43 (at 40 ms a round trip): within
+        # one round trip of it, and below the reference's p50.
+        allowed = latency if latency else 150
         rows.append((label, f"{u['rps']:,.1f}/s",
                      f"p50 {u['p50_ms']:.0f} ms, p99 {u['p99_ms']:.0f} ms; paid on chain {u['paid']} of {u['ok']}; "
                      f"refused: {refused(u)}; calls per purchase: {calls_per_purchase(u)}",
-                     "p50 <= floor + 150 ms", gap <= 150 and honest))
+                     f"p50 <= floor + {allowed} ms", gap <= allowed and honest))
         rows.append(("  the reference TS stack", f"{ref['rps']:,.1f}/s",
                      f"p50 {ref['p50_ms']:.0f} ms, p99 {ref['p99_ms']:.0f} ms; paid on chain {ref['paid']} of {ref['ok']}; "
                      f"refused: {refused(ref)}; calls per purchase: {calls_per_purchase(ref)}",
-                     "Umpire >= ref /s", u["rps"] >= ref["rps"] and honest))
+                     "Umpire >= ref /s" + (", p50 < ref" if latency else ""),
+                     u["rps"] >= ref["rps"] and (not latency or u["p50_ms"] < ref["p50_ms"]) and honest))
         rows.append(("  floor: the payer's own broadcast + receipt polls", f"{floor['rps']:,.1f}/s",
                      f"p50 {floor['p50_ms']:.0f} ms, p99 {floor['p99_ms']:.0f} ms; calls per purchase: {calls_per_purchase(floor)}",
                      "-", True))
         rows.append(("  Umpire - floor (p50)", f"{gap:+.0f} ms",
                      f"Umpire {u['rps'] / ref['rps']:.2f}x the reference's throughput" if ref["rps"] else "", "-", True))
+
+
+    # Preconfirmations on, against the proxy answering as a flashblocks RPC (a receipt
+    # 200 ms after the send): the purchase is answered before the block.
+    chain = {"block_time": 2, "latency_ms": 40, "count": 200, "preconfirm_ms": 200}
+    label = f"  preconfirmations on (flashblocks RPC), RPC +40 ms, {concurrency} connections"
+    try:
+        u = paid_run("umpire", concurrency, {}, chain)
+        rows.append((label, f"{u['rps']:,.1f}/s",
+                     f"p50 {u['p50_ms']:.0f} ms, p99 {u['p99_ms']:.0f} ms; paid on chain {u['paid']} of {u['ok']}; "
+                     f"calls per purchase: {calls_per_purchase(u)}",
+                     "p50 < one block (2,000 ms)", u["p50_ms"] < 2000 and u["paid"] == u["ok"]))
+    except Exception as e:  # noqa: BLE001 - report and go on with the other figures
+        rows.append((label, "failed", str(e)[:200], "-", False))
 
 
 if ONLY in (None, "like_base"):
