@@ -115,6 +115,10 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
         ("UMPIRE_EVM_RPC_URL", proxy.url.as_str()),
         ("UMPIRE_IN_PROGRESS_SECONDS", in_progress.as_str()),
         ("UMPIRE_REQUEST_BUDGET_MS", "19000"),
+        // The retries after the restart come up to ~45 s after signing on a loaded
+        // machine; a payment whose window no longer holds a whole request budget is not
+        // settled by a resumed purchase (it stays prepared until it can no longer land).
+        ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "120"),
     ];
     let server = devnet.serve(Settlement::SelfSettle, &env);
     let payer = devnet.get("payer");
