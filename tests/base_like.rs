@@ -20,21 +20,13 @@ use umpire_blackbox::chain::{
 };
 use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json, post_paid};
 use umpire_core::json::Value;
+use umpire_pay::evm::TransferWithAuthorization;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 
 sol! {
     struct CancelAuthorization {
         address authorizer;
-        bytes32 nonce;
-    }
-
-    struct TransferWithAuthorization {
-        address from;
-        address to;
-        uint256 value;
-        uint256 validAfter;
-        uint256 validBefore;
         bytes32 nonce;
     }
 
@@ -204,6 +196,14 @@ fn settlement(r: &Reply) -> serde_json::Value {
     decode_b64_json(r.header("payment-response").expect("PAYMENT-RESPONSE"))
 }
 
+/// The transaction a delivered purchase's settlement names.
+fn settled_by(r: &Reply) -> String {
+    settlement(r)["transaction"]
+        .as_str()
+        .expect("transaction")
+        .to_owned()
+}
+
 /// (a) A bystander executes the authorization between our verification and our
 /// settlement, on two-second blocks: the purchase is delivered with the bystander's
 /// transaction, charged once, and the authorization buys no other request.
@@ -259,10 +259,11 @@ fn an_authorization_executed_before_its_request_arrives_still_buys_it() {
     let r = base.buy(&payment, &key());
     assert_eq!(r.status, 201, "{}", text(&r));
     assert_eq!(
-        settlement(&r)["transaction"]
+        settled_by(&r).to_lowercase(),
+        receipt["transactionHash"]
             .as_str()
-            .map(str::to_lowercase),
-        receipt["transactionHash"].as_str().map(str::to_lowercase)
+            .map(str::to_lowercase)
+            .expect("hash")
     );
     assert_eq!(
         base.proxy.calls_of("eth_sendRawTransaction"),
@@ -506,10 +507,11 @@ fn logs_that_lag_are_an_unknown_never_a_refusal() {
     let r = base.buy(&payment, &key);
     assert_eq!(r.status, 201, "{}", text(&r));
     assert_eq!(
-        settlement(&r)["transaction"]
+        settled_by(&r).to_lowercase(),
+        receipt["transactionHash"]
             .as_str()
-            .map(str::to_lowercase),
-        receipt["transactionHash"].as_str().map(str::to_lowercase)
+            .map(str::to_lowercase)
+            .expect("hash")
     );
     assert_eq!(base.charged(), PRICE_BASIC, "charged once");
     base.audit();
@@ -609,10 +611,7 @@ fn preconfirmations_answer_before_the_block_and_off_waits_for_it() {
     on.proxy.preconfirm(Some(Duration::from_millis(200)));
     let r = on.buy(&on.sign(), &key());
     assert_eq!(r.status, 201, "{}", text(&r));
-    let tx = settlement(&r)["transaction"]
-        .as_str()
-        .expect("transaction")
-        .to_owned();
+    let tx = settled_by(&r);
     assert_eq!(
         on.devnet.rpc("eth_getTransactionReceipt", json!([tx])),
         serde_json::Value::Null,
@@ -650,10 +649,7 @@ fn a_preconfirmation_not_included_is_sent_again_and_lands() {
     let r = base.buy(&base.sign(), &key());
     assert_eq!(r.status, 201, "{}", text(&r));
     base.proxy.drop_preconfirmed(false);
-    let tx = settlement(&r)["transaction"]
-        .as_str()
-        .expect("transaction")
-        .to_owned();
+    let tx = settled_by(&r);
     assert_eq!(
         base.devnet.rpc("eth_getTransactionByHash", json!([tx])),
         serde_json::Value::Null,

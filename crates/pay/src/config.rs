@@ -53,6 +53,25 @@ pub struct PayConfigError {
     pub problem: String,
 }
 
+/// `name` as a whole number within `range`, `default` when unset; `problem` otherwise.
+fn whole(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    range: std::ops::RangeInclusive<u64>,
+    default: u64,
+    problem: &str,
+) -> Result<u64, PayConfigError> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| range.contains(n))
+            .ok_or_else(|| err(name, problem)),
+    }
+}
+
 fn err(name: &'static str, problem: impl Into<String>) -> PayConfigError {
     PayConfigError {
         name,
@@ -192,19 +211,13 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
             ));
         }
     }
-    let max_timeout_seconds = match get("UMPIRE_PAYMENT_TIMEOUT_SECONDS") {
-        None => 60,
-        Some(t) => t
-            .parse::<u64>()
-            .ok()
-            .filter(|t| (10..=3600).contains(t))
-            .ok_or_else(|| {
-                err(
-                    "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
-                    "must be seconds from 10 to 3600",
-                )
-            })?,
-    };
+    let max_timeout_seconds = whole(
+        &get,
+        "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
+        10..=3600,
+        60,
+        "must be seconds from 10 to 3600",
+    )?;
     Ok(Rails {
         rails,
         max_timeout_seconds,
@@ -277,46 +290,24 @@ pub async fn payments_from(
                     "self-settlement needs the key that pays gas for transferWithAuthorization",
                 )
             })?;
-            let timeout = match get("UMPIRE_SETTLEMENT_TIMEOUT_SECONDS") {
-                None => 30,
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|s| (1..=600).contains(s))
-                    .ok_or_else(|| {
-                        err(
-                            "UMPIRE_SETTLEMENT_TIMEOUT_SECONDS",
-                            "must be seconds from 1 to 600",
-                        )
-                    })?,
-            };
+            let timeout = whole(
+                &get,
+                "UMPIRE_SETTLEMENT_TIMEOUT_SECONDS",
+                1..=600,
+                30,
+                "must be seconds from 1 to 600",
+            )?;
             let chain_id = rail
                 .network
                 .chain_id()
                 .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be eip155:<chain id>"))?;
-            let block_time = match get("UMPIRE_EVM_BLOCK_TIME_MS") {
-                None => Duration::from_millis(default_block_time_ms(chain_id)),
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms <= 60_000)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        err(
-                            "UMPIRE_EVM_BLOCK_TIME_MS",
-                            "must be milliseconds from 0 (blocks at once) to 60000",
-                        )
-                    })?,
-            };
-            let chain = EvmChain::connect(
-                &rpc,
-                chain_id,
-                Some(&key),
-                Duration::from_secs(timeout),
-                block_time,
-            )
-            .await
-            .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?;
+            let block_time = Duration::from_millis(whole(
+                &get,
+                "UMPIRE_EVM_BLOCK_TIME_MS",
+                0..=60_000,
+                default_block_time_ms(chain_id),
+                "must be milliseconds from 0 (blocks at once) to 60000",
+            )?);
             let preconfirmations = match get("UMPIRE_EVM_PRECONFIRMATIONS").as_deref() {
                 None | Some("off") => false,
                 Some("on") => true,
@@ -327,7 +318,16 @@ pub async fn payments_from(
                     ));
                 }
             };
-            let chain = chain.with_preconfirmations(preconfirmations);
+            let chain = EvmChain::connect(
+                &rpc,
+                chain_id,
+                Some(&key),
+                Duration::from_secs(timeout),
+                block_time,
+            )
+            .await
+            .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?
+            .with_preconfirmations(preconfirmations);
             Some(Arc::new(SelfSettler { chain }) as Arc<dyn Settler>)
         }
         (other, _) => {
@@ -348,20 +348,13 @@ pub async fn payments_from(
             })?;
             let rpc = crate::solana::SolanaRpc::new(&url)
                 .map_err(|e| err("UMPIRE_SOLANA_RPC_URL", e.message))?;
-            let slot_time = match get("UMPIRE_SOLANA_SLOT_MS") {
-                None => crate::solana::SLOT_TIME,
-                Some(v) => v
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|ms| *ms <= 10_000)
-                    .map(Duration::from_millis)
-                    .ok_or_else(|| {
-                        err(
-                            "UMPIRE_SOLANA_SLOT_MS",
-                            "must be milliseconds from 0 (slots at once) to 10000",
-                        )
-                    })?,
-            };
+            let slot_time = Duration::from_millis(whole(
+                &get,
+                "UMPIRE_SOLANA_SLOT_MS",
+                0..=10_000,
+                crate::solana::SLOT_MS,
+                "must be milliseconds from 0 (slots at once) to 10000",
+            )?);
             Some(Arc::new(crate::solana::NativeSolSettler { rpc, slot_time }) as Arc<dyn Settler>)
         }
     };

@@ -220,8 +220,8 @@ pub struct NativeSolSettler {
     pub slot_time: Duration,
 }
 
-/// Solana's target slot time.
-pub const SLOT_TIME: Duration = Duration::from_millis(400);
+/// Solana's target slot time, in milliseconds.
+pub const SLOT_MS: u64 = 400;
 
 /// The pauses between confirmation polls after a broadcast. With slots: none for the
 /// first slot (a transaction lands in the leader's slot at the earliest, and is
@@ -361,7 +361,10 @@ mod tests {
     #[test]
     fn confirmation_polls_follow_the_slots_or_double_at_once() {
         let ms = |d: Duration| d.as_millis();
-        let slots: Vec<u128> = confirmation_polls(SLOT_TIME).take(4).map(ms).collect();
+        let slots: Vec<u128> = confirmation_polls(Duration::from_millis(SLOT_MS))
+            .take(4)
+            .map(ms)
+            .collect();
         assert_eq!(slots, [400, 200, 200, 200]);
         let at_once: Vec<u128> = confirmation_polls(Duration::ZERO)
             .take(10)

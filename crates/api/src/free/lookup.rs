@@ -4,7 +4,7 @@
 use umpire_core::json::{Value, parse};
 use umpire_core::{ApiError, ErrorCode};
 
-use crate::free::denied::{Denied, is_verdict_id, not_found};
+use crate::free::denied::{Denied, not_found, stored_verdict};
 use crate::free::siwx;
 use crate::plumbing::limits;
 use crate::plumbing::respond;
@@ -53,16 +53,7 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, Denied> 
             "Send the one-time secret from the purchase response as Authorization: Bearer <secret> (or ?secret=), or sign the sign-in-with-x challenge in this answer with the wallet that paid and send it in the SIGN-IN-WITH-X header.",
         )));
     };
-    if !is_verdict_id(id) {
-        return Err(not_found().into());
-    }
-    let now = state.config.clock.now();
-    let rec = state
-        .store
-        .get_verdict(id, now)
-        .await
-        .map_err(crate::internal)?
-        .ok_or_else(not_found)?;
+    let rec = stored_verdict(state, id).await?;
     if !crate::paid::secret::matches(&rec.secret_hash, &secret) {
         return Err(not_found().into());
     }

@@ -12,7 +12,7 @@ use umpire_pay::siwx::{self, Expected, Proof, SIGN_IN_WITH_X};
 use umpire_pay::types::{Account, Network};
 use umpire_store::VerdictRecord;
 
-use super::denied::{Denied, is_verdict_id, not_found};
+use super::denied::{Denied, not_found, stored_verdict};
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
 
@@ -58,9 +58,6 @@ pub(super) async fn proven(
         })
         .and_then(Proof::from_header)
         .map_err(refused)?;
-    if !is_verdict_id(id) {
-        return Err(not_found().into());
-    }
     let now = state.config.clock.now();
     let expected = Expected {
         domain: &domain(&state.config.issuer),
@@ -82,12 +79,7 @@ pub(super) async fn proven(
             message: "this proof's nonce was used already".into(),
         }));
     }
-    let rec = state
-        .store
-        .get_verdict(id, now)
-        .await
-        .map_err(crate::internal)?
-        .ok_or_else(not_found)?;
+    let rec = stored_verdict(state, id).await?;
     let paid_by = rec.payer.as_deref().and_then(|p| p.parse::<Account>().ok());
     if paid_by != Some(wallet) {
         return Err(not_found().into());
