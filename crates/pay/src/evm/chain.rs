@@ -1095,8 +1095,12 @@ enum Sent {
     PaidBy(B256),
 }
 
-/// The transaction among `logs` that used this authorization and, in the same
-/// transaction, moved its amount from its payer to `pay_to`.
+/// The transaction among `logs` in which this authorization moved its amount from its
+/// payer to `pay_to`: the token's `AuthorizationUsed(from, nonce)` immediately followed
+/// by its `Transfer(from, pay_to, value)`, as one `transferWithAuthorization` emits
+/// them. Adjacency is what ties the two: a transaction may use several authorizations
+/// of one payer (one of them paying us, another, on the presented nonce, paying
+/// someone else), and a transfer to us beside an unrelated use is not this payment.
 fn settlement_in(
     logs: &[Log],
     token: Address,
@@ -1104,27 +1108,25 @@ fn settlement_in(
     pay_to: Address,
 ) -> Option<B256> {
     let a = &payment.authorization;
-    let used_in: Vec<B256> = logs
-        .iter()
-        .filter(|l| l.address() == token && !l.removed)
-        .filter_map(|l| {
-            let used = l.log_decode::<IEip3009::AuthorizationUsed>().ok()?;
-            let used = used.inner.data;
-            (used.authorizer == a.from && used.nonce == a.nonce)
-                .then_some(l.transaction_hash)
-                .flatten()
-        })
-        .collect();
-    logs.iter()
-        .filter(|l| l.address() == token && !l.removed)
-        .filter_map(|l| {
-            let t = l.log_decode::<IEip3009::Transfer>().ok()?;
-            let t = t.inner.data;
-            (t.from == a.from && t.to == pay_to && t.value == a.value)
-                .then_some(l.transaction_hash)
-                .flatten()
-        })
-        .find(|tx| used_in.contains(tx))
+    let ours = |l: &&Log| l.address() == token && !l.removed;
+    logs.iter().filter(ours).find_map(|used| {
+        let u = used
+            .log_decode::<IEip3009::AuthorizationUsed>()
+            .ok()?
+            .inner
+            .data;
+        if u.authorizer != a.from || u.nonce != a.nonce {
+            return None;
+        }
+        let (tx, index) = (used.transaction_hash?, used.log_index?);
+        let next = logs.iter().filter(ours).find(|l| {
+            l.transaction_hash == Some(tx)
+                && l.block_hash == used.block_hash
+                && l.log_index == Some(index + 1)
+        })?;
+        let t = next.log_decode::<IEip3009::Transfer>().ok()?.inner.data;
+        (t.from == a.from && t.to == pay_to && t.value == a.value).then_some(tx)
+    })
 }
 
 /// How often Base's sequencer streams a flashblock (a preconfirmed part of the block
@@ -1141,3 +1143,112 @@ const AFTER_BLOCK_WINDOW: Duration = Duration::from_millis(500);
 pub(super) const RECEIPT_POLL_FIRST: Duration = Duration::from_millis(5);
 
 pub(super) const RECEIPT_POLL_MAX: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::sol_types::SolEvent;
+
+    use crate::evm::TransferWithAuthorization;
+
+    const TOKEN: Address = Address::repeat_byte(0x70);
+    const PAYER: Address = Address::repeat_byte(0x01);
+    const US: Address = Address::repeat_byte(0x02);
+    const ELSEWHERE: Address = Address::repeat_byte(0x03);
+
+    fn payment(nonce: u8, value: u64) -> Eip3009Payment {
+        Eip3009Payment {
+            authorization: TransferWithAuthorization {
+                from: PAYER,
+                to: US,
+                value: U256::from(value),
+                validAfter: U256::ZERO,
+                validBefore: U256::from(u64::MAX),
+                nonce: B256::repeat_byte(nonce),
+            },
+            signature: Bytes::from(vec![1; 65]),
+        }
+    }
+
+    fn log(tx: u8, index: u64, data: alloy::primitives::LogData) -> Log {
+        Log {
+            inner: alloy::primitives::Log {
+                address: TOKEN,
+                data,
+            },
+            block_hash: Some(B256::repeat_byte(0xbb)),
+            block_number: Some(7),
+            transaction_hash: Some(B256::repeat_byte(tx)),
+            log_index: Some(index),
+            ..Default::default()
+        }
+    }
+
+    fn used(tx: u8, index: u64, nonce: u8) -> Log {
+        let e = IEip3009::AuthorizationUsed {
+            authorizer: PAYER,
+            nonce: B256::repeat_byte(nonce),
+        };
+        log(tx, index, e.encode_log_data())
+    }
+
+    fn transfer(tx: u8, index: u64, to: Address, value: u64) -> Log {
+        let e = IEip3009::Transfer {
+            from: PAYER,
+            to,
+            value: U256::from(value),
+        };
+        log(tx, index, e.encode_log_data())
+    }
+
+    #[test]
+    fn the_transfer_right_after_the_use_is_the_payment() {
+        let logs = [used(0xa1, 4, 1), transfer(0xa1, 5, US, 1_000_000)];
+        assert_eq!(
+            settlement_in(&logs, TOKEN, &payment(1, 1_000_000), US),
+            Some(B256::repeat_byte(0xa1))
+        );
+        // Another amount, another payee, another token: not this payment.
+        assert_eq!(settlement_in(&logs, TOKEN, &payment(1, 999_999), US), None);
+        assert_eq!(
+            settlement_in(&logs, TOKEN, &payment(1, 1_000_000), ELSEWHERE),
+            None
+        );
+        assert_eq!(
+            settlement_in(
+                &logs,
+                Address::repeat_byte(0x71),
+                &payment(1, 1_000_000),
+                US
+            ),
+            None
+        );
+    }
+
+    /// One transaction that uses the presented nonce to pay someone else and another
+    /// nonce to pay us: the transfer to us belongs to the other authorization, and must
+    /// not buy the presented one too (nor any number of others riding on it).
+    #[test]
+    fn a_transfer_to_us_beside_another_use_of_the_nonce_is_not_this_payment() {
+        let logs = [
+            used(0xa1, 0, 1),
+            transfer(0xa1, 1, ELSEWHERE, 0),
+            used(0xa1, 2, 2),
+            transfer(0xa1, 3, US, 1_000_000),
+        ];
+        assert_eq!(
+            settlement_in(&logs, TOKEN, &payment(1, 1_000_000), US),
+            None
+        );
+        assert_eq!(
+            settlement_in(&logs, TOKEN, &payment(2, 1_000_000), US),
+            Some(B256::repeat_byte(0xa1))
+        );
+        // The use alone, its transfer in another transaction: not tied either.
+        let apart = [used(0xa1, 0, 1), transfer(0xa2, 1, US, 1_000_000)];
+        assert_eq!(
+            settlement_in(&apart, TOKEN, &payment(1, 1_000_000), US),
+            None
+        );
+    }
+}
