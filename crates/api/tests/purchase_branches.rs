@@ -635,3 +635,33 @@ async fn a_misconfigured_settler_is_our_error_and_charges_nothing() {
     assert_eq!(r.status(), 500, "{:?}", json(&r));
     assert_eq!(shop.chain.charged(), 0);
 }
+
+/// A purchase interrupted before its transfer went out, retried after its authorization
+/// expired: while a late block could still carry the transfer it stays open (502, never
+/// a 402 inviting a second payment); past that margin it can never pay, and is voided
+/// and refused, nothing charged — never left open for good.
+#[tokio::test]
+async fn an_interrupted_purchase_whose_authorization_expired_unused_is_voided() {
+    let shop = shop(|_| {});
+    FakeChain::script(
+        &shop.chain.settle,
+        &[Step::Fail(PaymentFailure::unavailable("the RPC is down"))],
+    );
+    let payment = shop.sign(120).await;
+    let first = shop.send(Some(&payment), None).await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+
+    shop.clock.advance(125);
+    let open = shop.send(Some(&payment), None).await;
+    assert_eq!(open.status(), 502, "{:?}", json(&open));
+    assert_eq!(error_code(&open), "chain_unavailable");
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+
+    shop.clock
+        .advance(umpire_api::paid::checkout::LANDING_MARGIN_SECS);
+    let refused = shop.send(Some(&payment), None).await;
+    assert_eq!(refused.status(), 402, "{:?}", json(&refused));
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
+    assert_eq!(shop.chain.charged(), 0);
+}

@@ -353,6 +353,12 @@ impl Hold {
         }
     }
 
+    /// Whether the prepared payment can no longer land: its keep (the authorization's
+    /// `validBefore` and a margin) has passed.
+    pub fn lapsed(&self, now: u64) -> bool {
+        matches!(&self.prepared, Some(PaymentState::Prepared { kept_until, .. }) if *kept_until <= now)
+    }
+
     /// The settlement's outcome is unknown: the answer stays prepared with its hold
     /// lapsed, so the identical retry takes it back at once ([`Hold::retake`]) and the
     /// chain decides.

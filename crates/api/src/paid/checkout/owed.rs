@@ -184,6 +184,17 @@ impl Asking<'_> {
                 claims.complete(&r).await;
                 Decided::Answer(if reveal { r } else { withhold_secret(r) })
             }
+            Ok(None) if hold.lapsed(state.config.clock.now()) => {
+                // Unused, and its window (with the margin for a late block) has
+                // passed: it can never pay.
+                hold.void(state, FailureReason::EvmValidBefore.as_str())
+                    .await;
+                claims.release().await;
+                Decided::Voided(PaymentFailure::invalid(
+                    FailureReason::EvmValidBefore,
+                    "the authorization expired unused: this payment can no longer land",
+                ))
+            }
             Ok(None) => {
                 // Not settled (yet): the answer stays prepared in case a broadcast from
                 // the interrupted purchase still lands.
