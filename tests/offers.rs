@@ -274,6 +274,15 @@ fn a_hostile_mirror_gets_nothing_signed() {
     assert!(out.contains("\"verdict\""), "{out}");
     assert_eq!(honest.payments_seen(), 1);
     assert_eq!(devnet.balance(&payer), before - 1_000_000);
+
+    // A paid answer without its secret (as a replay of a spent payment says it) is no
+    // reason to sign again: one purchase, one payment.
+    let withholding = Mirror::start(&upstream, "withhold");
+    let (code, out, err) = buyer.buy(&withholding.base, &[], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"secret\":null"), "{out}");
+    assert_eq!(withholding.payments_seen(), 1, "{err}");
+    assert_eq!(devnet.balance(&payer), before - 2_000_000);
 }
 
 #[test]

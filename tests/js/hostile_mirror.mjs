@@ -12,6 +12,8 @@
 //             mirror's own key through the reference library (createJWSOfferReceiptIssuer)
 //   strip     the offers removed, the terms inflated
 //   honest    nothing changed (a control: the payer pays through it)
+//   withhold  nothing changed in the 402, and every paid answer's one-time secret
+//             withheld (as a replay says it): bait for a payer that signs again
 //
 // Prints {"port": N} once listening.
 
@@ -85,6 +87,7 @@ async function rewrite(required) {
       if (offers) delete required.extensions[OFFER_RECEIPT];
       break;
     case "honest":
+    case "withhold":
       break;
     default:
       throw new Error(`unknown mode ${mode}`);
@@ -128,6 +131,17 @@ const server = http.createServer(async (req, res) => {
         text = Buffer.from(JSON.stringify(json));
       } catch {
         // Not JSON: the header alone carries the terms.
+      }
+    }
+    if (mode === "withhold" && r.status >= 200 && r.status < 300) {
+      try {
+        const json = JSON.parse(text.toString("utf8"));
+        if (typeof json.secret === "string") {
+          json.secret = null;
+          text = Buffer.from(JSON.stringify(json));
+        }
+      } catch {
+        // Not JSON: nothing to withhold.
       }
     }
     res.writeHead(r.status, out);

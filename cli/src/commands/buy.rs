@@ -101,7 +101,7 @@ pub async fn purchase(
     if a.status == 201 || !wait {
         return Ok(Ok(a.body));
     }
-    wait_final(api, &s("verdict_id"), &s("secret"), None).await
+    wait_final(api, &s("verdict_id"), &s("secret"), payer, None).await
 }
 
 /// One purchase under `key`: the `201` (synchronous tiers) or `202` (sworn, pass 1)
@@ -134,10 +134,14 @@ pub async fn buy_once(
             "pass 1 done, pending pass 2".into()
         }
     );
-    eprintln!(
-        "secret {secret}  (shown once: keep it to read the verdict at {})",
-        s("status_url")
-    );
+    if secret.is_empty() {
+        eprintln!("no secret (a replay): `umpire status {id}` reads the verdict with this wallet");
+    } else {
+        eprintln!(
+            "secret {secret}  (shown once: keep it to read the verdict at {})",
+            s("status_url")
+        );
+    }
     if a.status == 202 {
         eprintln!(
             "pass 2 due {}",
@@ -156,6 +160,7 @@ pub async fn wait_final(
     api: &Api,
     id: &str,
     secret: &str,
+    payer: &Payer,
     limit: Option<Duration>,
 ) -> Result<Result<Value, Refused>, Local> {
     eprintln!(
@@ -164,13 +169,9 @@ pub async fn wait_final(
     let started = std::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
+        let read = super::lookup::read_header(api, id, secret, payer.wallet()).await?;
         let st = api
-            .send(
-                Method::GET,
-                &format!("/v1/verdicts/{id}"),
-                &[("authorization", format!("Bearer {secret}"))],
-                None,
-            )
+            .send(Method::GET, &format!("/v1/verdicts/{id}"), &[read], None)
             .await?;
         if st.status != 200 {
             return Ok(Err(Refused::of(&st)));

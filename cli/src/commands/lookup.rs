@@ -30,6 +30,22 @@ pub async fn status(api: &Api, id: &str, credential: Credential) -> Result<ExitC
     free(api, Method::GET, &path, &[header], None).await
 }
 
+/// The header that reads verdict `id`: its one-time secret when the purchase gave one,
+/// else a sign-in proof from the wallet that paid (a replay of a spent payment withholds
+/// the secret).
+pub async fn read_header(
+    api: &Api,
+    id: &str,
+    secret: &str,
+    wallet: &Wallet,
+) -> Result<(&'static str, String), Local> {
+    if secret.is_empty() {
+        let path = format!("/v1/verdicts/{}", component(id));
+        return Ok((SIGN_IN_WITH_X, sign_in(api, &path, wallet).await?));
+    }
+    Ok(("authorization", format!("Bearer {secret}")))
+}
+
 /// A proof from `wallet` answering the challenge the service gives for `path`; only a
 /// challenge for the service asked (its host, its URI) is signed.
 async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local> {

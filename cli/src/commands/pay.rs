@@ -56,6 +56,11 @@ pub struct PayArgs {
 const SOLANA_PUBLIC_RPC: &str = "https://api.mainnet-beta.solana.com";
 
 impl Payer {
+    /// The paying wallet, which also signs in to read what it bought.
+    pub fn wallet(&self) -> &Wallet {
+        &self.wallet
+    }
+
     /// The wallet `args` names, guarded by the pin of `api`'s service (made on first
     /// use where that is safe).
     pub async fn new(api: &Api, args: &PayArgs) -> Result<Payer, Local> {

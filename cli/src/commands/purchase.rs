@@ -1,5 +1,5 @@
 //! A paid request from start to answer: ask, pay the 402, and ask again with the
-//! payment until the service answers (never paying twice for one key).
+//! payment until the service answers (one payment signed, never two).
 
 use reqwest::Method;
 use std::time::Duration;
@@ -16,7 +16,7 @@ const RETRIES: u32 = 3;
 /// A paid request: ask, pay the 402 from `payer` with x402 (`exact`, on the payer's
 /// rail), and retry the identical request under the same Idempotency-Key until it
 /// has an answer (in_flight and transport failures are retried; a replay is the
-/// original).
+/// original). One payment is signed, never a second.
 pub async fn paid(
     api: &Api,
     method: Method,
@@ -41,20 +41,15 @@ pub async fn paid(
         decode_header(header).map_err(|e| Local(format!("unreadable PAYMENT-REQUIRED: {e}")))?;
     let payment = payer.pay(&required, path).await?;
     let answer = until_answered(api, &method, path, body, &key, payment).await?;
-    if !withheld_secret(&answer) {
-        return Ok(answer);
+    if withheld_secret(&answer) {
+        // A replay to a spent payment (public on chain) withholds the one-time secret.
+        // Nothing more is signed to get it back: a second payment would be a second
+        // authorization handed to whoever answers. The wallet reads the verdict.
+        eprintln!(
+            "this purchase was made already and its payment is public on chain, so the one-time secret is not repeated; `umpire status <verdict_id>` reads the verdict by signing in with this wallet (no payment)"
+        );
     }
-    // A replay to the spent payment (public on chain) withholds the one-time secret:
-    // a payment signed now proves the wallet and gets it. It buys nothing (the key's
-    // purchase is done, so it is answered as a replay and never settled).
-    eprintln!("the purchase was made already; proving the wallet to get its secret");
-    let fresh = payer.pay(&required, path).await?;
-    match until_answered(api, &method, path, body, &key, fresh).await {
-        Ok(proven) if (200..300).contains(&proven.status) && !withheld_secret(&proven) => {
-            Ok(proven)
-        }
-        _ => Ok(answer),
-    }
+    Ok(answer)
 }
 
 /// Sends the paid request until it has an answer: `in_flight` is waited out,

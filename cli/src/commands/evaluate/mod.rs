@@ -38,6 +38,7 @@ use umpire_escrow::{
 
 use super::buy::{Refused, buy_once, wait_final};
 use super::client::{Api, print_json};
+use super::lookup::read_header;
 use super::pay::{PayArgs, Payer, RailArg, wallet};
 use super::read_json;
 use crate::commands::Local;
@@ -287,16 +288,20 @@ impl Evaluator<'_> {
 
     /// A recorded verdict read from the service: `None` when it is gone.
     async fn read_back(&self, r: &Record) -> Result<Option<Value>, Step> {
+        let again = |e: Local| Step::Again(e.0);
+        let read = read_header(self.api, &r.verdict_id, &r.secret, self.payer.wallet())
+            .await
+            .map_err(again)?;
         let st = self
             .api
             .send(
                 Method::GET,
                 &format!("/v1/verdicts/{}", r.verdict_id),
-                &[("authorization", format!("Bearer {}", r.secret))],
+                &[read],
                 None,
             )
             .await
-            .map_err(|e| Step::Again(e.0))?;
+            .map_err(again)?;
         match st.status {
             404 => Ok(None),
             200 if st.body.get("status").and_then(Value::as_str) == Some("final") => {
@@ -311,7 +316,15 @@ impl Evaluator<'_> {
     }
 
     async fn wait(&self, r: &Record) -> Result<Value, Step> {
-        match wait_final(self.api, &r.verdict_id, &r.secret, Some(FINAL_WAIT)).await {
+        match wait_final(
+            self.api,
+            &r.verdict_id,
+            &r.secret,
+            &self.payer,
+            Some(FINAL_WAIT),
+        )
+        .await
+        {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(refusal)) => Err(refused_step(&refusal)),
             Err(e) => Err(Step::Again(e.0)),
