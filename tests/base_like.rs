@@ -672,3 +672,31 @@ fn a_preconfirmation_not_included_is_sent_again_and_lands() {
     assert_eq!(base.charged(), PRICE_BASIC, "paid after all, once");
     base.audit();
 }
+
+/// The node refuses our own settlement transaction every time it is signed (its nonce,
+/// as when another process shares the settler key): the payer's side is sound, so the
+/// purchase is not voided or blamed on the payer (no 402): it stays open (502) and the
+/// retry settles it, charged once.
+#[test]
+fn a_node_refusing_our_transaction_leaves_the_purchase_open_not_refused() {
+    let base = Base::open(Mining::Instant, &[]);
+    base.proxy.fault(
+        "eth_sendRawTransaction",
+        Fault::Fail("nonce too low: next nonce 7, tx nonce 3".into()),
+        Some(3),
+    );
+    let payment = base.sign();
+    let key = key();
+    let first = base.buy(&payment, &key);
+    assert_eq!(first.status, 502, "{}", text(&first));
+    assert_eq!(
+        first.json().get("document"),
+        None,
+        "nothing delivered unpaid"
+    );
+    assert_eq!(base.charged(), 0);
+    let retry = base.buy(&payment, &key);
+    assert_eq!(retry.status, 201, "{}", text(&retry));
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}

@@ -371,23 +371,25 @@ impl EvmChain {
         {
             Ok(_) => Ok(OnChain::Unspent),
             // A revert is the payment's fault; anything else is the RPC's.
-            Err(e) if e.as_error_resp().is_some() => {
-                self.why_not(token, payment, pay_to, &e.to_string()).await
-            }
+            Err(e) if e.as_error_resp().is_some() => self
+                .why_not(token, payment, pay_to, &e.to_string())
+                .await
+                .map(OnChain::PaidUs),
             Err(e) => Err(rpc_error("simulating the transfer", e)),
         }
     }
 
     /// Why the transfer would not (or did not) go through: the authorization's state and
     /// the payer's balance, read together. A used authorization whose transfer paid us
-    /// is the payment made; used otherwise, it is spent (or canceled) for good.
+    /// is the payment made (`Ok`, its transaction); used otherwise, it is spent (or
+    /// canceled) for good; unused and funded, `revert` is the reason (`EvmSimulation`).
     async fn why_not(
         &self,
         token: Address,
         payment: &Eip3009Payment,
         pay_to: Address,
         revert: &str,
-    ) -> Result<OnChain, PaymentFailure> {
+    ) -> Result<B256, PaymentFailure> {
         let a = &payment.authorization;
         let state = IEip3009::authorizationStateCall {
             authorizer: a.from,
@@ -406,7 +408,7 @@ impl EvmChain {
             .map_err(|e| rpc_error("decoding balanceOf", e))?;
         if used {
             return match self.spent_by(token, payment, pay_to).await? {
-                SpentBy::Us(tx) => Ok(OnChain::PaidUs(tx)),
+                SpentBy::Us(tx) => Ok(tx),
                 SpentBy::Otherwise => Err(used_otherwise()),
                 SpentBy::Unseen => Err(unseen()),
             };
@@ -690,8 +692,9 @@ impl EvmChain {
                             "the settler key cannot pay for gas: {text}"
                         )));
                     }
-                    // Refused: the nonce stays ours for the next settlement.
-                    state.next_nonce = Some(nonce);
+                    // Refused: the nonce stays ours for the next settlement, unless the
+                    // node kept calling it wrong (read it again next time).
+                    state.next_nonce = (!is_nonce_error(&text)).then_some(nonce);
                     refusal = text;
                     break;
                 }
@@ -712,12 +715,15 @@ impl EvmChain {
             return Ok(Sent::Broadcast(b));
         }
         drop(state);
-        match self.why_not(token, payment, pay_to, &refusal).await? {
-            OnChain::PaidUs(tx) => Ok(Sent::PaidBy(tx)),
-            OnChain::Unspent => Err(invalid(
-                FailureReason::SettlementFailed,
-                format!("the chain refused the transfer: {refusal}"),
+        match self.why_not(token, payment, pay_to, &refusal).await {
+            Ok(tx) => Ok(Sent::PaidBy(tx)),
+            // The payer's side is sound (unused, funded): the node refused our own
+            // transaction (its nonce, its fees, our key). Nothing moved and nothing is
+            // the payer's fault: the purchase stays open for the retry to settle.
+            Err(f) if f.reason == FailureReason::EvmSimulation => Err(PaymentFailure::unavailable(
+                format!("the node refused our settlement transaction: {refusal}"),
             )),
+            Err(f) => Err(f),
         }
     }
 
@@ -891,13 +897,15 @@ impl EvmChain {
                 Ok(Some(r)) if !r.success && r.sealed => {
                     // Reverted: most likely the authorization was executed first by
                     // another transaction, or canceled; the chain says which.
-                    return match self.why_not(token, payment, pay_to, "reverted").await? {
-                        OnChain::PaidUs(tx) => Ok(Confirmed::sealed(tx)),
-                        OnChain::Unspent => Err(invalid(
-                            FailureReason::SettlementFailed,
-                            format!("the transfer {hash} reverted on chain"),
-                        )),
-                    };
+                    return self
+                        .why_not(
+                            token,
+                            payment,
+                            pay_to,
+                            &format!("the transfer {hash} reverted on chain"),
+                        )
+                        .await
+                        .map(Confirmed::sealed);
                 }
                 // Preconfirmed only: the sealed block decides.
                 Ok(_) => {}
