@@ -351,6 +351,16 @@ fn a_plain_http_service_elsewhere_is_not_paid_without_saying_so() {
     let (code, _, err) = buyer.buy("http://192.0.2.1:9", &[], &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("plain http"), "{err}");
+    // Whatever the scheme's case.
+    let (code, _, err) = buyer.buy("HTTP://192.0.2.1:9", &[], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("plain http"), "{err}");
+    // Nor is a key pinned from it, unless given from elsewhere.
+    let pins = TempDir::new("pins");
+    let pin_env = [("UMPIRE_PIN_DIR", pins.path().to_str().expect("path"))];
+    let (code, _, err) = run_umpire(&["pin", "--base", "http://192.0.2.1:9"], &pin_env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--key-document"), "{err}");
 }
 
 /// A free port on 127.0.0.1 (bound, then let go).

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use reqwest::Method;
 use umpire_core::json::Value;
-use umpire_core::signer::{PublicKey, keys_from_document};
+use umpire_core::signer::{PublicKey, active_keys_from_document};
 use umpire_pay::offers::{OfferPayload, verified_offer};
 use umpire_pay::types::{Asset, PaymentRequired, PaymentRequirements};
 
@@ -134,9 +134,11 @@ impl Pin {
     }
 
     fn from_parts(doc: &Value, quote: &Value, path: PathBuf) -> Result<Pin, Local> {
-        let keys = keys_from_document(doc);
+        // Only a key that signs now may sign a price: a retired key (perhaps retired
+        // because it leaked) is never trusted with one.
+        let keys = active_keys_from_document(doc);
         if keys.is_empty() {
-            return Err(Local("the key document lists no usable keys".into()));
+            return Err(Local("the key document lists no active key".into()));
         }
         if quote.get("issuer").and_then(Value::as_str).is_none() {
             return Err(Local("the pricing manifest names no issuer".into()));
@@ -204,6 +206,12 @@ impl Pin {
 
 /// `umpire pin`: pins the service's key document and prices, saying what changed.
 pub async fn pin(api: &Api, key_document: Option<&str>) -> Result<std::process::ExitCode, Local> {
+    if key_document.is_none() && !trustworthy_transport(api.base()) {
+        return Err(Local(format!(
+            "{} is plain http on another machine: a key read from it could be anyone's. Pass --key-document FILE (or URL) with Umpire's key document from a source you trust",
+            api.base()
+        )));
+    }
     let path = pin_path(api.base());
     let before = Pin::read(&path).ok().flatten();
     let (doc, quote) = Pin::fetch(api, key_document).await?;
@@ -339,10 +347,7 @@ impl Guard {
     /// The guard for payments to `api`'s service: its pin, read, or made on first use
     /// where that is safe.
     pub async fn load(api: &Api, args: &GuardArgs) -> Result<Guard, Local> {
-        if api.base().starts_with("http://")
-            && !trustworthy_transport(api.base())
-            && !args.allow_http
-        {
+        if !trustworthy_transport(api.base()) && !args.allow_http {
             return Err(Local(format!(
                 "{} is plain http on another machine: anyone on the way could rewrite what it asks to be paid. Use https, or pass --allow-http if this network is yours",
                 api.base()

@@ -237,6 +237,25 @@ pub fn key_document(issuer: &str, active: &PublicKey, retired: &[PublicKey]) -> 
         )
 }
 
+/// The keys a key document says sign now (`"status": "active"`, or no status, as a bare
+/// entry has): what may sign offers. Retired keys still verify old documents, never a
+/// new price.
+pub fn active_keys_from_document(v: &Value) -> Vec<PublicKey> {
+    let active = |k: &&Value| {
+        k.get("status")
+            .and_then(Value::as_str)
+            .is_none_or(|s| s == "active")
+    };
+    match v.get("keys").and_then(Value::as_array) {
+        Some(keys) => keys
+            .iter()
+            .filter(active)
+            .filter_map(PublicKey::from_value)
+            .collect(),
+        None => PublicKey::from_value(v).into_iter().collect(),
+    }
+}
+
 /// Keys from a key document (or a bare key entry).
 pub fn keys_from_document(v: &Value) -> Vec<PublicKey> {
     match v.get("keys").and_then(Value::as_array) {
@@ -252,6 +271,25 @@ mod tests {
 
     fn unhex<const N: usize>(text: &str) -> [u8; N] {
         hex::decode(text).expect("hex").try_into().expect("length")
+    }
+
+    #[test]
+    fn only_active_keys_sign_now() {
+        let active = PublicKey {
+            key_id: "k2".into(),
+            bytes: [2; 32],
+        };
+        let retired = PublicKey {
+            key_id: "k1".into(),
+            bytes: [1; 32],
+        };
+        let doc = key_document("https://u.example", &active, std::slice::from_ref(&retired));
+        assert_eq!(keys_from_document(&doc), vec![active.clone(), retired]);
+        assert_eq!(active_keys_from_document(&doc), vec![active.clone()]);
+        assert_eq!(
+            active_keys_from_document(&active.to_value("active")),
+            vec![active]
+        );
     }
 
     #[test]

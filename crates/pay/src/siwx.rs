@@ -141,6 +141,29 @@ pub struct Expected<'a> {
 
 /// The wallet a proof is from, once its binding, times and signature hold.
 pub fn verify(proof: &Proof, expected: &Expected<'_>) -> Result<Account, Refused> {
+    // Each field is one line of the signed message: a line break inside one would let
+    // a proof's fields say one thing and its message another.
+    let one_line = [
+        &proof.domain,
+        &proof.address,
+        &proof.uri,
+        &proof.version,
+        &proof.chain_id,
+    ]
+    .into_iter()
+    .chain([&proof.nonce, &proof.issued_at])
+    .chain(proof.statement.iter())
+    .chain(proof.expiration_time.iter())
+    .chain(proof.not_before.iter())
+    .chain(proof.request_id.iter())
+    .chain(proof.resources.iter().flatten())
+    .all(|f| !f.contains(['\n', '\r']));
+    if !one_line {
+        return Err(refused(
+            "invalid_siwx_payload",
+            "a field holds a line break",
+        ));
+    }
     if proof.domain != expected.domain {
         return Err(refused(
             "invalid_siwx_domain_mismatch",
@@ -223,7 +246,9 @@ fn check_times(proof: &Proof, now: u64) -> Result<(), Refused> {
 }
 
 /// The lines after the address, shared by both formats (`chain` as each spells it).
-fn fields(proof: &Proof, chain: &str, resources_when_empty: bool) -> Vec<String> {
+/// The lines after the statement. SIWE (`siwe`) writes a `Request ID` and `Resources`
+/// whenever they are present, even empty; SIWS only when they say something.
+fn fields(proof: &Proof, chain: &str, siwe: bool) -> Vec<String> {
     let mut lines = vec![
         format!("URI: {}", proof.uri),
         format!("Version: {}", proof.version),
@@ -237,11 +262,11 @@ fn fields(proof: &Proof, chain: &str, resources_when_empty: bool) -> Vec<String>
     if let Some(t) = &proof.not_before {
         lines.push(format!("Not Before: {t}"));
     }
-    if let Some(r) = &proof.request_id {
+    if let Some(r) = proof.request_id.as_ref().filter(|r| siwe || !r.is_empty()) {
         lines.push(format!("Request ID: {r}"));
     }
     match &proof.resources {
-        Some(r) if !r.is_empty() || resources_when_empty => {
+        Some(r) if !r.is_empty() || siwe => {
             lines.push("Resources:".into());
             lines.extend(r.iter().map(|x| format!("- {x}")));
         }
@@ -250,11 +275,16 @@ fn fields(proof: &Proof, chain: &str, resources_when_empty: bool) -> Vec<String>
     lines
 }
 
-/// The EIP-4361 message, as `@signinwithethereum/siwe`'s `prepareMessage` writes it.
+/// The EIP-4361 message, as `@signinwithethereum/siwe`'s `prepareMessage` writes it
+/// (an address sent in one case is written EIP-55 checksummed, as it does).
 pub fn siwe_message(proof: &Proof, chain_id: u64) -> String {
+    let address = proof
+        .address
+        .parse::<Address>()
+        .map_or_else(|_| proof.address.clone(), |a| a.to_checksum(None));
     let head = format!(
-        "{} wants you to sign in with your Ethereum account:\n{}",
-        proof.domain, proof.address
+        "{} wants you to sign in with your Ethereum account:\n{address}",
+        proof.domain
     );
     let head = match &proof.statement {
         None => format!("{head}\n\n"),
@@ -277,7 +307,7 @@ pub fn siws_message(proof: &Proof) -> String {
         proof.address.clone(),
         String::new(),
     ];
-    if let Some(s) = &proof.statement {
+    if let Some(s) = proof.statement.as_ref().filter(|s| !s.is_empty()) {
         lines.push(s.clone());
         lines.push(String::new());
     }
@@ -456,6 +486,46 @@ mod tests {
             verify(&forever, &expected()).map_err(|e| e.reason),
             Err("invalid_siwx_expiration_time")
         );
+    }
+
+    /// As the reference library signs it: a lowercase address is written checksummed in
+    /// the message; a line break inside a field is refused; SIWS leaves out an empty
+    /// statement and request id.
+    #[test]
+    fn messages_follow_the_reference_librarys_edges() {
+        let wallet = PrivateKeySigner::random();
+        let checksummed = wallet.address().to_checksum(None);
+        let mut p = proof(&checksummed.to_lowercase(), "eip155:8453");
+        assert!(siwe_message(&p, 8453).contains(&format!("account:\n{checksummed}\n")));
+        let sig = wallet
+            .sign_message_sync(siwe_message(&p, 8453).as_bytes())
+            .expect("sign");
+        p.signature = alloy::primitives::hex::encode_prefixed(sig.as_bytes());
+        assert_eq!(verify(&p, &expected()), Ok(Account::Evm(wallet.address())));
+
+        let injected = Proof {
+            statement: Some("Read it.\nURI: https://elsewhere.example/".into()),
+            ..p.clone()
+        };
+        assert_eq!(
+            verify(&injected, &expected()).map_err(|e| e.reason),
+            Err("invalid_siwx_payload")
+        );
+
+        let sol = Proof {
+            statement: Some(String::new()),
+            request_id: Some(String::new()),
+            ..proof(
+                "11111111111111111111111111111111",
+                "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
+            )
+        };
+        let message = siws_message(&sol);
+        assert!(
+            message.contains("account:\n11111111111111111111111111111111\n\nURI:"),
+            "{message}"
+        );
+        assert!(!message.contains("Request ID"), "{message}");
     }
 
     #[test]
