@@ -823,6 +823,38 @@ fn replays_are_rate_limited_per_ip() {
     assert!(limited.header("retry-after").is_some());
 }
 
+/// A payment header that does not read as a payment is no payment: the request counts
+/// in the unpaid bucket like one without any (its checks and lookups are unpaid work).
+#[test]
+fn a_header_that_is_no_payment_counts_as_unpaid() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_RATE_LIMITS", "on"),
+            ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
+            ("UMPIRE_RATE_LIMIT_UNPAID", "3"),
+        ],
+    );
+    // Its own 402 is the first unpaid request.
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    for name in ["PAYMENT-SIGNATURE", "X-PAYMENT"] {
+        let r = post(&server, BODY, &[(name, "x")]);
+        assert_ne!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let limited = post(&server, BODY, &[("PAYMENT-SIGNATURE", "not-a-payment")]);
+    assert_eq!(
+        limited.status,
+        429,
+        "{}",
+        String::from_utf8_lossy(&limited.body)
+    );
+    assert_eq!(limited.error_code(), "rate_limited");
+    // A real payment is limited by itself, not by the bucket.
+    let paid = post(&server, BODY, &[("PAYMENT-SIGNATURE", payment.as_str())]);
+    assert_eq!(paid.status, 201, "{}", String::from_utf8_lossy(&paid.body));
+}
+
 /// A stand-in for the public price feed (Coinbase's spot-price API shape).
 fn price_feed(amount: &'static str) -> std::net::SocketAddr {
     serve_fixed(

@@ -275,16 +275,15 @@ async fn run_to_its_end(
 /// money. Anything else stays cancellable.
 fn carries_payment(req: &umpire_api::Request) -> bool {
     use umpire_api::Route;
-    let h = req.headers();
-    // The route as the router reads it, and the payment headers by their one name.
+    // The route as the router reads it, and a payment header that reads as one (any
+    // value would let anyone take purchase slots for free).
     match umpire_api::plumbing::routes::route_for(req.method(), req.uri().path()) {
         Ok(Route::Mcp) => req
             .body()
             .windows(umpire_api::mcp::PAYMENT_META_KEY.len())
             .any(|w| w == umpire_api::mcp::PAYMENT_META_KEY.as_bytes()),
         Ok(Route::Buy | Route::Reputation) => {
-            h.contains_key(umpire_pay::HEADER_PAYMENT_SIGNATURE)
-                || h.contains_key(umpire_pay::HEADER_X_PAYMENT)
+            umpire_api::paid::checkout::carries_readable_payment(req)
         }
         _ => false,
     }

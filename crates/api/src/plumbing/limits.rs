@@ -41,12 +41,10 @@ impl RateLimits {
 
 /// Counts a request to a paid route that carries no payment in the `unpaid` bucket: its
 /// checks (and its URLs' lookups) before the 402 are work nobody has paid for. A request
-/// with a payment is limited by its payment.
+/// with a payment is limited by its payment; a header that does not even read as one
+/// is no payment.
 pub async fn enforce_unpaid(state: &AppState, req: &crate::Request) -> Result<(), ApiError> {
-    let h = req.headers();
-    if h.contains_key(umpire_pay::HEADER_PAYMENT_SIGNATURE)
-        || h.contains_key(umpire_pay::HEADER_X_PAYMENT)
-    {
+    if crate::paid::checkout::carries_readable_payment(req) {
         return Ok(());
     }
     enforce(state, "unpaid", ClientIp::of(req)).await

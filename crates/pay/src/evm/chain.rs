@@ -613,11 +613,11 @@ impl EvmChain {
                 ),
             }
             if let Some(settler) = &chain.settler {
-                settler
-                    .broadcasts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                let mut remembered = settler.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
+                // Only this broadcast: a later settlement may have signed anew.
+                if remembered.get(&id).is_some_and(|b| b.hash == tx) {
+                    remembered.remove(&id);
+                }
             }
         });
     }
@@ -950,17 +950,24 @@ impl EvmChain {
             .add_call::<_, U64>("eth_blockNumber", &[(); 0])
             .map_err(|e| rpc_error("eth_blockNumber", e))?;
         batch.send().await.map_err(|e| rpc_error(METHOD, e))?;
-        let latest = latest
-            .await
-            .map_err(|e| rpc_error("eth_blockNumber", e))?
-            .to::<u64>();
-        self.saw_block(latest);
+        // Each call of the batch answers on its own: a refused block number does not
+        // throw away a receipt (the last block seen stands in for it).
+        let latest = latest.await.ok().map(|n| n.to::<u64>());
+        if let Some(n) = latest {
+            self.saw_block(n);
+        }
         let Some(r) = receipt.await.map_err(|e| rpc_error(METHOD, e))? else {
             return Ok(None);
         };
+        let latest = latest.or_else(|| {
+            self.last_block
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .map(|(n, _)| n)
+        });
         Ok(Some(Polled {
             success: r.status(),
-            sealed: r.block_number.is_some_and(|n| n <= latest),
+            sealed: r.block_number.zip(latest).is_some_and(|(n, l)| n <= l),
         }))
     }
 

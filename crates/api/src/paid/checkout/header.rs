@@ -48,6 +48,13 @@ pub(super) struct PaymentHeader {
     pub(super) payment: PaymentPayload,
 }
 
+/// Whether `req` carries a payment that reads as one (x402 JSON, either header, either
+/// version): what lets a paid request past the unpaid bucket and into a purchase slot.
+/// Any header value is not enough.
+pub fn carries_readable_payment(req: &Request) -> bool {
+    matches!(read_payment_header(req), Ok(Some(_)))
+}
+
 /// The payment of a request: `PAYMENT-SIGNATURE` (x402 v2's name) or `X-PAYMENT` (v1's,
 /// which many clients send whatever they speak), each carrying a v1 or a v2 payload,
 /// told apart by its `x402Version`.

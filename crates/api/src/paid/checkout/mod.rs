@@ -51,7 +51,7 @@ mod sale;
 mod verify;
 
 pub use answer::Void;
-pub use header::{AnswerHeader, settlement_header};
+pub use header::{AnswerHeader, carries_readable_payment, settlement_header};
 pub use sale::{LANDING_MARGIN_SECS, Refusal, out_of_time, settle_reserve};
 
 /// The prepared answer lives in the ledger entry; purchases build it here.
