@@ -700,3 +700,25 @@ fn a_node_refusing_our_transaction_leaves_the_purchase_open_not_refused() {
     assert_eq!(base.charged(), PRICE_BASIC, "charged once");
     base.audit();
 }
+
+/// The RPC refuses the verification's simulation for its own reasons (a rate limit):
+/// that says nothing of the payment, so it is no refusal of it (502, not a 402 blaming
+/// the payer), and the same payment buys on the retry.
+#[test]
+fn an_rpc_error_while_verifying_is_not_the_payments_fault() {
+    let base = Base::open(Mining::Instant, &[]);
+    let payment = base.sign();
+    let key = key();
+    base.proxy.fault(
+        "eth_call",
+        Fault::Fail("rate limited: too many requests, retry later".into()),
+        Some(1),
+    );
+    let first = base.buy(&payment, &key);
+    assert_eq!(first.status, 502, "{}", text(&first));
+    assert_eq!(base.charged(), 0);
+    let retry = base.buy(&payment, &key);
+    assert_eq!(retry.status, 201, "{}", text(&retry));
+    assert_eq!(base.charged(), PRICE_BASIC);
+    base.audit();
+}

@@ -370,11 +370,17 @@ impl EvmChain {
             .await
         {
             Ok(_) => Ok(OnChain::Unspent),
-            // A revert is the payment's fault; anything else is the RPC's.
-            Err(e) if e.as_error_resp().is_some() => self
-                .why_not(token, payment, pay_to, &e.to_string())
-                .await
-                .map(OnChain::PaidUs),
+            // A revert is the payment's fault; anything else (a rate limit, a node
+            // behind, an internal error) is the RPC's.
+            Err(e)
+                if e.as_error_resp().is_some_and(|r| {
+                    r.code == 3 || r.message.to_ascii_lowercase().contains("revert")
+                }) =>
+            {
+                self.why_not(token, payment, pay_to, &e.to_string())
+                    .await
+                    .map(OnChain::PaidUs)
+            }
             Err(e) => Err(rpc_error("simulating the transfer", e)),
         }
     }
@@ -613,11 +619,8 @@ impl EvmChain {
                 ),
             }
             if let Some(settler) = &chain.settler {
-                let mut remembered = settler.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
                 // Only this broadcast: a later settlement may have signed anew.
-                if remembered.get(&id).is_some_and(|b| b.hash == tx) {
-                    remembered.remove(&id);
-                }
+                settler.forget(&id, tx);
             }
         });
     }
@@ -669,12 +672,19 @@ impl EvmChain {
             };
             let fees = self.fees(&mut state).await?;
             let b = self.sign(settler, token, &input, nonce, gas_limit, fees)?;
+            // Written down before it leaves: a request dropped mid-send (its deadline)
+            // leaves the broadcast known to the retry, and its nonce counted as used (a
+            // gap it leaves is filled with these very bytes).
+            settler.remember(&id, &b);
+            state.next_nonce = Some(nonce + 1);
             let sent = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw))
                 .await
                 .unwrap_or_else(|_| Err(TransportErrorKind::custom_str("no answer in time")));
             match sent {
                 Ok(()) => {}
                 Err(e) if e.as_error_resp().is_some() && is_definite_refusal(&e.to_string()) => {
+                    // Refused: it never went out.
+                    settler.forget(&id, b.hash);
                     let text = e.to_string();
                     if is_nonce_error(&text) && attempt < SEND_ATTEMPTS {
                         tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
@@ -705,13 +715,10 @@ impl EvmChain {
                     if !self.resend(&b).await {
                         // Still unknown: the chain's pending count decides next time.
                         state.next_nonce = None;
-                        settler.remember(&id, &b);
                         return Ok(Sent::Broadcast(b));
                     }
                 }
             }
-            state.next_nonce = Some(nonce + 1);
-            settler.remember(&id, &b);
             return Ok(Sent::Broadcast(b));
         }
         drop(state);
@@ -748,8 +755,20 @@ impl EvmChain {
                 Ok(()) => return true,
                 Err(e) if e.as_error_resp().is_some() => {
                     let text = e.to_string();
-                    // Known, or already mined (its nonce is then used): it arrived.
-                    return is_known(&text) || text.to_ascii_lowercase().contains("nonce too low");
+                    if is_known(&text) {
+                        return true;
+                    }
+                    // Its nonce is used: by these very bytes (they arrived), or by
+                    // another transaction (they never will). The node knows which.
+                    if text.to_ascii_lowercase().contains("nonce too low") {
+                        let found = tokio::time::timeout(
+                            SEND_CALL_TIMEOUT,
+                            self.provider.get_transaction_by_hash(b.hash),
+                        )
+                        .await;
+                        return matches!(found, Ok(Ok(Some(_))));
+                    }
+                    return false;
                 }
                 Err(_) => {}
             }
@@ -1095,6 +1114,14 @@ impl EvmChain {
 }
 
 impl Settler {
+    /// Forgets broadcast `hash` of authorization `id` (not one signed anew since).
+    fn forget(&self, id: &str, hash: B256) {
+        let mut remembered = self.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
+        if remembered.get(id).is_some_and(|b| b.hash == hash) {
+            remembered.remove(id);
+        }
+    }
+
     fn remember(&self, id: &str, b: &Broadcast) {
         let mut remembered = self.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
         remembered.retain(|_, old| old.sent_at.elapsed() < REMEMBER_BROADCASTS);
