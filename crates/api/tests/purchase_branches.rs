@@ -333,6 +333,11 @@ fn rand_nonce() -> [u8; 32] {
 
 /// The ledger key of a payment header, as the purchase path computes it.
 fn ledger_key(state: &AppState, header: &str) -> String {
+    umpire_api::paid::ledger::payment_key(&context(state, header)).to_string()
+}
+
+/// The payment in `header`, matched against the reputation route's price.
+fn context(state: &AppState, header: &str) -> PaymentContext {
     let raw: serde_json::Value = umpire_pay::decode_header(header).expect("payment");
     let payment = umpire_pay::PaymentPayload::from_json(raw.clone()).expect("payload");
     let (rail, requirements) = state
@@ -346,14 +351,13 @@ fn ledger_key(state: &AppState, header: &str) -> String {
             ),
         )
         .expect("matches");
-    let ctx = PaymentContext {
+    PaymentContext {
         raw,
         payment,
         rail,
         requirements,
         requirements_v1: None,
-    };
-    umpire_api::paid::ledger::payment_key(&ctx).to_string()
+    }
 }
 
 /// The same authorization spelled another way: nonce and signature in upper-case hex.
@@ -664,4 +668,20 @@ async fn an_interrupted_purchase_whose_authorization_expired_unused_is_voided() 
     assert_eq!(refused.status(), 402, "{:?}", json(&refused));
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
     assert_eq!(shop.chain.charged(), 0);
+}
+
+/// An authorization valid for ages (far past the window offered) that a bystander
+/// executed to us: it paid, so it buys; its entry is kept for the window offered, not
+/// until the end of time (a moment no store could write).
+#[tokio::test]
+async fn a_paid_authorization_valid_for_ages_buys_once() {
+    let shop = shop(|_| {});
+    let payment = shop.sign(u64::MAX - shop.clock.now() - 1).await;
+    shop.chain.broadcast(&context(&shop.state, &payment));
+    let r = shop.send(Some(&payment), None).await;
+    assert_eq!(r.status(), 200, "{:?}", json(&r));
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    let again = shop.send(Some(&payment), None).await;
+    assert_eq!(again.status(), 200, "{:?}", json(&again));
+    assert_eq!(shop.chain.charged(), 1);
 }

@@ -196,8 +196,13 @@ impl Checkout<'_> {
         // Kept for this request while the payment may still land; a payment that does
         // not say (a Solana transaction) is kept for two holds.
         let now = state.config.clock.now();
+        // No later than the window we offered allows (a payment found already paid may
+        // say it is valid for ages; both stores keep a number they can write).
+        let longest = now
+            .saturating_add(self.ctx.requirements.max_timeout_seconds)
+            .saturating_add(umpire_pay::evm::VALID_BEFORE_SLACK_SECS);
         let kept_until = match self.ctx.lands_by() {
-            Some(t) => t.saturating_add(LANDING_MARGIN_SECS),
+            Some(t) => t.min(longest).saturating_add(LANDING_MARGIN_SECS),
             None => now + 2 * u64::from(state.config.in_progress_secs),
         };
         self.hold
