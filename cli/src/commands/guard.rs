@@ -37,6 +37,10 @@ use super::client::Api;
 /// longer asks for an authorization someone could hold and execute later.
 pub const MAX_PAYMENT_WINDOW_SECS: u64 = 300;
 
+/// How far this machine's clock and the service's may disagree: an offer's validity is
+/// read with this much leeway either way.
+const CLOCK_SKEW_SECS: u64 = 30;
+
 /// Where pins live: `$UMPIRE_PIN_DIR`, else `$XDG_CONFIG_HOME/umpire/pins`, else
 /// `~/.config/umpire/pins`.
 fn pin_dir() -> PathBuf {
@@ -73,7 +77,27 @@ fn trustworthy_transport(base: &str) -> bool {
     let Ok(url) = reqwest::Url::parse(base) else {
         return false;
     };
-    url.scheme() == "https" || matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
+    url.scheme() == "https" || loopback(&url)
+}
+
+fn loopback(url: &reqwest::Url) -> bool {
+    matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
+}
+
+/// Whether a service reached at `base` may be pinned on first use: on this machine, or
+/// over https at the very origin its key document and quote name as their issuer (a
+/// mirror at its own address forwarding the genuine documents names another).
+fn pinnable_on_first_use(base: &str, doc: &Value, quote: &Value) -> bool {
+    let Ok(url) = reqwest::Url::parse(base) else {
+        return false;
+    };
+    let same_origin = |v: &Value| {
+        v.get("issuer")
+            .and_then(Value::as_str)
+            .and_then(|i| reqwest::Url::parse(i).ok())
+            .is_some_and(|i| i.origin() == url.origin())
+    };
+    loopback(&url) || (url.scheme() == "https" && same_origin(doc) && same_origin(quote))
 }
 
 /// What was pinned for one service: its keys and its pricing manifest.
@@ -364,6 +388,16 @@ impl Guard {
             }
             None if trustworthy_transport(api.base()) => {
                 let (doc, quote) = Pin::fetch(api, None).await?;
+                if !pinnable_on_first_use(api.base(), &doc, &quote) {
+                    return Err(Local(format!(
+                        "{} serves documents issued by {}: not pinned on first use. If that is the service you mean, pay it at its own address, or run `umpire pin --base {} --key-document FILE` with its key document from a source you trust",
+                        api.base(),
+                        doc.get("issuer")
+                            .and_then(Value::as_str)
+                            .unwrap_or("nobody"),
+                        api.base()
+                    )));
+                }
                 let pin = Pin::write(api.base(), &doc, &quote)?;
                 eprintln!(
                     "first payment to {}: pinned its key {} and prices in {} (check the key against one you trust; `umpire pin` renews the pin)",
@@ -417,14 +451,16 @@ impl Guard {
                 offer.resource_url
             )));
         }
-        if offer.valid_until <= now {
+        if offer.valid_until + CLOCK_SKEW_SECS <= now {
             return Err(refuse(format!(
                 "the signed offer expired at {} (unix seconds)",
                 offer.valid_until
             )));
         }
         let window = accepted.max_timeout_seconds;
-        if window > MAX_PAYMENT_WINDOW_SECS || offer.valid_until > now + MAX_PAYMENT_WINDOW_SECS {
+        if window > MAX_PAYMENT_WINDOW_SECS
+            || offer.valid_until > now + MAX_PAYMENT_WINDOW_SECS + CLOCK_SKEW_SECS
+        {
             return Err(refuse(format!(
                 "the payment would stay valid for {window} s (offer until {}); a purchase needs at most {MAX_PAYMENT_WINDOW_SECS} s",
                 offer.valid_until
@@ -564,6 +600,45 @@ mod tests {
         assert!(trustworthy_transport("http://[::1]:9"));
         assert!(!trustworthy_transport("http://umpire.example"));
         assert!(!trustworthy_transport("http://10.0.0.1:8080"));
+        assert!(!trustworthy_transport("HTTP://10.0.0.1:8080"));
+    }
+
+    #[test]
+    fn first_use_pins_only_the_origin_that_issued_the_documents() {
+        let issued = |by: &str| Value::object().with("issuer", by);
+        let genuine = issued("https://umpire.example");
+        assert!(pinnable_on_first_use(
+            "https://umpire.example",
+            &genuine,
+            &genuine
+        ));
+        assert!(pinnable_on_first_use(
+            "https://umpire.example/",
+            &genuine,
+            &genuine
+        ));
+        // A mirror at its own address forwarding the genuine documents.
+        assert!(!pinnable_on_first_use(
+            "https://mirror.example",
+            &genuine,
+            &genuine
+        ));
+        assert!(!pinnable_on_first_use(
+            "https://umpire.example",
+            &genuine,
+            &issued("https://other.example")
+        ));
+        assert!(!pinnable_on_first_use(
+            "https://umpire.example",
+            &Value::object(),
+            &genuine
+        ));
+        // This machine: local runs name their public issuer.
+        assert!(pinnable_on_first_use(
+            "http://127.0.0.1:8080",
+            &genuine,
+            &genuine
+        ));
     }
 
     #[test]
