@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use umpire_host::Deadline;
 
 use crate::reason::{FailureReason, PaymentFailure};
-use crate::settle::{PaymentContext, Settler, Verified};
+use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified, polls_every};
 use crate::svm::{self, Transaction};
 use crate::types::Account;
 use crate::types::SettlementResponse;
@@ -37,8 +37,6 @@ pub enum Landed {
 
 /// How long one RPC call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// Kept between the last status poll and the request's deadline, to answer in.
-const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
 impl SolanaRpc {
     pub fn new(url: &str) -> Result<SolanaRpc, PaymentFailure> {
@@ -178,8 +176,11 @@ impl SolanaRpc {
         }
     }
 
-    pub async fn status(&self, signature: &str) -> Result<Landed, PaymentFailure> {
-        let params = json!([[signature], {"searchTransactionHistory": true}]);
+    /// Where `signature` stands; `history` searches past the node's recent statuses (a
+    /// transaction from before this process; a confirmation poll of a fresh broadcast
+    /// needs only the recent ones, and costs the node less).
+    pub async fn status(&self, signature: &str, history: bool) -> Result<Landed, PaymentFailure> {
+        let params = json!([[signature], {"searchTransactionHistory": history}]);
         let result = self
             .call("getSignatureStatuses", params)
             .await
@@ -223,28 +224,6 @@ pub struct NativeSolSettler {
 /// Solana's target slot time, in milliseconds.
 pub const SLOT_MS: u64 = 400;
 
-/// The pauses between confirmation polls after a broadcast. With slots: none for the
-/// first slot (a transaction lands in the leader's slot at the earliest, and is
-/// confirmed once a supermajority has voted on it after that), then every half slot, so
-/// a confirmation is seen at most half a slot late for a poll or two per slot. At once:
-/// polled at once, then after 5 ms doubling to 500 ms.
-pub fn confirmation_polls(slot_time: Duration) -> impl Iterator<Item = Duration> {
-    let mut pause = Duration::ZERO;
-    let mut first = true;
-    std::iter::from_fn(move || {
-        let now = if !slot_time.is_zero() {
-            if first { slot_time } else { slot_time / 2 }
-        } else if first {
-            Duration::ZERO
-        } else {
-            pause = (pause * 2).clamp(Duration::from_millis(5), Duration::from_millis(500));
-            pause
-        };
-        first = false;
-        Some(now)
-    })
-}
-
 fn transaction_of(ctx: &PaymentContext) -> Result<Transaction, PaymentFailure> {
     let tx = svm::payload_transaction(ctx.payment.scheme_payload())
         .map_err(|r| PaymentFailure::invalid(r.reason, r.message))?;
@@ -282,7 +261,7 @@ impl Settler for NativeSolSettler {
             }),
             // Broadcast already (by the payer, or by whoever saw the header): it paid
             // us if it landed well, and the ledger lets it buy one purchase.
-            Err(e) if already_processed(&e) => match self.rpc.status(&tx.id()).await? {
+            Err(e) if already_processed(&e) => match self.rpc.status(&tx.id(), true).await? {
                 Landed::Ok => Ok(Verified {
                     payer,
                     settled: Some(settled(ctx, &tx)),
@@ -316,17 +295,17 @@ impl Settler for NativeSolSettler {
                 ));
             }
         }
-        // Polled on the slots' schedule (`confirmation_polls`) until shortly before the
+        // Polled on the slots' schedule (`polls_every`) until shortly before the
         // deadline. Only a confirmed success is a settlement: a broadcast still
         // unconfirmed then has an unknown outcome (the payer may have emptied the
         // account so it is dropped), so the purchase stays prepared and the customer's
         // retry delivers it once the chain shows it landed (`find_settlement`).
-        for pause in confirmation_polls(self.slot_time) {
+        for pause in polls_every(self.slot_time) {
             if !deadline.allows(ANSWER_MARGIN + pause) {
                 break;
             }
             tokio::time::sleep(pause).await;
-            match self.rpc.status(&sig).await {
+            match self.rpc.status(&sig, false).await {
                 Ok(Landed::Ok) => return Ok(settled(ctx, &tx)),
                 Ok(Landed::Failed(err)) => return Err(failed_on_chain(&err)),
                 Ok(Landed::No | Landed::Processed) | Err(_) => {}
@@ -346,7 +325,7 @@ impl Settler for NativeSolSettler {
         ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
         let tx = transaction_of(ctx)?;
-        match self.rpc.status(&tx.id()).await? {
+        match self.rpc.status(&tx.id(), true).await? {
             Landed::Ok => Ok(Some(settled(ctx, &tx))),
             Landed::Failed(err) => Err(failed_on_chain(&err)),
             Landed::No | Landed::Processed => Ok(None),
@@ -357,21 +336,6 @@ impl Settler for NativeSolSettler {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn confirmation_polls_follow_the_slots_or_double_at_once() {
-        let ms = |d: Duration| d.as_millis();
-        let slots: Vec<u128> = confirmation_polls(Duration::from_millis(SLOT_MS))
-            .take(4)
-            .map(ms)
-            .collect();
-        assert_eq!(slots, [400, 200, 200, 200]);
-        let at_once: Vec<u128> = confirmation_polls(Duration::ZERO)
-            .take(10)
-            .map(ms)
-            .collect();
-        assert_eq!(at_once, [0, 5, 10, 20, 40, 80, 160, 320, 500, 500]);
-    }
 
     #[test]
     fn already_processed_is_read_from_the_error_not_from_the_logs() {

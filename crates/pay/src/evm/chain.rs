@@ -34,6 +34,7 @@ use alloy::transports::{RpcError, TransportErrorKind};
 
 use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
 use crate::reason::{FailureReason, PaymentFailure};
+use crate::settle::polls_every;
 
 /// Gas for `transferWithAuthorization` with an EOA signature: USDC spends about 85,000
 /// (a cold nonce slot and two balances); the rest is margin. Smart-wallet signatures
@@ -600,10 +601,7 @@ impl EvmChain {
         let chain = self.clone();
         let payment = payment.clone();
         let valid_before = u64::try_from(payment.authorization.validBefore).unwrap_or(u64::MAX);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let now = umpire_host::Clock::system().now();
         let until =
             Instant::now() + Duration::from_secs(valid_before.saturating_sub(now).min(3600));
         tokio::spawn(async move {
@@ -1058,32 +1056,27 @@ impl EvmChain {
         let _ = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&mine.raw)).await;
     }
 
-    /// The pauses between receipt polls. On an instant chain: at once, then doubling
-    /// from 5 ms to 500 ms. On a chain with blocks, timed to them: once a block has been
-    /// seen (a receipt tells its number, and the moment it was seen sets the phase), the
+    /// The pauses between receipt polls. With preconfirmations, a flashblock apart
+    /// ([`polls_every`]); on an instant chain: at once, then doubling from 5 ms to
+    /// 500 ms. On a chain with blocks, timed to them: once a block has been seen (each
+    /// poll reads the latest block number, and the moment it moved sets the phase), the
     /// first poll comes just after the next block is due, and the ones after it briefly
     /// while that block is fresh, then just after the one after; before any block has
     /// been seen, a quarter block at a time.
-    fn polls(&self, preconfirmed: bool) -> impl Iterator<Item = Duration> + '_ {
-        let mut pause = RECEIPT_POLL_FIRST;
+    fn polls(&self, preconfirmed: bool) -> Box<dyn Iterator<Item = Duration> + Send + '_> {
+        if preconfirmed {
+            // A flashblock orders what arrived during it.
+            return Box::new(polls_every(FLASHBLOCK));
+        }
+        if self.block_time.is_zero() {
+            return Box::new(polls_every(Duration::ZERO));
+        }
         let mut first = true;
-        std::iter::from_fn(move || {
-            let now = if preconfirmed {
-                // A flashblock orders what arrived during it: the first poll after one,
-                // then every half flashblock.
-                if first { FLASHBLOCK } else { FLASHBLOCK / 2 }
-            } else if self.block_time.is_zero() {
-                let now = if first { Duration::ZERO } else { pause };
-                if !first {
-                    pause = (pause * 2).min(RECEIPT_POLL_MAX);
-                }
-                now
-            } else {
-                self.pause_for_blocks(first)
-            };
+        Box::new(std::iter::from_fn(move || {
+            let now = self.pause_for_blocks(first);
             first = false;
             Some(now)
-        })
+        }))
     }
 
     /// The pause before the next receipt poll on a chain with blocks (see
@@ -1180,11 +1173,6 @@ const FLASHBLOCK: Duration = Duration::from_millis(200);
 const AFTER_BLOCK_POLL: Duration = Duration::from_millis(150);
 /// ...for this long after it.
 const AFTER_BLOCK_WINDOW: Duration = Duration::from_millis(500);
-
-/// The first pause between receipt polls on an instant chain, and the longest.
-pub(super) const RECEIPT_POLL_FIRST: Duration = Duration::from_millis(5);
-
-pub(super) const RECEIPT_POLL_MAX: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,28 @@ use crate::types::{
 /// Kept between a settlement's last wait and the request's deadline, to answer in.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
+/// The pauses between polls for a transaction's outcome on a chain that decides every
+/// `period` (a Solana slot, a Base flashblock): none until one has passed (nothing is
+/// decided sooner), then every half period, so an outcome is seen at most half a
+/// period late for two polls a period. On a chain that decides at once (`ZERO`):
+/// polled at once, then after 5 ms doubling to 500 ms.
+pub fn polls_every(period: Duration) -> impl Iterator<Item = Duration> {
+    let mut pause = Duration::ZERO;
+    let mut first = true;
+    std::iter::from_fn(move || {
+        let now = if !period.is_zero() {
+            if first { period } else { period / 2 }
+        } else if first {
+            Duration::ZERO
+        } else {
+            pause = (pause * 2).clamp(Duration::from_millis(5), Duration::from_millis(500));
+            pause
+        };
+        first = false;
+        Some(now)
+    })
+}
+
 /// One payment, matched against our requirements, on its way through verify and settle.
 #[derive(Debug, Clone)]
 pub struct PaymentContext {
@@ -375,5 +397,22 @@ impl Payments {
             }
         }
         Ok(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_follow_the_period_or_double_at_once() {
+        let ms = |d: Duration| d.as_millis();
+        let slots: Vec<u128> = polls_every(Duration::from_millis(400))
+            .take(4)
+            .map(ms)
+            .collect();
+        assert_eq!(slots, [400, 200, 200, 200]);
+        let at_once: Vec<u128> = polls_every(Duration::ZERO).take(10).map(ms).collect();
+        assert_eq!(at_once, [0, 5, 10, 20, 40, 80, 160, 320, 500, 500]);
     }
 }
