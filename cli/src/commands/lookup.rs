@@ -62,11 +62,8 @@ async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local
             ))
         })?
         .to_serde();
-    let base = reqwest::Url::parse(api.base()).map_err(|e| Local(e.to_string()))?;
-    let host = match base.port() {
-        Some(p) => format!("{}:{p}", base.host_str().unwrap_or_default()),
-        None => base.host_str().unwrap_or_default().to_owned(),
-    };
+    let host = umpire_pay::siwx::domain_of(api.base())
+        .ok_or_else(|| Local(format!("{} is not a URL with a host", api.base())))?;
     let (kind, address) = match wallet {
         Wallet::Evm(w) => ("eip191", w.address().to_checksum(None)),
         Wallet::Solana { address, .. } => ("ed25519", address.to_base58()),
@@ -85,8 +82,9 @@ async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local
         Wallet::Evm(w) => {
             let chain_id = proof
                 .chain_id
-                .strip_prefix("eip155:")
-                .and_then(|c| c.parse::<u64>().ok())
+                .parse::<umpire_pay::types::Network>()
+                .ok()
+                .and_then(|n| n.chain_id())
                 .ok_or_else(|| Local(format!("{} is not an EVM chain", proof.chain_id)))?;
             let signature = w
                 .sign_message_sync(siwe_message(&proof, chain_id).as_bytes())

@@ -10,8 +10,6 @@
 //! the signature. The nonce's single use and what the wallet may read are the caller's.
 
 use alloy::primitives::{Address, Signature, eip191_hash_message};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -72,14 +70,16 @@ fn refused(reason: &'static str, message: impl Into<String>) -> Refused {
 impl Proof {
     /// The proof in a `SIGN-IN-WITH-X` header value.
     pub fn from_header(text: &str) -> Result<Proof, Refused> {
-        let bytes = B64
-            .decode(text.trim())
-            .map_err(|_| refused("invalid_siwx_payload", "the header is not base64"))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            refused(
-                "invalid_siwx_payload",
-                format!("the header is not a sign-in-with-x proof: {e}"),
-            )
+        use crate::codec::{CodecError, MAX_HEADER_BYTES, decode_header};
+        decode_header(text).map_err(|e| {
+            let why = match e {
+                CodecError::TooLarge => {
+                    format!("the header is larger than {MAX_HEADER_BYTES} bytes")
+                }
+                CodecError::NotBase64 => "the header is not base64".into(),
+                CodecError::BadJson(e) => format!("the header is not a sign-in-with-x proof: {e}"),
+            };
+            refused("invalid_siwx_payload", why)
         })
     }
 
@@ -110,7 +110,7 @@ impl Proof {
 
     /// The `SIGN-IN-WITH-X` header value.
     pub fn to_header(&self) -> String {
-        B64.encode(serde_json::to_vec(self).unwrap_or_default())
+        crate::codec::encode_header(self)
     }
 
     /// The nonce, if it is one a SIWE message may carry (8 to 64 letters and digits).
@@ -127,6 +127,17 @@ impl Proof {
             .and_then(umpire_core::time::parse_rfc3339)
             .unwrap_or_default()
     }
+}
+
+/// The domain a sign-in message names for a service at `base`: its host, and its port
+/// when the URL spells one.
+pub fn domain_of(base: &str) -> Option<String> {
+    let u = reqwest::Url::parse(base).ok()?;
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    })
 }
 
 /// What a proof must be bound to.

@@ -18,16 +18,7 @@ use crate::{AppState, Request, Response};
 
 /// The issuer's host (and port), as a sign-in message names the domain.
 fn domain(issuer: &str) -> String {
-    url::Url::parse(issuer)
-        .ok()
-        .and_then(|u| {
-            let host = u.host_str()?.to_owned();
-            Some(match u.port() {
-                Some(p) => format!("{host}:{p}"),
-                None => host,
-            })
-        })
-        .unwrap_or_default()
+    siwx::domain_of(issuer).unwrap_or_default()
 }
 
 fn verdict_uri(state: &AppState, id: &str) -> String {
