@@ -527,29 +527,35 @@ impl Guard {
         let Some(budget) = self.budget else {
             return Ok(());
         };
-        let spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         let usd = |units: u128| format!("${}.{:06}", units / 1_000_000, units % 1_000_000);
-        if spent.total() + price > budget.total {
-            return Err(format!(
+        let (total, hour) = {
+            let spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+            (spent.total(), spent.in_hour_before(now))
+        };
+        match self.room(price, now) {
+            Room::Open => Ok(()),
+            Room::Spent => Err(format!(
                 "the spending budget is spent ({} of {} in total)",
-                usd(spent.total()),
+                usd(total),
                 usd(budget.total)
-            ));
-        }
-        if spent.in_hour_before(now) + price > budget.per_hour {
-            return Err(format!(
+            )),
+            Room::HourSpent => Err(format!(
                 "the hourly budget is spent ({} of {} in the last hour)",
-                usd(spent.in_hour_before(now)),
+                usd(hour),
                 usd(budget.per_hour)
-            ));
+            )),
         }
-        Ok(())
     }
 
     /// Counts a payment signed: it may be spent from now on, whatever becomes of it.
     pub fn signed(&self, approval: Approval, now: u64) {
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.payments.push((now, approval.usd_units));
+    }
+
+    /// The pinned price of what `path` sells (USDC base units).
+    pub fn pinned_price(&self, path: &str) -> Option<u128> {
+        self.pin.price_units(path)
     }
 
     /// What the budget leaves for a payment of `price` at `now`.

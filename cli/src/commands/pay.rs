@@ -69,8 +69,10 @@ impl Payer {
         Ok(Payer { wallet, guard })
     }
 
-    /// What the spending budget leaves for a payment of `price` (USDC base units).
-    pub fn room(&self, price: u128) -> Room {
+    /// What the spending budget leaves for buying `path`, at its pinned price (the
+    /// price the guard will approve), else at `price` (USDC base units).
+    pub fn room(&self, path: &str, price: u128) -> Room {
+        let price = self.guard.pinned_price(path).unwrap_or(price);
         self.guard.room(price, umpire_host::Clock::system().now())
     }
 

@@ -166,7 +166,8 @@ impl Evaluator<'_> {
             },
         };
         // Nothing is fetched for a job the budget cannot pay for.
-        match self.payer.room(u128::from(tier.price().usdc_units)) {
+        let path = format!("/v1/verdicts/{}", tier.as_str());
+        match self.payer.room(&path, u128::from(tier.price().usdc_units)) {
             Room::Spent => {
                 return Step::Stop(format!(
                     "a {} verdict does not fit in what is left of the spending budget (--budget-total)",
