@@ -353,7 +353,11 @@ async fn serve_one(
             respond::error(&ApiError::new(
                 ErrorCode::PayloadTooLarge,
                 format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-                "Send at most 1 MiB; deliverable text is capped at 200 KB.",
+                format!(
+                    "Send at most {} MiB; deliverable text is capped at {} KB.",
+                    MAX_BODY_BYTES / (1024 * 1024),
+                    umpire_core::product::MAX_TEXT_BYTES / 1024
+                ),
             ))
         }
         Ok(Err(e)) => respond::error(&ApiError::new(

@@ -381,7 +381,11 @@ impl Hold {
 /// How long a resend waits for the purchase its payment is already paying for: well
 /// inside API Gateway's 30 s, longer than a purchase normally runs.
 const AWAIT_RUNNING_PURCHASE: Duration = Duration::from_secs(20);
+/// The first pause between reads of the running purchase's entry, doubling to the
+/// longest: a purchase is usually done within the first few, and a long one costs the
+/// store a read a second per waiting request, not ten.
 const AWAIT_POLL: Duration = Duration::from_millis(100);
+const AWAIT_POLL_MAX: Duration = Duration::from_secs(1);
 
 pub enum Running {
     /// That purchase's answer (or `in_flight` when it outlasted the wait).
@@ -405,6 +409,7 @@ pub async fn await_purchase(
     // Never past this request's own deadline (less a moment to answer in).
     let wait = AWAIT_RUNNING_PURCHASE.min(deadline.remaining().saturating_sub(AWAIT_POLL * 5));
     let started = tokio::time::Instant::now();
+    let mut pause = AWAIT_POLL;
     loop {
         let now = state.config.clock.now();
         match state.store.get_payment(key, now).await {
@@ -419,10 +424,12 @@ pub async fn await_purchase(
             Ok(_) => return Running::Gone,
             Err(e) => return Running::Answered(respond::error(&crate::internal(e))),
         }
-        if started.elapsed() >= wait {
+        let left = wait.saturating_sub(started.elapsed());
+        if left.is_zero() {
             return Running::Answered(respond::error(&in_use()));
         }
-        tokio::time::sleep(AWAIT_POLL).await;
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(AWAIT_POLL_MAX);
     }
 }
 
