@@ -351,7 +351,7 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     let spec = files.write("spec.json", SPEC.as_bytes());
     let deliverable = files.write("deliverable.json", DELIVERABLE.as_bytes());
     let base = format!("http://{}", server.addr);
-    let buy = |rail: &str, keypair: &str| {
+    let buy_capped = |rail: &str, keypair: &str, cap: &str| {
         let mut args: Vec<String> = [
             "buy",
             "basic",
@@ -366,12 +366,25 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
         .map(|s| (*s).to_owned())
         .collect();
         args.extend(net.buy_args(keypair));
+        if !cap.is_empty() {
+            args.extend(["--max-amount".to_owned(), cap.to_owned()]);
+        }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         run_umpire(&args, &[("UMPIRE_BASE_URL", base.as_str())])
     };
+    let buy = |rail: &str, keypair: &str| buy_capped(rail, keypair, "");
 
     let (payer0, ours0) = (net.lamports(&sol_payer), net.lamports(&pay_to));
-    let (code, stdout, stderr) = buy("sol", "sol_payer_keypair");
+    // A SOL quote is bounded by nothing pinned: without the caller's own SOL cap,
+    // nothing is signed.
+    let (code, _, stderr) = buy("sol", "sol_payer_keypair");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--max-amount"), "{stderr}");
+    assert_eq!(net.lamports(&sol_payer), payer0, "nothing paid");
+    let (code, _, stderr) = buy_capped("sol", "sol_payer_keypair", "0.001sol");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("above --max-amount"), "{stderr}");
+    let (code, stdout, stderr) = buy_capped("sol", "sol_payer_keypair", "0.01sol");
     assert_eq!(code, 0, "{stderr}");
     let answer = umpire_core::json::parse(stdout.as_bytes()).expect("JSON answer");
     assert_recipe_verifies(

@@ -66,7 +66,7 @@ struct PayArg {
     pin_file: Option<PathBuf>,
     /// The most one payment may be: dollars (1.50) for the USDC rails, SOL (0.02sol)
     /// for native SOL; repeat (or comma-separate) for both. Default: $UMPIRE_MAX_AMOUNT,
-    /// else the pinned price (USDC) and the signed quote (SOL).
+    /// else the pinned price (USDC); native SOL, quoted per request, needs a SOL cap.
     #[arg(long, env = "UMPIRE_MAX_AMOUNT", value_delimiter = ',')]
     max_amount: Vec<commands::guard::MaxAmount>,
     /// Pay a service reached over plain http on another machine (anyone on the way

@@ -179,7 +179,7 @@ Pay on Solana instead: USDC (the facilitator settles), or native SOL at the 402'
   umpire buy basic --spec spec.json --deliverable deliverable.json \\
     --rail solana --solana-keypair ${svm.payer_keypair} --solana-rpc ${svm.rpc_url}
   umpire buy basic --spec spec.json --deliverable deliverable.json \\
-    --rail sol --solana-keypair ${svm.sol_payer_keypair} --solana-rpc ${svm.rpc_url}
+    --rail sol --max-amount 0.05sol --solana-keypair ${svm.sol_payer_keypair} --solana-rpc ${svm.rpc_url}
 
 Buy a basic verdict with the reference x402 client:
   node tests/js/buy.mjs --devnet ${out} --url http://${args.addr}/v1/verdicts/basic \\

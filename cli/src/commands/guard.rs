@@ -505,6 +505,18 @@ impl Guard {
 
     fn within_caps(&self, accepted: &PaymentRequirements, amount: u128) -> Result<(), String> {
         let sol = accepted.asset == Asset::NativeSol;
+        // A SOL amount is quoted per request from a rate only the service knows: no
+        // pinned price bounds it, so the caller's own cap must.
+        if sol
+            && !self
+                .max_amount
+                .iter()
+                .any(|c| matches!(c, MaxAmount::Lamports(_)))
+        {
+            return Err(
+                "native SOL is quoted per request and no pinned price bounds it: give the most you will pay in SOL with --max-amount (e.g. 0.02sol) or $UMPIRE_MAX_AMOUNT".into(),
+            );
+        }
         for cap in &self.max_amount {
             match *cap {
                 MaxAmount::Usd(max) if !sol && amount > max => {
