@@ -5,6 +5,7 @@
 //! are read from the chain.
 
 use umpire_blackbox::chain::{Devnet, Settlement, sign_payment};
+use umpire_blackbox::mirror::Mirror;
 use umpire_blackbox::svm::{SolanaNet, SvmFacilitator, buy_svm, sign_svm_payment};
 use umpire_blackbox::{
     Reply, Server, TempDir, assert_recipe_verifies, decode_b64_json, request, run_umpire,
@@ -351,7 +352,7 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
     let spec = files.write("spec.json", SPEC.as_bytes());
     let deliverable = files.write("deliverable.json", DELIVERABLE.as_bytes());
     let base = format!("http://{}", server.addr);
-    let buy_capped = |rail: &str, keypair: &str, cap: &str| {
+    let buy_at = |base: &str, rail: &str, keypair: &str, cap: &str| {
         let mut args: Vec<String> = [
             "buy",
             "basic",
@@ -370,8 +371,9 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
             args.extend(["--max-amount".to_owned(), cap.to_owned()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run_umpire(&args, &[("UMPIRE_BASE_URL", base.as_str())])
+        run_umpire(&args, &[("UMPIRE_BASE_URL", base)])
     };
+    let buy_capped = |rail: &str, keypair: &str, cap: &str| buy_at(&base, rail, keypair, cap);
     let buy = |rail: &str, keypair: &str| buy_capped(rail, keypair, "");
 
     let (payer0, ours0) = (net.lamports(&sol_payer), net.lamports(&pay_to));
@@ -409,8 +411,17 @@ fn native_sol_is_bought_at_the_quote_and_umpire_buy_pays_both_solana_rails() {
         Some(sol_payer.as_str())
     );
 
-    // USDC on Solana from the same client, through the facilitator.
+    // A mirror naming another fee payer (which the offers do not cover) would have the
+    // payer's transfer signed for a stranger to land: the pinned fee payer refuses it.
     let our_usdc = net.get("pay_to_usdc_account");
+    let mirror = Mirror::start(&base, "feepayer");
+    let (code, _, stderr) = buy_at(&mirror.base, "solana", "payer_keypair", "");
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("not one of the rails pinned"), "{stderr}");
+    assert_eq!(mirror.payments_seen(), 0, "nothing signed");
+    assert_eq!(net.token_units(&our_usdc), 0);
+
+    // USDC on Solana from the same client, through the facilitator.
     let (code, _, stderr) = buy("solana", "payer_keypair");
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(net.token_units(&our_usdc), BASIC_USDC);

@@ -12,6 +12,8 @@
 //             mirror's own key through the reference library (createJWSOfferReceiptIssuer)
 //   strip     the offers removed, the terms inflated
 //   honest    nothing changed (a control: the payer pays through it)
+//   feepayer  the Solana fee payer (extra.feePayer) replaced by a stranger (the offers,
+//             which do not cover it, left as they are)
 //   withhold  nothing changed in the 402, and every paid answer's one-time secret
 //             withheld (as a replay says it): bait for a payer that signs again
 //
@@ -85,6 +87,9 @@ async function rewrite(required) {
     case "strip":
       for (const a of accepts) a.amount = (BigInt(a.amount) * 5000n).toString();
       if (offers) delete required.extensions[OFFER_RECEIPT];
+      break;
+    case "feepayer":
+      for (const a of accepts) if (a.extra?.feePayer) a.extra.feePayer = STRANGER_SOL;
       break;
     case "honest":
     case "withhold":

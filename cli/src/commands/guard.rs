@@ -223,6 +223,11 @@ impl Pin {
                     && field(r, "network").as_deref() == Some(accepted.network.as_str())
                     && field(r, "asset") == Some(accepted.asset.to_string())
                     && field(r, "pay_to") == Some(accepted.pay_to.to_string())
+                    // A pinned fee payer is the only one a transfer is signed for.
+                    && field(r, "fee_payer").is_none_or(|pinned| {
+                        accepted.extra.get("feePayer").and_then(|v| v.as_str())
+                            == Some(pinned.as_str())
+                    })
             })
             .map(|r| field(r, "pricing").as_deref() == Some("fixed"))
     }

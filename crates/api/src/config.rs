@@ -133,7 +133,7 @@ impl Config {
                 .rails
                 .iter()
                 .map(|r| {
-                    Value::object()
+                    let rail = Value::object()
                         .with("scheme", r.scheme.as_str())
                         .with("network", r.network.as_str())
                         .with("asset", r.asset.to_string().as_str())
@@ -144,7 +144,14 @@ impl Config {
                                 umpire_pay::RailPricing::Stablecoin { .. } => "fixed",
                                 umpire_pay::RailPricing::SolSpot => "spot + 1.5%, rounded up",
                             },
-                        )
+                        );
+                    // Who signs as fee payer of a Solana USDC transfer: a payer pins it,
+                    // so a 402 naming another cannot have the payer's transfer signed
+                    // and landed outside the sale.
+                    match r.extra.get("feePayer").and_then(|v| v.as_str()) {
+                        Some(fee_payer) => rail.with("fee_payer", fee_payer),
+                        None => rail,
+                    }
                 })
                 .collect(),
         )
