@@ -722,3 +722,56 @@ fn an_rpc_error_while_verifying_is_not_the_payments_fault() {
     assert_eq!(base.charged(), PRICE_BASIC);
     base.audit();
 }
+
+/// A payment whose purchase is still running sits unmined in the pool, public, and
+/// still verifies unspent. Copied from there and presented under the key of another
+/// purchase of the same wallet, it gets that purchase's answer without the one-time
+/// secret: only a payment signed for the purpose, never seen before (and never
+/// charged), proves the wallet.
+#[test]
+fn a_payment_copied_from_the_pool_gets_no_secret() {
+    let base = Base::open(Mining::Manual, &[]);
+    let key = key();
+    let first = base.buy_in_background(&base.sign(), &key);
+    base.await_broadcasts(1);
+    base.devnet.mine();
+    let bought = first.join().expect("buyer");
+    assert_eq!(bought.status, 201, "{}", text(&bought));
+    let secret = bought.json().get("secret").cloned();
+    assert!(
+        matches!(secret, Some(Value::String(_))),
+        "{}",
+        text(&bought)
+    );
+
+    // Another purchase of the same wallet, its transfer in the pool.
+    let pending = base.sign();
+    let other = base.buy_in_background(&pending, &self::key());
+    base.await_broadcasts(2);
+
+    let copied = base.buy(&pending, &key);
+    assert_eq!(copied.status, 201, "{}", text(&copied));
+    assert_eq!(
+        copied.json().get("verdict_id"),
+        bought.json().get("verdict_id")
+    );
+    assert_eq!(
+        copied.json().get("secret"),
+        Some(&Value::Null),
+        "{}",
+        text(&copied)
+    );
+
+    base.devnet.mine();
+    let other = other.join().expect("buyer");
+    assert_eq!(other.status, 201, "{}", text(&other));
+    let fresh = base.buy(&base.sign(), &key);
+    assert_eq!(fresh.status, 201, "{}", text(&fresh));
+    assert_eq!(fresh.json().get("secret").cloned(), secret);
+    assert_eq!(
+        base.charged(),
+        2 * PRICE_BASIC,
+        "two purchases, two charges"
+    );
+    base.audit();
+}

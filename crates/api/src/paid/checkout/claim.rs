@@ -8,7 +8,7 @@ use umpire_pay::rails::Family;
 use umpire_store::PaymentState;
 
 use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
-use crate::paid::ledger::{self, ClaimError, Hold, Running};
+use crate::paid::ledger::{self, ClaimError, Hold, PaymentKey, Running};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
@@ -42,7 +42,11 @@ pub(super) async fn claim<'a>(
             if let Err(e) = limits::enforce(state, "replay", ClientIp::of(asking.req)).await {
                 return Err(respond::error(&e));
             }
-            if !paying.proves_wallet() {
+            // The secret goes to a payment that proves the wallet now: unspent, and
+            // never seen here before (a payment we claimed may sit in a public pool, where
+            // anyone can copy it before it is mined). A proof signed for the purpose is
+            // both.
+            if !paying.proves_wallet() || seen_before(state, &paying.payment_key).await {
                 return Err(withhold_secret(r));
             }
         }
@@ -97,6 +101,12 @@ enum Taken {
 }
 
 /// The payment's ledger entry, held for this request.
+/// Whether the ledger knows this payment (any entry, or a store that cannot say).
+async fn seen_before(state: &AppState, key: &PaymentKey) -> bool {
+    let now = state.config.clock.now();
+    !matches!(state.store.get_payment(key, now).await, Ok(None))
+}
+
 async fn take_payment(
     state: &AppState,
     asking: &Asking<'_>,
