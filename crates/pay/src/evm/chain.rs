@@ -936,7 +936,12 @@ impl EvmChain {
                 // behind a nonce a lost broadcast left empty. Both are put right.
                 if !refilled {
                     refilled = true;
-                    self.refill(hash).await;
+                    // Best effort, inside this request's time: the send lock may be
+                    // held by a slow broadcast, and each fill is a round trip.
+                    let left = until
+                        .saturating_duration_since(Instant::now())
+                        .saturating_sub(CONFIRM_MARGIN);
+                    let _ = tokio::time::timeout(left, self.refill(hash)).await;
                 }
             }
         }
@@ -1030,8 +1035,10 @@ impl EvmChain {
         // The node's pending count stops at the first nonce it has nothing for: from
         // there up to ours is the gap (a nonce the node holds a transaction for is never
         // filled over, so nobody's pending transfer is replaced).
+        // Read under the send lock: a settlement sent meanwhile takes the nonce the read
+        // would have called a gap.
+        let state = settler.sending.lock().await;
         if let Ok(pending) = self.pending_nonce(settler.address).await {
-            let state = settler.sending.lock().await;
             for nonce in pending..mine.nonce {
                 let fill = match below.get(&nonce) {
                     Some(b) => Some(b.clone()),
