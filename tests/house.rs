@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use umpire_blackbox::repo_root;
 
-/// The longest function allowed in `crates/api/src/paid/`.
+/// The longest function allowed in `shared/api/src/paid/`.
 const PAID_FN_MAX_LINES: usize = 80;
 
 /// A crate's source folder and each module's path within it (`["paid", "checkout"]`).
@@ -29,8 +29,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn crates() -> Vec<Crate> {
     let root = repo_root();
-    let mut srcs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
-        .expect("crates/")
+    let mut srcs: Vec<PathBuf> = std::fs::read_dir(root.join("shared"))
+        .expect("shared/")
         .flatten()
         .map(|e| e.path().join("src"))
         .collect();
@@ -299,7 +299,7 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
 fn the_paid_path_reads_in_functions_of_a_page() {
     let root = repo_root();
     let mut files = Vec::new();
-    rust_files(&root.join("crates/api/src/paid"), &mut files);
+    rust_files(&root.join("shared/api/src/paid"), &mut files);
     assert!(files.len() >= 10, "{files:?}");
     let mut long = Vec::new();
     for file in files {

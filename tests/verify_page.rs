@@ -6,9 +6,9 @@
 use umpire_blackbox::chain::node_json;
 use umpire_blackbox::{Server, TempDir, repo_root, run_umpire};
 
-/// The stable-JSON vectors Python made (`crates/core/tests/vectors/make_canonical.py`).
+/// The stable-JSON vectors Python made (`shared/core/tests/vectors/make_canonical.py`).
 fn vectors() -> std::path::PathBuf {
-    repo_root().join("crates/core/tests/vectors/canonical-json.jsonl")
+    repo_root().join("shared/core/tests/vectors/canonical-json.jsonl")
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The thin layer between AWS Lambda and the shared handlers: convert the API
 //! Gateway (HTTP API, payload v2) event into `http::Request<Bytes>`, call the one
 //! handler this function serves, convert back; or, for the worker, hand each SQS
-//! message to the shared job runner. Everything else lives in `crates/`.
+//! message to the shared job runner. Everything else lives in `shared/`.
 
 pub mod checker;
 pub mod paid;

@@ -35,7 +35,7 @@ fn template_tables_match_the_code() {
     let expected: BTreeSet<String> = TABLES.iter().map(|t| t.logical_id.to_owned()).collect();
     assert_eq!(
         declared, expected,
-        "tables in template.yaml vs crates/store/src/dynamo/mod.rs"
+        "tables in template.yaml vs shared/store/src/dynamo/mod.rs"
     );
 
     for t in TABLES {
