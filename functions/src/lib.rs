@@ -23,7 +23,7 @@ use umpire_api::{AppState, ClientIp, Config, Published, Route, handle_route};
 use umpire_aws::{Service, for_service};
 use umpire_checker::{CheckerPool, Judge, PoolConfig};
 use umpire_core::product::MAX_BODY_BYTES;
-use umpire_core::signer::{LocalSigner, PublicKey, PublicKeyOnly, Signer};
+use umpire_core::signer::{LocalSigner, NoKeyYet, PublicKey, PublicKeyOnly, Signer};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqs::SqsQueue;
@@ -300,10 +300,14 @@ pub async fn signer_from_vars<N: Needs>(
         None => None,
     };
     if const { !N::ROLE.signs() } {
-        let public = published
-            .or_else(|| local.as_ref().map(|s| PublicKey::of(s)))
-            .ok_or_else(|| format!("{PUBLIC_KEY_ENV} is not set"))?;
-        return Ok((Arc::new(PublicKeyOnly(public)), retired));
+        // Before the operator's first `umpire keygen` there is no key at all: the
+        // function still starts (the first deploy is healthy), naming none.
+        return Ok(
+            match published.or_else(|| local.as_ref().map(|s| PublicKey::of(s))) {
+                Some(public) => (Arc::new(PublicKeyOnly(public)), retired),
+                None => (Arc::new(NoKeyYet), retired),
+            },
+        );
     }
     let signer = match (env_nonempty(SEED_CIPHERTEXT_ENV), local) {
         (Some(sealed), _) => {
@@ -586,9 +590,28 @@ pub fn init_logging() {
         .init();
 }
 
+/// True when this function signs and the stack was deployed before its key was made
+/// (no sealed seed, no local seed): it then answers every request with
+/// [`umpire_api::free::handlers::not_keyed`] rather than failing to start, so a paid
+/// route on a first deploy says what step is missing, and charges nothing.
+pub fn keygen_pending<N: Needs>(var: &dyn Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
+    N::ROLE.signs() && !set(SEED_CIPHERTEXT_ENV) && !set(SEED_HEX_ENV)
+}
+
 /// The whole life of an API function: log setup, cold start, then serve events.
 pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
     init_logging();
+    if keygen_pending::<F>(&|name| std::env::var(name).ok()) {
+        tracing::warn!(
+            "no signing key yet: every request is refused until `umpire keygen` is deployed"
+        );
+        return lambda_http::run(service_fn(|req: lambda_http::Request| async move {
+            let refusal = umpire_api::free::handlers::not_keyed();
+            Ok::<_, Infallible>(convert(req, |_| async move { respond::error(&refusal) }).await)
+        }))
+        .await;
+    }
     let state = Arc::new(F::State::cold_start::<F>().await?);
     lambda_http::run(service_fn(move |req| {
         let state = state.clone();

@@ -265,16 +265,10 @@ async fn every_route_and_job_runs_under_its_own_role() {
         ("EvmPayTo".to_owned(), devnet.get("pay_to")),
         ("EvmNetwork".to_owned(), devnet.get("network")),
         ("FacilitatorUrl".to_owned(), facilitator.url.clone()),
-        (
-            "FacilitatorAuth".to_owned(),
-            format!("Bearer {FACILITATOR_TOKEN}"),
-        ),
-        ("FeedbackRpcUrl".to_owned(), devnet.get("rpc_url")),
         ("FeedbackConfirmations".to_owned(), "1".to_owned()),
         ("SolanaPayTo".to_owned(), solana.get("pay_to")),
         ("SolanaFeePayer".to_owned(), solana.get("fee_payer")),
         ("SolNative".to_owned(), "on".to_owned()),
-        ("SolanaRpcUrl".to_owned(), solana.get("rpc_url")),
         (
             "SolPriceUrl".to_owned(),
             format!("http://{feed}/v2/prices/SOL-USD/spot"),
@@ -296,9 +290,19 @@ async fn every_route_and_job_runs_under_its_own_role() {
         ("UMPIRE_SWORN_DELAY_SECONDS".to_owned(), "1".to_owned()),
         ("UMPIRE_WEBHOOK_RETRY_BASE_MS".to_owned(), "100".to_owned()),
     ];
+    // Made by the operator before the deploy; the stack takes their ARNs.
+    let secrets = vec![
+        (
+            "FacilitatorAuthSecretArn".to_owned(),
+            format!("Bearer {FACILITATOR_TOKEN}"),
+        ),
+        ("FeedbackRpcUrlSecretArn".to_owned(), devnet.get("rpc_url")),
+        ("SolanaRpcUrlSecretArn".to_owned(), solana.get("rpc_url")),
+    ];
     let stack = tokio::task::block_in_place(|| {
         LocalStack::start(StackOptions {
             params,
+            secrets,
             env,
             run_functions: true,
             ..StackOptions::default()

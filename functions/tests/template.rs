@@ -347,24 +347,55 @@ fn only_signing_functions_may_open_the_sealed_seed() {
     }
 }
 
-/// Secrets are given as secret ARNs, read at cold start, each only by the functions that
-/// need it: no secret value reaches a function's configuration.
+/// The account always administers the signing key (never decrypts it), so a named
+/// KeyAdministrator cannot lock out the deployer: KMS refuses to create a key whose
+/// policy would not let its creator change the policy again.
+#[test]
+fn the_account_keeps_administering_the_signing_key() {
+    for admin in ["", "arn:aws:iam::123456789012:role/KeyAdmin"] {
+        let t = resolve_template(&[("KeyAdministrator", admin)]);
+        // The policy as deployed (conditions resolved).
+        let statements = t["key_policies"]
+            .as_object()
+            .and_then(|p| p.values().next())
+            .and_then(|p| p["Statement"].as_array())
+            .expect("key policy statements")
+            .clone();
+        let root = statements
+            .iter()
+            .find(|s| s["Principal"]["AWS"].to_string().ends_with(":root\""))
+            .unwrap_or_else(|| panic!("no statement for the account: {statements:?}"));
+        let actions = root["Action"].to_string();
+        assert!(
+            actions.contains("kms:Put*") && !actions.contains("Decrypt"),
+            "{actions}"
+        );
+        let named = statements
+            .iter()
+            .any(|s| s["Principal"]["AWS"] == admin && s["Action"] == root["Action"]);
+        assert_eq!(
+            named,
+            !admin.is_empty(),
+            "KeyAdministrator {admin:?}: {statements:?}"
+        );
+    }
+}
+
+/// Secrets are given as the ARNs of secrets the operator made, read at cold start, each
+/// only by the functions that need it: no secret value reaches a function's
+/// configuration, and none is typed into a deploy (no NoEcho parameter: a guided deploy
+/// can leave each empty, and saves what it was given).
 #[test]
 fn no_secret_is_in_any_environment() {
-    let auth = "Bearer very-secret-token";
-    let rpc = "https://base.example/v2/very-secret-api-key";
-    let solana = "https://solana.example/?api-key=very-secret-solana-key";
+    let arn =
+        |name: &str| format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{name}-AbCdEf");
+    let (auth, rpc, solana) = (arn("auth"), arn("rpc"), arn("solana"));
     let t = resolve_template(&[
-        ("FacilitatorAuth", auth),
-        ("FeedbackRpcUrl", rpc),
-        ("SolanaRpcUrl", solana),
+        ("FacilitatorAuthSecretArn", &auth),
+        ("FeedbackRpcUrlSecretArn", &rpc),
+        ("SolanaRpcUrlSecretArn", &solana),
     ]);
     for (name, f) in deployed(&t) {
-        let env = f["environment"].to_string();
-        assert!(
-            !env.contains("very-secret"),
-            "{name}: a secret in its environment: {env}"
-        );
         for var in umpire_functions::SECRET_VARS {
             assert!(
                 f["environment"][var].is_null(),
@@ -374,10 +405,14 @@ fn no_secret_is_in_any_environment() {
                 .as_str()
                 .unwrap_or("");
             let secret = match var {
-                "UMPIRE_FACILITATOR_AUTH" => "FacilitatorAuthSecret",
-                "UMPIRE_SOLANA_RPC_URL" => "SolanaRpcUrlSecret",
-                _ => "FeedbackRpcUrlSecret",
+                "UMPIRE_FACILITATOR_AUTH" => &auth,
+                "UMPIRE_SOLANA_RPC_URL" => &solana,
+                _ => &rpc,
             };
+            assert!(
+                given.is_empty() || given == secret,
+                "{name}: {var}_SECRET={given}"
+            );
             assert_eq!(
                 !given.is_empty(),
                 may(f, "secretsmanager:GetSecretValue", secret),
@@ -386,18 +421,9 @@ fn no_secret_is_in_any_environment() {
         }
     }
     for (secret, readers) in [
-        (
-            "FacilitatorAuthSecret",
-            vec!["ReputationFunction", "VerdictsFunction"],
-        ),
-        (
-            "FeedbackRpcUrlSecret",
-            vec!["FeedbackFunction", "McpFunction"],
-        ),
-        (
-            "SolanaRpcUrlSecret",
-            vec!["ReputationFunction", "VerdictsFunction"],
-        ),
+        (&auth, vec!["ReputationFunction", "VerdictsFunction"]),
+        (&rpc, vec!["FeedbackFunction", "McpFunction"]),
+        (&solana, vec!["ReputationFunction", "VerdictsFunction"]),
     ] {
         let got: Vec<&str> = deployed(&t)
             .into_iter()
@@ -406,12 +432,14 @@ fn no_secret_is_in_any_environment() {
             .collect();
         assert_eq!(got, readers, "{secret}'s readers");
     }
-    // Without the parameters, no secret exists and nobody may read one.
-    let bare = resolve_template(&[]);
+    let text = std::fs::read_to_string(umpire_blackbox::repo_root().join("template.yaml"))
+        .expect("template.yaml");
     assert!(
-        bare["resources"].get("FacilitatorAuthSecret").is_some(),
-        "the transform keeps it (with its condition)"
+        !text.contains("NoEcho"),
+        "a guided deploy re-asks an empty NoEcho parameter"
     );
+    // Without the parameters nobody may read a secret.
+    let bare = resolve_template(&[]);
     for (name, f) in deployed(&bare) {
         assert!(!may(f, "secretsmanager:GetSecretValue", ""), "{name}");
         // Optional statements come last, so statement N is the same statement whatever
@@ -645,6 +673,71 @@ fn cargo_lambda_watch_routes_the_api_as_the_http_api_does() {
 /// config file, which validates the template (the SAM transform, lint) from the
 /// repository's root as `make deploy` runs it, and deploys with the capabilities the
 /// template needs; no document tells an operator to run sam without it.
+/// A new operator's first `make deploy`: the guided prompts, answered with the Issuer and
+/// defaults everywhere else (every optional secret left empty), each asked once, reach
+/// the first call to AWS (tests/py/guided_deploy.py; AWS points nowhere here).
+#[test]
+fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
+    let dir = umpire_blackbox::TempDir::new("guided");
+    let config = dir.write(
+        "samconfig.toml",
+        &std::fs::read(umpire_blackbox::repo_root().join("infra/samconfig.toml"))
+            .expect("infra/samconfig.toml"),
+    );
+    let python = umpire_blackbox::python();
+    let sam = std::path::Path::new(&python).with_file_name("sam");
+    let out = std::process::Command::new(&python)
+        .arg(umpire_blackbox::repo_root().join("tests/py/guided_deploy.py"))
+        .arg("--sam")
+        .arg(&sam)
+        .arg("--template")
+        .arg(umpire_blackbox::repo_root().join("template.yaml"))
+        .arg("--config-file")
+        .arg(&config)
+        .args(["--issuer", "https://umpire.example.com"])
+        .output()
+        .expect("tests/py/guided_deploy.py");
+    let run: Json = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let prompts: Vec<&str> = run["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .filter_map(Json::as_str)
+        .collect();
+    let unique: BTreeSet<&str> = prompts.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        prompts.len(),
+        "a prompt asked twice: {prompts:?}"
+    );
+    // Every parameter of the template was asked (its names, two spaces in under
+    // `Parameters:`).
+    let text = std::fs::read_to_string(umpire_blackbox::repo_root().join("template.yaml"))
+        .expect("template.yaml");
+    let names: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "Parameters:")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with(' '))
+        .filter_map(|l| l.strip_prefix("  ")?.strip_suffix(':'))
+        .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric()))
+        .collect();
+    assert!(names.len() > 10, "{names:?}");
+    for name in names {
+        let asked = format!("Parameter {name}");
+        assert!(
+            prompts.contains(&asked.as_str()),
+            "{name} not asked: {prompts:?}"
+        );
+    }
+    assert!(
+        run["reached_aws"] == true,
+        "the guided deploy stopped before AWS: {}",
+        run["output"]
+    );
+}
+
 #[test]
 fn the_deploy_steps_validate_with_the_repositorys_config() {
     let root = umpire_blackbox::repo_root();

@@ -35,9 +35,9 @@ def statements():
     # Every optional statement present (the stack test sets these too).
     params = {
         "Issuer": "https://umpire.test",
-        "FacilitatorAuth": "Bearer x",
-        "FeedbackRpcUrl": "http://127.0.0.1:1",
-        "SolanaRpcUrl": "http://127.0.0.1:1",
+        "FacilitatorAuthSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:auth-AbCdEf",
+        "FeedbackRpcUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rpc-AbCdEf",
+        "SolanaRpcUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:sol-AbCdEf",
     }
     _, cfn = transformed(os.path.join(ROOT, "template.yaml"), params)
     fake = {}

@@ -9,6 +9,7 @@ get names only (the stack emulator runs them). With --seed-hex, the signing seed
 sealed under the new key as `umpire keygen --kms-key-id` seals it.
 
 usage: stack_up.py TEMPLATE --endpoint URL --prefix PREFIX [--seed-hex HEX] [--param K=V ...]
+                   [--secret PARAM=VALUE ...]
 Prints the names JSON infra/local/stack.py takes, plus "sealed": {ciphertext, public_key}.
 """
 
@@ -25,6 +26,38 @@ ACCOUNT = "123456789012"
 REGION = "us-east-1"
 
 
+# Who deploys: an IAM principal of the account (CloudFormation acts with its credentials).
+DEPLOYER = f"arn:aws:iam::{ACCOUNT}:role/Deployer"
+
+
+def lockout_check(policy, creator=DEPLOYER):
+    """KMS's policy lockout safety check, which the local server does not make: CreateKey
+    is refused unless the new policy lets the principal creating the key call
+    PutKeyPolicy afterwards, directly or through the account (its root delegates to IAM).
+    """
+    import fnmatch
+
+    account = creator.split(":")[4]
+    statements = policy.get("Statement", [])
+    if isinstance(statements, dict):
+        statements = [statements]
+    for st in statements:
+        if st.get("Effect") != "Allow":
+            continue
+        actions = st.get("Action", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        if not any(fnmatch.fnmatchcase("kms:PutKeyPolicy", a) for a in actions):
+            continue
+        principal = st.get("Principal", {})
+        names = principal if isinstance(principal, str) else principal.get("AWS", [])
+        names = [names] if isinstance(names, str) else names
+        if any(n in ("*", account, creator, f"arn:aws:iam::{account}:root") for n in names):
+            return
+    raise SystemExit(
+        "MalformedPolicyDocumentException: The new key policy will not allow you to update the key policy in the future."
+    )
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("template")
@@ -32,6 +65,9 @@ def main():
     p.add_argument("--prefix", required=True)
     p.add_argument("--seed-hex")
     p.add_argument("--param", action="append", default=[])
+    # PARAM=VALUE: a secret the operator creates before deploying (the template takes
+    # its ARN in PARAM); made here, its ARN given as PARAM and printed in "params".
+    p.add_argument("--secret", action="append", default=[])
     args = p.parse_args()
     params = dict(kv.split("=", 1) for kv in args.param)
 
@@ -45,6 +81,12 @@ def main():
             aws_access_key_id="test",
             aws_secret_access_key="test",
         )
+
+    made = {}
+    for kv in args.secret:
+        param, value = kv.split("=", 1)
+        made[param] = client("secretsmanager").create_secret(Name=f"{args.prefix}{param}", SecretString=value)["ARN"]
+    params.update(made)
 
     _, cfn = transformed(args.template, params)
     resources = cfn["Resources"]
@@ -127,6 +169,7 @@ def main():
         if res["Type"] != "AWS::KMS::Key":
             continue
         policy = resolve(res["Properties"]["KeyPolicy"])
+        lockout_check(policy)
         meta = kms.create_key(Policy=json.dumps(policy), Description=res["Properties"].get("Description", ""))["KeyMetadata"]
         names[logical] = {"Ref": meta["KeyId"], "Arn": meta["Arn"]}
         if args.seed_hex:
@@ -143,6 +186,7 @@ def main():
                 "public_key": base64.b64encode(public).decode(),
             }
 
+    names["params"] = made
     json.dump(names, sys.stdout, indent=1, sort_keys=True)
 
 

@@ -29,6 +29,10 @@ pub const OPERATOR: &str = "Operator";
 pub struct StackOptions {
     /// Template parameters (`Issuer`, `EvmPayTo`, ...).
     pub params: Vec<(String, String)>,
+    /// Secrets the operator creates before deploying, as (parameter, value): each is
+    /// made in Secrets Manager and its ARN given as the parameter
+    /// (`FacilitatorAuthSecretArn`, ...).
+    pub secrets: Vec<(String, String)>,
     /// Variables every function gets on top of the template's (test switches).
     pub env: Vec<(String, String)>,
     /// `FUNCTION:POLICY:N` statements left out (and those `UMPIRE_STACK_DROP_STATEMENTS`
@@ -36,6 +40,9 @@ pub struct StackOptions {
     pub drop_statements: Vec<String>,
     /// Run every function of the template behind API Gateway and its SQS trigger.
     pub run_functions: bool,
+    /// Deploy as an operator does the first time, before `umpire keygen`: no
+    /// SigningSeedCiphertext, no SigningPublicKey.
+    pub unsealed: bool,
 }
 
 pub struct LocalStack {
@@ -50,6 +57,9 @@ pub struct LocalStack {
     gate: Child,
     emulator: Option<Child>,
     dir: TempDir,
+    /// The parameters every deploy of this stack is given (an Issuer among them).
+    given: Vec<(String, String)>,
+    drop_statements: Vec<String>,
 }
 
 fn moto_endpoint() -> String {
@@ -164,7 +174,13 @@ impl LocalStack {
         for (k, v) in &given {
             up.extend(["--param".into(), format!("{k}={v}")]);
         }
+        for (k, v) in &options.secrets {
+            up.extend(["--secret".into(), format!("{k}={v}")]);
+        }
         let names = python_json(&up.iter().map(String::as_str).collect::<Vec<_>>());
+        for (k, arn) in names["params"].as_object().into_iter().flatten() {
+            given.push((k.clone(), arn.as_str().expect("a secret's ARN").to_owned()));
+        }
         let names_file = dir.write("names.json", names.to_string().as_bytes());
 
         // The gate, in front of the local AWS server.
@@ -181,33 +197,68 @@ impl LocalStack {
         let gate_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         let endpoint = format!("http://{gate_addr}");
 
-        let sealed = &names["sealed"];
-        let mut params: Vec<String> = vec![
-            format!(
-                "SigningSeedCiphertext={}",
-                sealed["ciphertext"].as_str().expect("ciphertext")
-            ),
-            format!(
-                "SigningPublicKey={}",
-                sealed["public_key"].as_str().expect("public key")
-            ),
-        ];
-        params.extend(given.iter().map(|(k, v)| format!("{k}={v}")));
+        let mut params: Vec<(String, String)> = Vec::new();
+        if !options.unsealed {
+            let sealed = &names["sealed"];
+            let value = |k: &str| sealed[k].as_str().expect("sealed").to_owned();
+            params.push(("SigningSeedCiphertext".into(), value("ciphertext")));
+            params.push(("SigningPublicKey".into(), value("public_key")));
+        }
+        params.extend(given.iter().cloned());
+        let mut stack = LocalStack {
+            names,
+            resolved: Json::Null,
+            endpoint,
+            api: None,
+            gate,
+            emulator: None,
+            dir,
+            given: params,
+            drop_statements: options.drop_statements.clone(),
+        };
+        stack.resolve(names_file);
+        if options.run_functions {
+            stack.run_functions(&options.env);
+        }
+        stack
+    }
+
+    /// Deploys again with `params` on top of the first deploy's (as `sam deploy` with
+    /// new parameter values does): the template resolved anew, the roles and key
+    /// policies as it now says, the functions restarted with `env`.
+    pub fn redeploy(&mut self, params: &[(&str, &str)], env: &[(String, String)]) {
+        if let Some(mut old) = self.emulator.take() {
+            let _ = Command::new("kill").arg(old.id().to_string()).status();
+            let _ = old.wait();
+        }
+        for (k, v) in params {
+            self.given.retain(|(g, _)| g != k);
+            self.given.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        let names_file = self.dir.path().join("names.json");
+        self.resolve(names_file);
+        self.run_functions(env);
+    }
+
+    /// Resolves the template for this stack's parameters and gives the gate every
+    /// function's role and every key's policy.
+    fn resolve(&mut self, names_file: PathBuf) {
+        let template = repo_root().join("template.yaml");
         let mut args: Vec<String> = vec![
             repo_root()
                 .join("infra/local/stack.py")
                 .to_string_lossy()
                 .into_owned(),
-            template.to_owned(),
+            template.to_string_lossy().into_owned(),
             "--names".into(),
             names_file.to_string_lossy().into_owned(),
         ];
-        for p in &params {
-            args.extend(["--param".into(), p.clone()]);
+        for (k, v) in &self.given {
+            args.extend(["--param".into(), format!("{k}={v}")]);
         }
         // infra/local/iam_removal.py leaves statements out through the environment.
         let from_env = std::env::var("UMPIRE_STACK_DROP_STATEMENTS").unwrap_or_default();
-        for d in options
+        for d in self
             .drop_statements
             .iter()
             .map(String::as_str)
@@ -216,6 +267,7 @@ impl LocalStack {
             args.extend(["--drop-statement".into(), d.to_owned()]);
         }
         let resolved = python_json(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let gate_addr = self.gate_addr();
 
         // Every function's role, behind its own access key; every key's policy.
         let functions = resolved["functions"]
@@ -256,20 +308,7 @@ impl LocalStack {
                 &json!({"arn": arn, "policy": policy}),
             );
         }
-
-        let mut stack = LocalStack {
-            names,
-            resolved,
-            endpoint,
-            api: None,
-            gate,
-            emulator: None,
-            dir,
-        };
-        if options.run_functions {
-            stack.run_functions(&options.env);
-        }
-        stack
+        self.resolved = resolved;
     }
 
     fn run_functions(&mut self, extra_env: &[(String, String)]) {
@@ -321,9 +360,14 @@ impl LocalStack {
         let spec = json!({"functions": spec_functions, "routes": routes, "sqs": sqs});
         let spec_file = self.dir.write("stack.json", spec.to_string().as_bytes());
         let port_file = self.dir.path().join("stack.port");
+        // A redeploy's emulator writes its own port.
+        let _ = std::fs::remove_file(&port_file);
         // The functions' logs (their stderr and stdout, as CloudWatch would keep them)
         // go to a file the tests can read (`logs`).
-        let log = std::fs::File::create(self.dir.path().join("functions.log"))
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("functions.log"))
             .expect("the functions' log file");
         let mut child = Command::new(python())
             .arg(repo_root().join("infra/local/stack_emulator.py"))

@@ -205,7 +205,10 @@ impl AppState {
     }
 
     pub fn public_keys(&self) -> Vec<PublicKey> {
-        let mut keys = vec![PublicKey::of(self.signer.as_ref())];
+        let mut keys: Vec<PublicKey> = Vec::new();
+        if self.signer.keyed() {
+            keys.push(PublicKey::of(self.signer.as_ref()));
+        }
         keys.extend(self.retired_keys.iter().cloned());
         keys
     }

@@ -22,6 +22,10 @@ pub trait Signer: Send + Sync {
     fn derive(&self, _purpose: &str, _message: &[u8]) -> Option<[u8; 32]> {
         None
     }
+    /// False only for [`NoKeyYet`]: a deployment whose key has not been made.
+    fn keyed(&self) -> bool {
+        true
+    }
 }
 
 fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
@@ -139,6 +143,32 @@ impl Signer for PublicKeyOnly {
     }
 }
 
+/// No key at all: a stack deployed before its operator ran `umpire keygen`. Functions
+/// that never sign start with it, so the free routes answer from the first deploy on;
+/// it names no key (health says so, the key document refuses with the missing step).
+pub struct NoKeyYet;
+
+impl Signer for NoKeyYet {
+    fn key_id(&self) -> &str {
+        ""
+    }
+
+    fn public_key(&self) -> [u8; 32] {
+        [0; 32]
+    }
+
+    fn sign(&self, _message: &[u8]) -> [u8; 64] {
+        // Signing functions without a key refuse every request before anything is
+        // signed (functions' `run`); reaching here is a wiring bug, a 500, never a
+        // document with a bogus signature.
+        panic!("this deployment has no signing key yet")
+    }
+
+    fn keyed(&self) -> bool {
+        false
+    }
+}
+
 /// One published key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicKey {
@@ -218,8 +248,8 @@ pub const RECIPE: &[&str] = &[
 ];
 
 /// The `/.well-known/umpire-key.json` document: active key first, then retired ones.
-pub fn key_document(issuer: &str, active: &PublicKey, retired: &[PublicKey]) -> Value {
-    let mut keys = vec![active.to_value("active")];
+pub fn key_document(issuer: &str, active: Option<&PublicKey>, retired: &[PublicKey]) -> Value {
+    let mut keys: Vec<Value> = active.map(|k| k.to_value("active")).into_iter().collect();
     keys.extend(retired.iter().map(|k| k.to_value("retired")));
     Value::object()
         .with("issuer", issuer)
@@ -283,7 +313,11 @@ mod tests {
             key_id: "k1".into(),
             bytes: [1; 32],
         };
-        let doc = key_document("https://u.example", &active, std::slice::from_ref(&retired));
+        let doc = key_document(
+            "https://u.example",
+            Some(&active),
+            std::slice::from_ref(&retired),
+        );
         assert_eq!(keys_from_document(&doc), vec![active.clone(), retired]);
         assert_eq!(active_keys_from_document(&doc), vec![active.clone()]);
         assert_eq!(

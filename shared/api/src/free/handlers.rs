@@ -26,7 +26,16 @@ pub fn health(state: &impl Keys) -> Response {
             .with("status", "ok")
             .with("service", "umpire")
             .with("version", env!("CARGO_PKG_VERSION"))
-            .with("key_id", state.signer().key_id())
+            // Null until the operator makes the key (`umpire keygen`): the stack is up,
+            // its paid routes refuse (503) until then.
+            .with(
+                "key_id",
+                if state.signer().keyed() {
+                    Value::from(state.signer().key_id())
+                } else {
+                    Value::Null
+                },
+            )
             .with(
                 "time",
                 umpire_core::time::rfc3339(state.config().clock.now()),
@@ -36,14 +45,34 @@ pub fn health(state: &impl Keys) -> Response {
 
 /// The published key document: the active key, then the retired ones.
 fn published_keys(state: &impl Keys) -> Value {
-    let active = umpire_core::signer::PublicKey::of(state.signer());
-    key_document(&state.config().issuer, &active, state.retired_keys())
+    let active = state
+        .signer()
+        .keyed()
+        .then(|| umpire_core::signer::PublicKey::of(state.signer()));
+    key_document(
+        &state.config().issuer,
+        active.as_ref(),
+        state.retired_keys(),
+    )
 }
 
 pub fn key(state: &impl Keys) -> Response {
+    if !state.signer().keyed() && state.retired_keys().is_empty() {
+        return respond::error(&not_keyed());
+    }
     respond::cache(
         respond::json(200, &published_keys(state)),
         "public, max-age=300",
+    )
+}
+
+/// The refusal of a deployment that has no signing key yet: nothing to publish, nothing
+/// to sign with, nothing charged.
+pub fn not_keyed() -> ApiError {
+    ApiError::new(
+        ErrorCode::Unavailable,
+        "This deployment has no signing key yet: it publishes no key and sells nothing.",
+        "The operator runs `umpire keygen --kms-key-id <the stack's SigningKeyId output>` and deploys again with the SigningSeedCiphertext and SigningPublicKey it prints (docs/aws.md). Nothing was charged.",
     )
 }
 
