@@ -797,3 +797,185 @@ fn the_deploy_steps_validate_with_the_repositorys_config() {
         }
     }
 }
+
+/// What a production HTTP API has (issue 41's list): every function's errors and
+/// throttles alarmed, the account's concurrency, every table's throttles and system
+/// errors, each alarm telling the topic when it clears too; a dashboard; stage and
+/// per-route throttling; the custom domain wired to the API and to the issuer; the
+/// retained tables protected from deletion; the DLQ's ARN an output; parameters held
+/// to patterns, and rules pairing those that go together.
+#[test]
+fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
+    let t = resolve_template(&[]);
+    let res = t["resources"].as_object().expect("resources");
+    let alarms: Vec<&Json> = res
+        .values()
+        .filter(|r| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|r| &r["Properties"])
+        .collect();
+    for a in &alarms {
+        assert_eq!(
+            a["OKActions"], a["AlarmActions"],
+            "clears are told too: {a}"
+        );
+    }
+    let on = |metric: &str, needle: &str| {
+        alarms.iter().any(|a| {
+            a.to_string().contains(&format!("\"{metric}\"")) && a.to_string().contains(needle)
+        })
+    };
+    for (name, _) in deployed(&t) {
+        assert!(
+            on("Errors", &format!("\"{name}\"")),
+            "{name}: errors alarmed"
+        );
+        assert!(
+            on("Throttles", &format!("\"{name}\"")),
+            "{name}: throttles alarmed"
+        );
+    }
+    assert!(
+        on("ConcurrentExecutions", ""),
+        "account concurrency alarmed"
+    );
+    for table in [
+        "VerdictsTable",
+        "IdempotencyTable",
+        "PaymentsTable",
+        "RateLimitsTable",
+        "FeedbackTable",
+    ] {
+        for metric in ["ReadThrottleEvents", "WriteThrottleEvents", "SystemErrors"] {
+            assert!(
+                on(metric, &format!("\"{table}\"")),
+                "{table}: {metric} alarmed"
+            );
+        }
+    }
+    let dashboard = res
+        .values()
+        .find(|r| r["Type"] == "AWS::CloudWatch::Dashboard")
+        .expect("a dashboard")
+        .to_string();
+    for needle in [
+        "ConcurrentExecutions",
+        "Voids",
+        "ApproximateAgeOfOldestMessage",
+        "5xx",
+    ] {
+        assert!(dashboard.contains(needle), "the dashboard shows {needle}");
+    }
+
+    // Throttling: the stage's default and the costly free routes.
+    let stage = res
+        .values()
+        .find(|r| r["Type"] == "AWS::ApiGatewayV2::Stage")
+        .expect("the API's stage");
+    let settings = &stage["Properties"];
+    assert!(settings["DefaultRouteSettings"]["ThrottlingRateLimit"].is_object());
+    for route in ["POST /v1/validate", "POST /mcp"] {
+        assert!(
+            settings["RouteSettings"][route]["ThrottlingRateLimit"].is_object(),
+            "{route} throttled: {settings}"
+        );
+    }
+
+    // Retained tables cannot be deleted by a stray call; the DLQ's ARN is an output.
+    for (logical, r) in res
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::DynamoDB::Table")
+    {
+        let retained = r["DeletionPolicy"] == "Retain";
+        assert_eq!(
+            r["Properties"]["DeletionProtectionEnabled"] == true,
+            retained,
+            "{logical}: deletion protection exactly when retained"
+        );
+    }
+    let outputs = umpire_blackbox::template_section("Outputs");
+    let dlq = outputs
+        .get("JobsDeadLetterQueueArn")
+        .and_then(|o| o.get("Value"))
+        .map(|v| v.to_canonical_string())
+        .unwrap_or_default();
+    assert!(
+        dlq.contains("JobsDeadLetterQueue") && dlq.contains("Arn"),
+        "the DLQ's ARN is an output: {dlq}"
+    );
+
+    // The domain: mapped to the API, a record when a zone is named, and the issuer.
+    let domain = resolve_template(&[
+        ("Issuer", ""),
+        ("DomainName", "api.example.com"),
+        (
+            "CertificateArn",
+            "arn:aws:acm:us-east-1:123456789012:certificate/0f0f0f0f-0000-4000-8000-000000000000",
+        ),
+        ("HostedZoneId", "Z0123456789ABC"),
+    ]);
+    let types: BTreeSet<&str> = domain["resources"]
+        .as_object()
+        .expect("resources")
+        .values()
+        .filter_map(|r| r["Type"].as_str())
+        .collect();
+    for ty in [
+        "AWS::ApiGatewayV2::DomainName",
+        "AWS::ApiGatewayV2::ApiMapping",
+        "AWS::Route53::RecordSet",
+    ] {
+        assert!(types.contains(ty), "{ty} with a domain");
+    }
+    for (name, f) in deployed(&domain) {
+        assert_eq!(
+            f["environment"]["UMPIRE_ISSUER"], "https://api.example.com",
+            "{name}: documents name the domain"
+        );
+    }
+
+    // Parameters: every free-text one that names an address, key, URL or ARN has a
+    // pattern; rules pair what goes together.
+    let params = umpire_blackbox::template_section("Parameters");
+    for name in [
+        "Issuer",
+        "DomainName",
+        "CertificateArn",
+        "HostedZoneId",
+        "SigningSeedCiphertext",
+        "SigningPublicKey",
+        "RetiredPublicKeys",
+        "KeyAdministrator",
+        "EvmPayTo",
+        "EvmNetwork",
+        "FacilitatorUrl",
+        "FacilitatorAuthSecretArn",
+        "SolanaPayTo",
+        "SolanaFeePayer",
+        "SolPriceUrl",
+        "SolanaRpcUrlSecretArn",
+        "FeedbackRpcUrlSecretArn",
+        "AlarmEmail",
+    ] {
+        assert!(
+            params
+                .get(name)
+                .and_then(|p| p.get("AllowedPattern"))
+                .is_some(),
+            "{name} has an AllowedPattern"
+        );
+    }
+    let rules = umpire_blackbox::template_section("Rules").to_canonical_string();
+    for pair in [
+        ("DomainName", "CertificateArn"),
+        ("SigningSeedCiphertext", "SigningPublicKey"),
+        ("EvmPayTo", "FacilitatorUrl"),
+        ("SolanaPayTo", "SolanaFeePayer"),
+        ("SolNative", "SolanaRpcUrlSecretArn"),
+        ("Issuer", "DomainName"),
+    ] {
+        assert!(
+            rules.contains(pair.0) && rules.contains(pair.1),
+            "a rule pairs {pair:?}"
+        );
+    }
+}
