@@ -18,7 +18,7 @@ UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 UMPIRE_RELEASE := $(CARGO_TARGET_DIR)/fast/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build check test test-lambda watch lint fmt bench fuzz lambda-build lambda-smoke deploy devnet clean help
+.PHONY: run build check test test-lambda test-lambda-run watch lint fmt bench fuzz lambda-build lambda-smoke deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
@@ -81,9 +81,10 @@ check: $(NEXTEST)
 	cargo nextest run --workspace --lib --bins --no-fail-fast --cargo-quiet
 
 # Lints first, so a lint failure costs seconds. The last line is the plain total CI reads
-# ("N passed, N failed"), from nextest's summary; it decides the exit status (no summary,
-# as when the tests do not build or moto does not start, is a failure).
-test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST)
+# ("N passed, N failed"), from nextest's two summaries (every test, then cargo lambda
+# watch's); it decides the exit status (a missing summary, as when the tests do not build
+# or moto does not start, is a failure).
+test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	$(LINT)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
@@ -92,9 +93,10 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST)
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
 	  infra/local/with-moto.sh $(VENV) \
 	  cargo nextest run --workspace --lib --bins --tests --no-fail-fast --cargo-quiet 2>&1 | tee $(CACHE)/test.log || true
-	@awk '/^ *Summary \[/ { for (i = 1; i <= NF; i++) { if ($$(i+1) ~ /^passed/) p = $$i + 0; \
+	$(MAKE) --no-print-directory test-lambda-run 2>&1 | tee -a $(CACHE)/test.log || true
+	@awk '/^ *Summary \[/ { n++; for (i = 1; i <= NF; i++) { if ($$(i+1) ~ /^passed/) p += $$i + 0; \
 	  if ($$(i+1) ~ /^failed/ || ($$(i+1) == "timed" && $$(i+2) ~ /^out/)) f += $$i + 0 } } \
-	  END { printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
+	  END { if (n < 2) { print "a test run gave no summary"; f++ }; printf "%d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' $(CACHE)/test.log
 
 lint:
 	$(LINT)
@@ -184,9 +186,12 @@ lambda-smoke: $(PY_DEPS)
 watch: $(VENV)/bin/cargo-lambda
 	infra/local/watch.sh $(VENV) $(WATCH_PORT)
 
-# Slow (builds every function under cargo lambda watch), so outside `make test`.
-test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build
-	UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) cargo test -p umpire-functions --test lambda_watch -- --ignored
+# The functions under cargo lambda watch (it builds them its own way, so after the other
+# tests rather than beside them): `make test` runs it last.
+test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build test-lambda-run
+test-lambda-run:
+	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) \
+	  cargo nextest run -p umpire-functions --test lambda_watch --run-ignored ignored-only --no-fail-fast --cargo-quiet
 
 # rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.
 SAM_CONFIG := --config-file infra/samconfig.toml

@@ -28,8 +28,12 @@ use umpire_core::eval::Outcome;
 /// functions invoke it instead of starting local worker processes.
 pub const CHECKER_FUNCTION_ENV: &str = "UMPIRE_CHECKER_FUNCTION";
 
-/// Lambda refuses a synchronous invocation whose payload is larger than this.
+/// Lambda refuses a synchronous invocation whose payload is this large or larger ("must
+/// be smaller than").
 pub const MAX_INVOKE_PAYLOAD_BYTES: usize = umpire_core::platform::LAMBDA_SYNC_PAYLOAD_BYTES;
+
+/// When Lambda throttles without saying when to come back.
+const THROTTLED_RETRY_AFTER_SECS: u64 = 2;
 
 /// Invokes the checker function.
 pub struct LambdaChecker {
@@ -80,6 +84,22 @@ impl LambdaChecker {
             .send()
             .await
             .map_err(|e| {
+                // Throttled (after the SDK's own retries): no capacity now, a purchase
+                // answers 503 with Retry-After and a pass-2 job comes back later.
+                if let Some(service) = e.as_service_error()
+                    && service.is_too_many_requests_exception()
+                {
+                    let retry_after_secs = match service {
+                        aws_sdk_lambda::operation::invoke::InvokeError::TooManyRequestsException(t) => t
+                            .retry_after_seconds()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(THROTTLED_RETRY_AFTER_SECS),
+                        _ => THROTTLED_RETRY_AFTER_SECS,
+                    };
+                    return CheckerError::Busy {
+                        retry_after_secs: retry_after_secs.clamp(1, 60),
+                    };
+                }
                 CheckerError::Invoke(aws_sdk_lambda::error::DisplayErrorContext(e).to_string())
             })?;
         let payload = out.payload().map(|b| b.as_ref()).unwrap_or_default();
@@ -134,7 +154,7 @@ pub fn event(req: &JudgeRequest, start: usize, end: usize) -> Vec<u8> {
 /// check fits: a URL check carries its body and not the deliverable.
 pub fn batches(req: &JudgeRequest, start: usize, end: usize) -> Vec<(usize, usize, Vec<u8>)> {
     let e = event(req, start, end);
-    if e.len() <= MAX_INVOKE_PAYLOAD_BYTES || end - start <= 1 {
+    if e.len() < MAX_INVOKE_PAYLOAD_BYTES || end - start <= 1 {
         return vec![(start, end, e)];
     }
     let mid = start + (end - start) / 2;
@@ -149,7 +169,7 @@ impl Judge for LambdaChecker {
         let n = req.check_count();
         let mut outcomes = Vec::with_capacity(n);
         for (start, end, event) in batches(req, 0, n) {
-            if event.len() > MAX_INVOKE_PAYLOAD_BYTES {
+            if event.len() >= MAX_INVOKE_PAYLOAD_BYTES {
                 // Cannot happen within the contract's limits (a check carries only what
                 // it reads; a test holds the largest legal probe under the limit). Not
                 // a verdict on the check: the purchase is voided, nothing is charged.

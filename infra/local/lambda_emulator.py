@@ -7,8 +7,10 @@ It speaks the two documented HTTP APIs a Rust function meets in AWS:
 - the Runtime API (/2018-06-01/runtime/...), which the function's bootstrap polls
   (AWS_LAMBDA_RUNTIME_API points here).
 
-It refuses payloads over Lambda's 6 MB synchronous limit (413
-RequestEntityTooLargeException; a larger answer becomes Function.ResponseSizeTooLarge).
+It refuses payloads Lambda refuses ("Request must be smaller than 6291456 bytes": 413
+RequestEntityTooLargeException; an answer over 6291556 bytes becomes
+Function.ResponseSizeTooLarge), and kills a sandbox whose resident memory passes the
+function's MemorySize (Runtime.OutOfMemory), as Lambda does.
 And it enforces what matters for isolation, as Lambda does: an invocation that runs
 past the function's timeout gets its sandbox killed (SIGKILL), a fresh one is started,
 and the caller receives `X-Amz-Function-Error: Unhandled` with "Task timed out after
@@ -32,8 +34,10 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# Lambda's synchronous payload limit, for the request and for the response alike.
+# Lambda's synchronous payload limit: a request must be smaller than this.
 MAX_PAYLOAD_BYTES = 6_291_456
+# An answer may be this large, and no larger (Lambda's own error names the figure).
+MAX_RESPONSE_BYTES = 6_291_556
 
 INVOKE = re.compile(r"^/2015-03-31/functions/([^/]+)/invocations$")
 RESULT = re.compile(r"^/2018-06-01/runtime/invocation/([^/]+)/(response|error)$")
@@ -62,6 +66,27 @@ class Sandbox:
         self.proc = None
         self.kills = 0
         self.invocations = 0
+        # Taken by one invocation at a time; a stack keeps a pool of sandboxes per function.
+        self.busy = False
+
+    def resident_mb(self):
+        """The sandbox's resident memory (the process and its children), in MB."""
+        total = 0
+        pids = [self.proc.pid]
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+            except OSError:
+                pass
+        return total / 1024
 
     def start(self):
         env = dict(os.environ)
@@ -104,7 +129,21 @@ class Sandbox:
                 if self.proc.poll() is not None:
                     self.start()
             deadline = time.monotonic() + self.args.timeout
+            memory = getattr(self.args, "memory", None)
+            checked = 0.0
             while not inv.done.is_set():
+                if memory and time.monotonic() - checked > 0.05:
+                    checked = time.monotonic()
+                    if self.resident_mb() > memory:
+                        self.kill_and_restart()
+                        inv.function_error = "Unhandled"
+                        inv.body = json.dumps(
+                            {
+                                "errorType": "Runtime.OutOfMemory",
+                                "errorMessage": f"RequestId: {inv.id} Error: Runtime exited with error: signal: killed (over {memory} MB)",
+                            }
+                        ).encode()
+                        break
                 if time.monotonic() >= deadline:
                     self.kill_and_restart()
                     inv.function_error = "Unhandled"
@@ -133,7 +172,7 @@ class Sandbox:
 
 def invoke_with_limits(sandbox, body):
     """One RequestResponse invocation as Lambda answers it: (status, body, headers)."""
-    if len(body) > MAX_PAYLOAD_BYTES:
+    if len(body) >= MAX_PAYLOAD_BYTES:
         # As AWS answers it: the function never sees the event.
         return (
             413,
@@ -146,12 +185,12 @@ def invoke_with_limits(sandbox, body):
             [("X-Amzn-ErrorType", "RequestEntityTooLargeException")],
         )
     inv = sandbox.invoke(body or b"{}")
-    if len(inv.body) > MAX_PAYLOAD_BYTES:
+    if len(inv.body) > MAX_RESPONSE_BYTES:
         inv.function_error = "Unhandled"
         inv.body = json.dumps(
             {
                 "errorType": "Function.ResponseSizeTooLarge",
-                "errorMessage": f"Response payload size ({len(inv.body)} bytes) exceeded maximum allowed payload size ({MAX_PAYLOAD_BYTES} bytes).",
+                "errorMessage": f"Response payload size ({len(inv.body)} bytes) exceeded maximum allowed payload size ({MAX_RESPONSE_BYTES} bytes).",
             }
         ).encode()
     headers = [("X-Amz-Executed-Version", "$LATEST")]

@@ -13,8 +13,17 @@ own credentials), as infra/local/stack.py resolved it from template.yaml. In fro
   function's own credentials (its role's permissions), batches of the mapping's size,
   DeleteMessage for every message not reported in batchItemFailures.
 
+As strict as AWS where it bites: concurrent invocations of a function run in sandboxes
+of their own (a pool, started on demand), all of them count against the account's
+concurrency quota ("concurrency", 10 by default: a new account's), and one past it is
+refused as Lambda refuses it (429 TooManyRequestsException,
+ConcurrentInvocationLimitExceeded); API Gateway then answers its integration failure,
+and an SQS batch stays queued. Each sandbox is killed past its MemorySize. Tests stand
+in for the account's other functions with POST /__stack/hold?slots=N (and
+/__stack/release).
+
 usage: stack_emulator.py --stack FILE --port-file FILE
-FILE: {"functions": {NAME: {"bootstrap", "timeout", "env": {...}}},
+FILE: {"concurrency": N, "functions": {NAME: {"bootstrap", "timeout", "memory", "env": {...}}},
        "routes": [{"method", "path", "function"}],
        "sqs": [{"function", "queue_url", "batch_size", "report_failures", "endpoint",
                 "access_key", "secret_key", "region"}]}
@@ -43,9 +52,25 @@ from lambda_emulator import INVOKE, Sandbox, handler_for, invoke_with_limits  # 
 INTEGRATION_TIMEOUT_S = 30.0
 
 
+# A new account's concurrency quota.
+DEFAULT_CONCURRENCY = 10
+
+THROTTLED = (
+    429,
+    json.dumps(
+        {"Reason": "ConcurrentInvocationLimitExceeded", "Type": "User", "message": "Rate Exceeded."}
+    ).encode(),
+    [("X-Amzn-ErrorType", "TooManyRequestsException")],
+)
+
+
 def start_sandbox(name, spec):
     args = SimpleNamespace(
-        name=name, bootstrap=spec["bootstrap"], timeout=float(spec["timeout"]), env=spec.get("env", {})
+        name=name,
+        bootstrap=spec["bootstrap"],
+        timeout=float(spec["timeout"]),
+        memory=spec.get("memory"),
+        env=spec.get("env", {}),
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), None)
     sandbox = Sandbox(args, server.server_address[1])
@@ -118,18 +143,49 @@ def http_event(handler, route, params, body):
 
 class Stack:
     def __init__(self, spec):
-        self.sandboxes = {name: start_sandbox(name, f) for name, f in spec["functions"].items()}
+        self.functions = spec["functions"]
+        # One warm sandbox per function to begin with; more as invocations overlap.
+        self.sandboxes = {name: [start_sandbox(name, f)] for name, f in self.functions.items()}
         self.routes = [dict(r, regex=route_regex(r["path"])) for r in spec.get("routes", [])]
         self.sqs = spec.get("sqs", [])
         self.polled = 0
+        self.quota = int(spec.get("concurrency") or DEFAULT_CONCURRENCY)
+        self.in_flight = 0
+        self.held = 0
+        self.throttled = {}
+        self.lock = threading.Lock()
 
     def invoke(self, name, payload):
-        sandbox = self.sandboxes.get(name)
-        if sandbox is None:
+        pool = self.sandboxes.get(name)
+        if pool is None:
             return 404, b'{"Type":"User","message":"Function not found"}', [
                 ("X-Amzn-ErrorType", "ResourceNotFoundException")
             ]
-        return invoke_with_limits(sandbox, payload)
+        with self.lock:
+            if self.in_flight + self.held >= self.quota:
+                self.throttled[name] = self.throttled.get(name, 0) + 1
+                return THROTTLED
+            self.in_flight += 1
+            sandbox = next((s for s in pool if not s.busy), None)
+            fresh = sandbox is None
+            if fresh:
+                sandbox = SimpleNamespace(busy=True)  # a placeholder while it starts
+            sandbox.busy = True
+        try:
+            if fresh:
+                sandbox = start_sandbox(name, self.functions[name])
+                sandbox.busy = True
+                with self.lock:
+                    pool.append(sandbox)
+            return invoke_with_limits(sandbox, payload)
+        finally:
+            with self.lock:
+                sandbox.busy = False
+                self.in_flight -= 1
+
+    def hold(self, slots):
+        with self.lock:
+            self.held = max(0, slots)
 
     def poll(self, mapping):
         import boto3
@@ -241,6 +297,10 @@ def handler_for_stack(stack):
             if status == 413:
                 self.reply(413, b'{"message":"Request Entity Too Large"}')
                 return
+            if status == 429:
+                # The route's own function throttled: API Gateway's integration failure.
+                self.reply(500, b'{"message":"Internal Server Error"}')
+                return
             if status != 200 or any(k == "X-Amz-Function-Error" for k, _ in headers):
                 self.reply(500, b'{"message":"Internal Server Error"}')
                 return
@@ -260,13 +320,18 @@ def handler_for_stack(stack):
 
         def do_GET(self):
             if self.path == "/__stack/stats":
+                with stack.lock:
+                    pools = {n: list(p) for n, p in stack.sandboxes.items()}
                 self.reply(
                     200,
                     json.dumps(
                         {
                             "polled": stack.polled,
-                            "kills": {n: s.kills for n, s in stack.sandboxes.items()},
-                            "invocations": {n: s.invocations for n, s in stack.sandboxes.items()},
+                            "kills": {n: sum(s.kills for s in p) for n, p in pools.items()},
+                            "invocations": {n: sum(s.invocations for s in p) for n, p in pools.items()},
+                            "sandboxes": {n: len(p) for n, p in pools.items()},
+                            "throttled": dict(stack.throttled),
+                            "quota": stack.quota,
                         }
                     ).encode(),
                 )
@@ -275,6 +340,16 @@ def handler_for_stack(stack):
 
         def do_POST(self):
             body = self.read_body()
+            if self.path.startswith("/__stack/hold"):
+                # The account's other functions, busy: N slots of the quota taken.
+                slots = int(self.path.partition("slots=")[2] or 1)
+                stack.hold(slots)
+                self.reply(200, b"{}")
+                return
+            if self.path == "/__stack/release":
+                stack.hold(0)
+                self.reply(200, b"{}")
+                return
             m = INVOKE.match(self.path)
             if m:
                 name = m.group(1).rsplit(":", 1)[-1] if m.group(1).startswith("arn:") else m.group(1)
@@ -300,11 +375,12 @@ def main():
     server.daemon_threads = True
 
     def stop(*_):
-        for s in stack.sandboxes.values():
-            try:
-                s.proc.kill()
-            except Exception:
-                pass
+        for pool in stack.sandboxes.values():
+            for s in pool:
+                try:
+                    s.proc.kill()
+                except Exception:
+                    pass
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)

@@ -43,6 +43,9 @@ pub struct StackOptions {
     /// Deploy as an operator does the first time, before `umpire keygen`: no
     /// SigningSeedCiphertext, no SigningPublicKey.
     pub unsealed: bool,
+    /// The account's concurrency quota the stack emulator holds every invocation to
+    /// (None: a new account's 10).
+    pub concurrency: Option<u32>,
 }
 
 pub struct LocalStack {
@@ -60,6 +63,7 @@ pub struct LocalStack {
     /// The parameters every deploy of this stack is given (an Issuer among them).
     given: Vec<(String, String)>,
     drop_statements: Vec<String>,
+    concurrency: Option<u32>,
 }
 
 fn moto_endpoint() -> String {
@@ -215,6 +219,7 @@ impl LocalStack {
             dir,
             given: params,
             drop_statements: options.drop_statements.clone(),
+            concurrency: options.concurrency,
         };
         stack.resolve(names_file);
         if options.run_functions {
@@ -337,6 +342,7 @@ impl LocalStack {
                 json!({
                     "bootstrap": bin_dir.join(binary),
                     "timeout": f["timeout"],
+                    "memory": f["memory"],
                     "env": env,
                 }),
             );
@@ -357,7 +363,12 @@ impl LocalStack {
                 }));
             }
         }
-        let spec = json!({"functions": spec_functions, "routes": routes, "sqs": sqs});
+        let spec = json!({
+            "functions": spec_functions,
+            "routes": routes,
+            "sqs": sqs,
+            "concurrency": self.concurrency,
+        });
         let spec_file = self.dir.write("stack.json", spec.to_string().as_bytes());
         let port_file = self.dir.path().join("stack.port");
         // A redeploy's emulator writes its own port.
@@ -511,6 +522,24 @@ impl LocalStack {
             .into_iter()
             .filter(|c| c["allowed"] != true)
             .collect()
+    }
+
+    /// Takes `slots` of the account's concurrency, as the account's other functions
+    /// would (0 gives them back).
+    pub fn hold(&self, slots: u32) {
+        let path = if slots == 0 {
+            "/__stack/release".to_owned()
+        } else {
+            format!("/__stack/hold?slots={slots}")
+        };
+        let r = request(
+            self.api.expect("the functions run"),
+            "POST",
+            &path,
+            &[],
+            None,
+        );
+        assert_eq!(r.status, 200);
     }
 
     /// The stack emulator's counters (invocations and kills per function, SQS messages).

@@ -66,6 +66,10 @@ pub enum CheckerError {
     Protocol(String),
     #[error("the checker function could not be invoked: {0}")]
     Invoke(String),
+    /// Refused for want of concurrency (Lambda's 429: the account's quota or the
+    /// checker's reserved concurrency is used up); worth retrying in `retry_after_secs`.
+    #[error("the checker function is at its concurrency limit")]
+    Busy { retry_after_secs: u64 },
 }
 
 struct Worker {

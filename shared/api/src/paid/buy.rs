@@ -117,7 +117,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     .await;
     let results = match judged {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Err(checkout.abandon(crate::internal(e)).await),
+        Ok(Err(e)) => return Err(checkout.abandon(verdict::judge_failed(e)).await),
         Err(_) => return Err(checkout.out_of_time().await),
     };
     let verdict_id = random_id("vrd");

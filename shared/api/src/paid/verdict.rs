@@ -22,6 +22,23 @@ pub enum JudgeError {
     Checker(#[from] CheckerError),
 }
 
+/// The refusal of a purchase whose judging failed; nothing is charged. At capacity (the
+/// checker function throttled), a 503 saying when to come back; otherwise a 500.
+pub fn judge_failed(e: JudgeError) -> umpire_core::ApiError {
+    match e {
+        JudgeError::Checker(CheckerError::Busy { retry_after_secs }) => {
+            tracing::warn!("the checker function is throttled: purchase refused");
+            umpire_core::ApiError::new(
+                umpire_core::ErrorCode::Unavailable,
+                "Umpire is at capacity and could not judge this now.",
+                "Nothing was charged: send the request again after Retry-After seconds.",
+            )
+            .with_retry_after(retry_after_secs)
+        }
+        e => crate::internal(e),
+    }
+}
+
 /// Runs every check of one pass in the isolated checker.
 pub async fn run_checks(
     state: &AppState,
