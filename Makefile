@@ -18,7 +18,7 @@ UMPIRE  := $(CARGO_TARGET_DIR)/debug/umpire
 UMPIRE_RELEASE := $(CARGO_TARGET_DIR)/fast/umpire
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: run build check test test-lambda test-lambda-run watch lint fmt bench fuzz lambda-build lambda-smoke deploy devnet clean help
+.PHONY: run build check test test-lambda test-lambda-run sam-build watch lint fmt bench fuzz lambda-build lambda-smoke deploy devnet clean help
 
 help:
 	@echo "make run           serve the API on $(ADDR) (state in ~/.local/share/umpire)"
@@ -30,7 +30,7 @@ help:
 	@echo "make lambda-build  build every Lambda for arm64 with cargo-lambda, print bootstrap sizes"
 	@echo "make lambda-smoke  run the arm64 bootstraps' first events under qemu-user (after lambda-build)"
 	@echo "make watch         the Lambda functions under cargo lambda watch on port 9000, local AWS"
-	@echo "make test-lambda   drive validate, a paid verdict and its status through cargo lambda watch"
+	@echo "make test-lambda   a paid verdict through cargo lambda watch, and make deploy's sam build of one function"
 	@echo "make deploy        sam build && sam deploy --guided"
 
 run:
@@ -186,18 +186,23 @@ lambda-smoke: $(PY_DEPS)
 watch: $(VENV)/bin/cargo-lambda
 	infra/local/watch.sh $(VENV) $(WATCH_PORT)
 
-# The functions under cargo lambda watch (it builds them its own way, so after the other
-# tests rather than beside them): `make test` runs it last.
+# The functions under cargo lambda watch, and `make deploy`'s sam build of one function
+# (each builds its own way, so after the other tests rather than beside them, one at a
+# time): `make test` runs them last.
 test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build test-lambda-run
 test-lambda-run:
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) \
-	  cargo nextest run -p umpire-functions --test lambda_watch --run-ignored ignored-only --no-fail-fast --cargo-quiet
+	  cargo nextest run -p umpire-functions --test lambda_watch --test sam_build --run-ignored ignored-only \
+	  --test-threads 1 --no-fail-fast --cargo-quiet
 
 # rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.
 SAM_CONFIG := --config-file infra/samconfig.toml
-deploy: $(VENV)/bin/cargo-lambda
-	PATH=$(VENV)/bin:$$PATH sam build $(SAM_CONFIG)
+# SAM_BUILD_ARGS: more for sam build (a test builds one function into a folder of its own).
+deploy: sam-build
 	PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG)
+sam-build: $(VENV)/bin/cargo-lambda
+	rustup target add aarch64-unknown-linux-gnu
+	PATH=$(VENV)/bin:$$PATH sam build $(SAM_CONFIG) $(SAM_BUILD_ARGS)
 
 clean:
 	rm -rf $(CACHE) node_modules

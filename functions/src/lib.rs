@@ -191,6 +191,24 @@ pub const SEED_CIPHERTEXT_ENV: &str = "UMPIRE_SIGNING_SEED_CIPHERTEXT";
 pub const PUBLIC_KEY_ENV: &str = "UMPIRE_SIGNING_PUBLIC_KEY";
 /// Earlier public keys still published (comma-separated base64), for key rotation.
 pub const RETIRED_KEYS_ENV: &str = "UMPIRE_RETIRED_PUBLIC_KEYS";
+/// The key a rotation's second deploy signs with, published by its first (base64).
+pub const NEXT_KEY_ENV: &str = "UMPIRE_NEXT_PUBLIC_KEY";
+
+/// The next key, if a rotation has begun.
+pub fn next_key_from_vars(
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<PublicKey>, lambda_http::Error> {
+    match var(NEXT_KEY_ENV).filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(text) => Ok(Some(PublicKey::from_base64(text.trim()).ok_or_else(
+            || {
+                format!(
+                    "{NEXT_KEY_ENV} must be a base64 Ed25519 public key (umpire keygen prints it)"
+                )
+            },
+        )?)),
+    }
+}
 /// A plain seed in hex: local runs only (`cargo lambda watch`, tests), never in AWS.
 pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
 /// The KMS key the seed is sealed under (its ARN): Decrypt names it.
@@ -427,6 +445,7 @@ pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Er
         config,
         signer,
         retired_keys,
+        next_key: next_key_from_vars(&|name| std::env::var(name).ok())?,
     })
 }
 
@@ -485,6 +504,7 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     };
     Ok(AppState::new(config, signer, store)
         .with_retired_keys(retired_keys)
+        .with_next_key(next_key_from_vars(&|name| std::env::var(name).ok())?)
         .with_checker(checker)
         .with_queue(queue)
         .with_payments(payments)

@@ -223,6 +223,7 @@ async fn the_static_routes_answer_without_a_store() {
         config: Config::default(),
         signer: std::sync::Arc::new(LocalSigner::from_seed([3u8; 32])),
         retired_keys: Vec::new(),
+        next_key: None,
     };
     async fn status<F: Function<State = umpire_api::Published>>(
         state: &umpire_api::Published,

@@ -36,6 +36,11 @@ async fn checker_function(limit: Duration) -> (LocalStack, LambdaEmulator, Lambd
         .expect("the stack");
     let name = stack.name("CheckerFunction");
     let lambda = LambdaEmulator::start(&name, env!("CARGO_BIN_EXE_checker").as_ref(), limit, &[]);
+    // What the verdicts function is configured to call: the checker's alias.
+    let name = stack.function("VerdictsFunction")["environment"]["UMPIRE_CHECKER_FUNCTION"]
+        .as_str()
+        .expect("the checker's alias")
+        .to_owned();
     let endpoint = lambda.endpoint();
     tokio::task::block_in_place(|| stack.route("lambda", &endpoint));
     let checker = LambdaChecker::new(

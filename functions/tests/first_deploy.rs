@@ -3,8 +3,8 @@
 //! that is missing and charge nothing), `umpire keygen` seals a seed under the stack's
 //! own key, the second deploy sells; a key administrator other than the deployer does
 //! not lock the key's creation (KMS's lockout check, which the local stack makes);
-//! and a rotation in two deploys publishes the new key before any document is signed
-//! with it.
+//! and a rotation in two deploys publishes the new key (NextPublicKey) before any
+//! document is signed with it, and keeps the old one published after.
 //!
 //! `make test` starts the local AWS server and sets `UMPIRE_TEST_AWS_ENDPOINT`.
 
@@ -196,5 +196,80 @@ async fn a_first_deploy_is_healthy_and_the_documented_order_makes_it_sell() {
             .and_then(|k| k.as_str())
             .unwrap_or(""),
         "signed with the key keygen made"
+    );
+
+    // A rotation in two deploys. First the new key is published (status next) while
+    // the old one still signs: a document the new key signs later verifies against
+    // any key document fetched from here on.
+    let (new_ciphertext, new_public) = tokio::task::block_in_place(|| keygen(&stack));
+    tokio::task::block_in_place(|| stack.redeploy(&[("NextPublicKey", &new_public)], &env));
+    let doc = tokio::task::block_in_place(|| json(&get(&stack, "/.well-known/umpire-key.json")));
+    let status_of = |doc: &Json, key: &str| {
+        doc["keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|k| k["public_key_base64"] == key)
+            .and_then(|k| k["status"].as_str())
+            .map(str::to_owned)
+    };
+    assert_eq!(status_of(&doc, &public).as_deref(), Some("active"), "{doc}");
+    assert_eq!(
+        status_of(&doc, &new_public).as_deref(),
+        Some("next"),
+        "{doc}"
+    );
+    let key_id_of = |b: &umpire_blackbox::chain::Bought| {
+        b.json()
+            .get("document")
+            .and_then(|d| d.get("key_id"))
+            .and_then(|k| k.as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let id_of = |k: &str| {
+        umpire_core::signer::PublicKey::from_base64(k)
+            .expect("public key")
+            .key_id
+    };
+    let url = format!("http://{}/v1/verdicts/basic", stack.api.expect("api"));
+    let during = tokio::task::block_in_place(|| buy_v2(&devnet, &url, BASIC, None));
+    assert_eq!(during.status, 201, "{}", during.body);
+    assert_eq!(
+        key_id_of(&during),
+        id_of(&public),
+        "the old key signs until the second deploy"
+    );
+
+    // Then the second deploy signs with it; the old key stays published, retired.
+    tokio::task::block_in_place(|| {
+        stack.redeploy(
+            &[
+                ("SigningSeedCiphertext", &new_ciphertext),
+                ("SigningPublicKey", &new_public),
+                ("RetiredPublicKeys", &public),
+                ("NextPublicKey", ""),
+            ],
+            &env,
+        )
+    });
+    let doc = tokio::task::block_in_place(|| json(&get(&stack, "/.well-known/umpire-key.json")));
+    assert_eq!(
+        status_of(&doc, &new_public).as_deref(),
+        Some("active"),
+        "{doc}"
+    );
+    assert_eq!(
+        status_of(&doc, &public).as_deref(),
+        Some("retired"),
+        "{doc}"
+    );
+    let url = format!("http://{}/v1/verdicts/basic", stack.api.expect("api"));
+    let after = tokio::task::block_in_place(|| buy_v2(&devnet, &url, BASIC, None));
+    assert_eq!(after.status, 201, "{}", after.body);
+    assert_eq!(
+        key_id_of(&after),
+        id_of(&new_public),
+        "the new key signs now"
     );
 }

@@ -250,7 +250,11 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
             timeout * 1000,
             "{caller} names the checker's real limit"
         );
-        assert_eq!(judge["environment"]["UMPIRE_CHECKER_FUNCTION"], checker);
+        // Through its alias (a qualified ARN): a rollout moves caller and callee alike.
+        assert_eq!(
+            judge["environment"]["UMPIRE_CHECKER_FUNCTION"],
+            format!("arn:aws:lambda:us-east-1:123456789012:function:{checker}:live")
+        );
         assert_eq!(
             f["reserved_concurrency"],
             Json::Null,
@@ -265,7 +269,7 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
             "ReputationFunction",
         ]
         .into_iter()
-        .filter(|c| may(f, "lambda:InvokeFunction", &format!(":{c}\"")))
+        .filter(|c| may(f, "lambda:InvokeFunction", &format!(":{c}:live\"")))
         .collect();
         let expected: Vec<&str> = match name {
             "VerdictsFunction" => vec!["CheckerFunction"],
@@ -743,15 +747,24 @@ fn the_deploy_steps_validate_with_the_repositorys_config() {
     let root = umpire_blackbox::repo_root();
     let makefile = std::fs::read_to_string(root.join("Makefile")).expect("Makefile");
     assert!(makefile.contains("SAM_CONFIG := --config-file infra/samconfig.toml"));
-    let recipe: Vec<&str> = makefile
-        .split("\ndeploy:")
-        .nth(1)
-        .expect("a deploy target")
-        .lines()
-        .skip(1)
-        .take_while(|l| l.starts_with('\t') || l.is_empty())
-        .filter(|l| l.contains(" sam "))
-        .collect();
+    // `deploy` runs `sam-build` (sam build), then sam deploy.
+    let recipe_of = |target: &str| -> Vec<&str> {
+        makefile
+            .split(&format!("\n{target}:"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("a {target} target"))
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with('\t') || l.is_empty())
+            .filter(|l| l.contains(" sam "))
+            .collect()
+    };
+    assert!(
+        makefile.contains("\ndeploy: sam-build\n"),
+        "deploy builds first"
+    );
+    let mut recipe = recipe_of("sam-build");
+    recipe.extend(recipe_of("deploy"));
     assert_eq!(recipe.len(), 2, "sam build and sam deploy: {recipe:?}");
     assert!(
         recipe.iter().all(|l| l.contains("$(SAM_CONFIG)")),
@@ -976,6 +989,110 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
         assert!(
             rules.contains(pair.0) && rules.contains(pair.1),
             "a rule pairs {pair:?}"
+        );
+    }
+}
+
+/// Safe rollouts: every function is published behind the alias `live`, moved by
+/// CodeDeploy gradually and rolled back by its own errors alarm (and API 5xx, voided
+/// purchases); API Gateway, the SQS trigger and every function that invokes another
+/// call the alias, so a caller and its callee move together, and the IAM grants name
+/// the alias.
+#[test]
+fn every_function_rolls_out_behind_an_alias_that_alarms_roll_back() {
+    let t = resolve_template(&[]);
+    let res = t["resources"].as_object().expect("resources");
+    let of_type = |ty: &str| -> Vec<(&String, &Json)> {
+        res.iter().filter(|(_, r)| r["Type"] == ty).collect()
+    };
+    let aliases = of_type("AWS::Lambda::Alias");
+    let groups = of_type("AWS::CodeDeploy::DeploymentGroup");
+    for (name, _) in deployed(&t) {
+        let alias = aliases
+            .iter()
+            .find(|(_, a)| a["Properties"]["FunctionName"]["Ref"] == name)
+            .unwrap_or_else(|| panic!("{name}: an alias"));
+        assert_eq!(alias.1["Properties"]["Name"], "live");
+        let group =
+            alias.1["UpdatePolicy"]["CodeDeployLambdaAliasUpdate"]["DeploymentGroupName"]["Ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: moved by CodeDeploy"));
+        let group = &res[group]["Properties"];
+        let config = group["DeploymentConfigName"].to_string();
+        assert!(
+            config.contains("Canary10Percent5Minutes"),
+            "{name}: gradual by default: {config}"
+        );
+        let short = name.trim_end_matches("Function");
+        let alarms = group["AlarmConfiguration"]["Alarms"].to_string();
+        assert!(
+            alarms.contains(&format!("{short}ErrorsAlarm")) && alarms.contains("Api5xxAlarm"),
+            "{name}: rolled back by its errors alarm: {alarms}"
+        );
+        assert_eq!(group["AutoRollbackConfiguration"]["Enabled"], true);
+    }
+    assert_eq!(groups.len(), deployed(&t).len());
+    // Callers name the alias (a qualified ARN), and may invoke only it.
+    for (caller, var, callee) in [
+        (
+            "VerdictsFunction",
+            "UMPIRE_CHECKER_FUNCTION",
+            "CheckerFunction",
+        ),
+        (
+            "WorkerFunction",
+            "UMPIRE_CHECKER_FUNCTION",
+            "PassTwoCheckerFunction",
+        ),
+        (
+            "McpFunction",
+            "UMPIRE_VERDICTS_FUNCTION",
+            "VerdictsFunction",
+        ),
+        (
+            "McpFunction",
+            "UMPIRE_REPUTATION_FUNCTION",
+            "ReputationFunction",
+        ),
+    ] {
+        let target = function(&t, caller)["environment"][var]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            target.ends_with(&format!("function:{callee}:live")),
+            "{caller}: {var}={target}"
+        );
+        assert!(
+            may(function(&t, caller), "lambda:InvokeFunction", &target),
+            "{caller} may invoke {target}"
+        );
+        assert!(
+            !may(
+                function(&t, caller),
+                "lambda:InvokeFunction",
+                &format!("\"{}\"", target.trim_end_matches(":live"))
+            ),
+            "{caller}: the unqualified function is not granted"
+        );
+    }
+    let api = of_type("AWS::ApiGatewayV2::Api");
+    let body = api[0].1["Properties"]["Body"].to_string();
+    for (name, f) in deployed(&t) {
+        if f["http"].as_array().is_some_and(|h| !h.is_empty()) {
+            assert!(
+                body.contains(&format!("${{{name}Aliaslive}}")),
+                "{name}: API Gateway calls the alias"
+            );
+        }
+    }
+    for (_, m) in of_type("AWS::Lambda::EventSourceMapping") {
+        let target = m["Properties"]["FunctionName"]["Ref"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            target.ends_with("Aliaslive"),
+            "the SQS trigger calls the alias: {target}"
         );
     }
 }

@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 # Lambda's synchronous payload limit: a request must be smaller than this.
 MAX_PAYLOAD_BYTES = 6_291_456
@@ -249,9 +250,12 @@ def handler_for(sandbox):
 
         def do_POST(self):
             body = self.read_body()
-            m = INVOKE.match(self.path)
+            m = INVOKE.match(self.path.partition("?")[0])
             if m:
-                if m.group(1) != sandbox.args.name:
+                # A name, name:qualifier or an ARN, qualified (an alias) or not.
+                name = unquote(m.group(1))
+                name = name.split(":")[6] if name.startswith("arn:") else name.split(":")[0]
+                if name != sandbox.args.name:
                     self.reply(
                         404,
                         b'{"Type":"User","message":"Function not found"}',

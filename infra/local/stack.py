@@ -229,10 +229,21 @@ def main():
             }
             for logical, res in resources.items()
         }
+        # An alias is named by its qualified ARN (what invoking it takes).
+        for logical, res in resources.items():
+            if res["Type"] == "AWS::Lambda::Alias":
+                fn = res["Properties"]["FunctionName"]["Ref"]
+                names[logical]["Ref"] = f"arn:aws:lambda:us-east-1:123456789012:function:{fn}:{res['Properties']['Name']}"
     else:
         with open(args.names) as f:
             names = json.load(f)
     r = Resolver(cfn, names, params)
+    # AutoPublishAlias: triggers and callers name the alias; it stands for its function.
+    function_of = {
+        logical: res["Properties"]["FunctionName"]["Ref"]
+        for logical, res in resources.items()
+        if res["Type"] == "AWS::Lambda::Alias"
+    }
     drops = {}
     for spec in args.drop_statement:
         function, policy, index = spec.split(":")
@@ -267,7 +278,8 @@ def main():
         sam = template["Resources"].get(logical, {})
         http, sqs = [], []
         for other in resources.values():
-            if other["Type"] == "AWS::Lambda::EventSourceMapping" and other["Properties"]["FunctionName"] == {"Ref": logical}:
+            target = other["Properties"].get("FunctionName", {}).get("Ref") if other["Type"] == "AWS::Lambda::EventSourceMapping" else None
+            if target is not None and function_of.get(target, target) == logical:
                 mp = other["Properties"]
                 sqs.append(
                     {

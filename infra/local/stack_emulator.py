@@ -350,9 +350,12 @@ def handler_for_stack(stack):
                 stack.hold(0)
                 self.reply(200, b"{}")
                 return
-            m = INVOKE.match(self.path)
+            m = INVOKE.match(self.path.partition("?")[0])
             if m:
-                name = m.group(1).rsplit(":", 1)[-1] if m.group(1).startswith("arn:") else m.group(1)
+                # A name, name:qualifier, or an ARN, qualified (an alias) or not: the
+                # function is the one named (one version of each runs here).
+                name = unquote_plus(m.group(1))
+                name = name.split(":")[6] if name.startswith("arn:") else name.split(":")[0]
                 self.reply(*stack.invoke(name, body))
                 return
             self.api(body)

@@ -105,6 +105,14 @@ def main():
     for logical, res in resources.items():
         if res["Type"] == "AWS::Lambda::Function":
             names[logical] = {"Ref": logical, "Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical}"}
+        elif res["Type"] == "AWS::Lambda::Alias":
+            # Its qualified ARN: what invoking the alias names.
+            fn = res["Properties"]["FunctionName"]["Ref"]
+            arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{fn}:{res['Properties']['Name']}"
+            names[logical] = {"Ref": arn, "Arn": arn}
+        elif res["Type"] == "AWS::Lambda::Version":
+            fn = res["Properties"]["FunctionName"]["Ref"]
+            names[logical] = {"Ref": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{fn}:1", "Version": "1"}
         elif res["Type"] == "AWS::IAM::Role":
             names[logical] = {"Ref": logical, "Arn": f"arn:aws:iam::{ACCOUNT}:role/{logical}"}
         elif res["Type"] == "AWS::ApiGatewayV2::Api":

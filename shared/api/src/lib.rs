@@ -48,6 +48,9 @@ pub struct AppState {
     pub signer: Arc<dyn Signer>,
     /// Keys that signed earlier documents and are still published for verification.
     pub retired_keys: Vec<PublicKey>,
+    /// The key the next deploy signs with, published ahead of its first document (a
+    /// rotation's first step).
+    pub next_key: Option<PublicKey>,
     /// The isolated checker; None in functions that never judge.
     pub checker: Option<Arc<dyn Judge>>,
     pub store: Arc<dyn Store>,
@@ -74,6 +77,8 @@ pub struct Published {
     pub signer: Arc<dyn Signer>,
     /// Keys that signed earlier documents and are still published for verification.
     pub retired_keys: Vec<PublicKey>,
+    /// The key the next deploy signs with, published ahead of its first document.
+    pub next_key: Option<PublicKey>,
 }
 
 /// Read access to what [`Published`] holds, from it or from a whole [`AppState`].
@@ -81,6 +86,7 @@ pub trait Keys {
     fn config(&self) -> &Config;
     fn signer(&self) -> &dyn Signer;
     fn retired_keys(&self) -> &[PublicKey];
+    fn next_key(&self) -> Option<&PublicKey>;
 }
 
 /// Both states hold the same three fields under the same names.
@@ -97,6 +103,10 @@ macro_rules! keys_from_fields {
 
             fn retired_keys(&self) -> &[PublicKey] {
                 &self.retired_keys
+            }
+
+            fn next_key(&self) -> Option<&PublicKey> {
+                self.next_key.as_ref()
             }
         }
     )*};
@@ -126,6 +136,7 @@ impl AppState {
             config,
             signer,
             retired_keys: Vec::new(),
+            next_key: None,
             checker: None,
             store,
             queue: None,
@@ -146,6 +157,10 @@ impl AppState {
             retired_keys,
             ..self
         }
+    }
+
+    pub fn with_next_key(self, next_key: Option<PublicKey>) -> AppState {
+        AppState { next_key, ..self }
     }
 
     pub fn with_checker(self, checker: Option<Arc<dyn Judge>>) -> AppState {
@@ -209,6 +224,7 @@ impl AppState {
         if self.signer.keyed() {
             keys.push(PublicKey::of(self.signer.as_ref()));
         }
+        keys.extend(self.next_key.iter().cloned());
         keys.extend(self.retired_keys.iter().cloned());
         keys
     }

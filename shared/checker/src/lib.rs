@@ -18,7 +18,9 @@ mod pool;
 mod protocol;
 
 pub use pool::{CheckerError, CheckerPool, DEFAULT_CHECK_LIMIT, PoolConfig};
-pub use protocol::{JudgeRequest, judge_line, parse_answer, worker_loop, worker_main};
+pub use protocol::{
+    JudgeRequest, PROTOCOL_MISMATCH, judge_line, parse_answer, worker_loop, worker_main,
+};
 
 use umpire_core::eval::Outcome;
 

@@ -14,6 +14,11 @@ use umpire_core::spec::{Check, Deliverable, parse_spec};
 /// The version of the request line; a worker refuses any other.
 pub const PROTOCOL: u64 = 2;
 
+/// How a checker names a request of another protocol version in its refusal: a caller
+/// meeting it mid-deploy (the two functions' aliases moved apart) says so and asks for
+/// a retry, rather than failing as if something broke.
+pub const PROTOCOL_MISMATCH: &str = "speaks checker protocol";
+
 /// One pass of one verdict, as sent to a worker.
 #[derive(Debug, Clone)]
 pub struct JudgeRequest {
@@ -122,7 +127,7 @@ fn decode_request(line: &str) -> Result<Decoded, String> {
     // check judged without the body it reads would be signed as failed.
     if v.get("protocol").and_then(Value::as_u64) != Some(PROTOCOL) {
         return Err(format!(
-            "the request speaks checker protocol {:?}, this worker {PROTOCOL}",
+            "the request {PROTOCOL_MISMATCH} {:?}, this worker {PROTOCOL}",
             v.get("protocol")
         ));
     }

@@ -248,8 +248,16 @@ pub const RECIPE: &[&str] = &[
 ];
 
 /// The `/.well-known/umpire-key.json` document: active key first, then retired ones.
-pub fn key_document(issuer: &str, active: Option<&PublicKey>, retired: &[PublicKey]) -> Value {
+/// The key document: the active key, the next one (published before it signs: the first
+/// deploy of a rotation), then the retired ones.
+pub fn key_document(
+    issuer: &str,
+    active: Option<&PublicKey>,
+    next: Option<&PublicKey>,
+    retired: &[PublicKey],
+) -> Value {
     let mut keys: Vec<Value> = active.map(|k| k.to_value("active")).into_iter().collect();
+    keys.extend(next.map(|k| k.to_value("next")));
     keys.extend(retired.iter().map(|k| k.to_value("retired")));
     Value::object()
         .with("issuer", issuer)
@@ -313,12 +321,21 @@ mod tests {
             key_id: "k1".into(),
             bytes: [1; 32],
         };
+        let next = PublicKey {
+            key_id: "k3".into(),
+            bytes: [3; 32],
+        };
         let doc = key_document(
             "https://u.example",
             Some(&active),
+            Some(&next),
             std::slice::from_ref(&retired),
         );
-        assert_eq!(keys_from_document(&doc), vec![active.clone(), retired]);
+        // A next key verifies (it is published before it signs) but signs no offer yet.
+        assert_eq!(
+            keys_from_document(&doc),
+            vec![active.clone(), next, retired]
+        );
         assert_eq!(active_keys_from_document(&doc), vec![active.clone()]);
         assert_eq!(
             active_keys_from_document(&active.to_value("active")),

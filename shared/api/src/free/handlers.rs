@@ -52,12 +52,13 @@ fn published_keys(state: &impl Keys) -> Value {
     key_document(
         &state.config().issuer,
         active.as_ref(),
+        state.next_key(),
         state.retired_keys(),
     )
 }
 
 pub fn key(state: &impl Keys) -> Response {
-    if !state.signer().keyed() && state.retired_keys().is_empty() {
+    if !state.signer().keyed() && state.retired_keys().is_empty() && state.next_key().is_none() {
         return respond::error(&not_keyed());
     }
     respond::cache(

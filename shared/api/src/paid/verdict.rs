@@ -35,6 +35,18 @@ pub fn judge_failed(e: JudgeError) -> umpire_core::ApiError {
             )
             .with_retry_after(retry_after_secs)
         }
+        // Mid-deploy, this function and its checker on different protocol versions.
+        JudgeError::Checker(CheckerError::Protocol(m))
+            if m.contains(umpire_checker::PROTOCOL_MISMATCH) =>
+        {
+            tracing::warn!(refusal = %m, "checker on another protocol version: purchase refused");
+            umpire_core::ApiError::new(
+                umpire_core::ErrorCode::Unavailable,
+                "Umpire is being upgraded and could not judge this now.",
+                "Nothing was charged: send the request again after Retry-After seconds.",
+            )
+            .with_retry_after(10)
+        }
         e => crate::internal(e),
     }
 }
@@ -141,4 +153,31 @@ pub fn signed_verdict(
         verdict_document(&facts, state.signer.key_id()),
         state.signer.as_ref(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use umpire_core::ErrorCode;
+
+    #[test]
+    fn capacity_and_upgrades_are_503_with_retry_after_and_the_rest_500() {
+        let busy = judge_failed(JudgeError::Checker(CheckerError::Busy {
+            retry_after_secs: 3,
+        }));
+        assert_eq!(
+            (busy.code, busy.retry_after),
+            (ErrorCode::Unavailable, Some(3))
+        );
+        // The refusal a checker of another protocol version writes.
+        let text = umpire_checker::judge_line(r#"{"protocol":1}"#).expect_err("refused");
+        assert!(text.contains(umpire_checker::PROTOCOL_MISMATCH), "{text}");
+        let upgrading = judge_failed(JudgeError::Checker(CheckerError::Protocol(text)));
+        assert_eq!(upgrading.code, ErrorCode::Unavailable);
+        assert!(upgrading.retry_after.is_some());
+        let broken = judge_failed(JudgeError::Checker(CheckerError::Protocol(
+            "garbled".into(),
+        )));
+        assert_eq!(broken.code, ErrorCode::Internal);
+    }
 }
