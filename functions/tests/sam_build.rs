@@ -21,6 +21,10 @@ impl Drop for Planted {
     fn drop(&mut self) {
         for p in &self.0 {
             let _ = std::fs::remove_file(p);
+            // And the folders made for it, if nothing else is in them.
+            for dir in p.ancestors().skip(1).take(3) {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
     }
 }
