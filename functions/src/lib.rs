@@ -627,6 +627,7 @@ pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
             "no signing key yet: every request is refused until `umpire keygen` is deployed"
         );
         return lambda_http::run(service_fn(|req: lambda_http::Request| async move {
+            umpire_api::plumbing::metrics::record(umpire_api::plumbing::metrics::Metric::NotKeyed);
             let refusal = umpire_api::free::handlers::not_keyed();
             Ok::<_, Infallible>(convert(req, |_| async move { respond::error(&refusal) }).await)
         }))

@@ -148,6 +148,12 @@ async fn a_first_deploy_is_healthy_and_the_documented_order_makes_it_sell() {
             );
         }
     });
+    // An operator hears of it: every refusal counts toward the NotKeyed alarm.
+    assert!(
+        stack.logs().contains("\"NotKeyed\""),
+        "the NotKeyed metric: {}",
+        stack.logs()
+    );
     // A payment offered to the keyless stack is refused before anything happens to it.
     let refused = tokio::task::block_in_place(|| {
         buy_v2(

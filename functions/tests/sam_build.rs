@@ -14,13 +14,16 @@ use umpire_blackbox::{TempDir, repo_root};
 
 const STALE: &[u8] = b"a stale bootstrap from an earlier build";
 
-/// Removes what the test planted inside the repository.
+/// Removes what the test planted and no build replaced (a failed run leaves nothing
+/// stale behind for a later deploy to package).
 struct Planted(Vec<PathBuf>);
 
 impl Drop for Planted {
     fn drop(&mut self) {
         for p in &self.0 {
-            let _ = std::fs::remove_file(p);
+            if std::fs::read(p).is_ok_and(|b| b == STALE) {
+                let _ = std::fs::remove_file(p);
+            }
             // And the folders made for it, if nothing else is in them.
             for dir in p.ancestors().skip(1).take(3) {
                 let _ = std::fs::remove_dir(dir);
@@ -50,7 +53,7 @@ fn sam_build_packages_the_bootstrap_just_built_from_this_tree() {
     let packaged = out.path().join("HealthFunction/bootstrap");
     let built = target_dir().join("lambda/health/bootstrap");
     let in_source = root.join("functions/target/lambda/health/bootstrap");
-    let _planted = Planted(vec![in_source.clone()]);
+    let _planted = Planted(vec![in_source.clone(), built.clone(), packaged.clone()]);
     for p in [&packaged, &built, &in_source] {
         plant(p);
     }

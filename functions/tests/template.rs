@@ -523,6 +523,10 @@ fn an_operator_sees_logs_traces_and_alarms() {
             "Umpire/RateLimitStoreFailures",
         ),
         ("pass 2 giving up", "Umpire/SwornUnresolved"),
+        (
+            "a stack selling nothing for want of a key",
+            "Umpire/NotKeyed",
+        ),
         ("API 5xx", "AWS/ApiGateway/5xx"),
     ] {
         assert!(
@@ -690,6 +694,34 @@ fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
     );
     let python = umpire_blackbox::python();
     let sam = std::path::Path::new(&python).with_file_name("sam");
+    // As `make deploy` does first: a fresh DeployRevision, twice (the second deploy),
+    // keeping what the operator saved.
+    let revise = |value: &str| {
+        let status = std::process::Command::new(&python)
+            .arg(umpire_blackbox::repo_root().join("infra/deploy_revision.py"))
+            .arg(&config)
+            .args(["--value", value])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("infra/deploy_revision.py");
+        assert!(status.success());
+    };
+    revise("aaaaaaaaaa01");
+    let saved = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        saved.replace(
+            "DeployRevision=",
+            "EvmPayTo=\\\"0x00000000000000000000000000000000000000aa\\\" DeployRevision=",
+        ),
+    )
+    .expect("an answer saved by an earlier deploy");
+    revise("bbbbbbbbbb02");
+    let saved = std::fs::read_to_string(&config).expect("config");
+    assert!(
+        saved.contains("DeployRevision=\\\"bbbbbbbbbb02\\\"") && saved.contains("EvmPayTo="),
+        "{saved}"
+    );
     let out = std::process::Command::new(&python)
         .arg(umpire_blackbox::repo_root().join("tests/py/guided_deploy.py"))
         .arg("--sam")
@@ -739,6 +771,16 @@ fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
         run["reached_aws"] == true,
         "the guided deploy stopped before AWS: {}",
         run["output"]
+    );
+    // The revision and the saved answer are what it offers.
+    let output = run["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains("Parameter DeployRevision [bbbbbbbbbb02]"),
+        "{output}"
+    );
+    assert!(
+        output.contains("Parameter EvmPayTo [0x00000000000000000000000000000000000000aa]"),
+        "{output}"
     );
 }
 
@@ -977,7 +1019,13 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
             "{name} has an AllowedPattern"
         );
     }
-    let rules = umpire_blackbox::template_section("Rules").to_canonical_string();
+    let rules: Vec<String> = match umpire_blackbox::template_section("Rules") {
+        umpire_core::Value::Object(rules) => rules
+            .values()
+            .map(|rule| rule.to_canonical_string())
+            .collect(),
+        other => panic!("Rules: {other:?}"),
+    };
     for pair in [
         ("DomainName", "CertificateArn"),
         ("SigningSeedCiphertext", "SigningPublicKey"),
@@ -987,7 +1035,8 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
         ("Issuer", "DomainName"),
     ] {
         assert!(
-            rules.contains(pair.0) && rules.contains(pair.1),
+            rules.iter().any(|r| r.contains(&format!("\"{}\"", pair.0))
+                && r.contains(&format!("\"{}\"", pair.1))),
             "a rule pairs {pair:?}"
         );
     }
@@ -1024,14 +1073,47 @@ fn every_function_rolls_out_behind_an_alias_that_alarms_roll_back() {
             "{name}: gradual by default: {config}"
         );
         let short = name.trim_end_matches("Function");
-        let alarms = group["AlarmConfiguration"]["Alarms"].to_string();
+        let alarms = group["AlarmConfiguration"]["Alarms"]
+            .as_array()
+            .expect("rollback alarms");
+        let alarm = format!("{short}NewVersionErrorsAlarm");
+        assert_eq!(
+            alarms
+                .iter()
+                .map(|a| a["Name"]["Ref"].clone())
+                .collect::<Vec<_>>(),
+            vec![Json::from(alarm.clone())],
+            "{name}: rolled back by its new version's errors alone (not by the 503s it answers on purpose)"
+        );
+        let dims = res[&alarm]["Properties"]["Dimensions"].to_string();
         assert!(
-            alarms.contains(&format!("{short}ErrorsAlarm")) && alarms.contains("Api5xxAlarm"),
-            "{name}: rolled back by its errors alarm: {alarms}"
+            dims.contains("ExecutedVersion") && dims.contains(":live"),
+            "{alarm}: the version behind the alias: {dims}"
         );
         assert_eq!(group["AutoRollbackConfiguration"]["Enabled"], true);
     }
     assert_eq!(groups.len(), deployed(&t).len());
+    // A deploy that changes only parameters still publishes (SAM's version hash does
+    // not see parameter values): DeployRevision, fresh on every `make deploy`, names
+    // every version.
+    let versions = |t: &Json| -> BTreeSet<String> {
+        t["resources"]
+            .as_object()
+            .expect("resources")
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::Lambda::Version")
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+    let (one, two) = (
+        versions(&resolve_template(&[("DeployRevision", "a1b2c3d4e5f6")])),
+        versions(&resolve_template(&[("DeployRevision", "f6e5d4c3b2a1")])),
+    );
+    assert_eq!(one.len(), deployed(&t).len());
+    assert!(
+        one.is_disjoint(&two),
+        "every function publishes a new version: {one:?} {two:?}"
+    );
     // Callers name the alias (a qualified ARN), and may invoke only it.
     for (caller, var, callee) in [
         (

@@ -230,10 +230,15 @@ class Stack:
                     for m in messages
                 ]
             }
-            status, body, headers = self.invoke(mapping["function"], json.dumps(event).encode())
+            try:
+                status, body, headers = self.invoke(mapping["function"], json.dumps(event).encode())
+            except Exception as e:  # a sandbox that cannot start: the batch comes back
+                sys.stderr.write(f"stack_emulator: invoke failed for {mapping['function']}: {e}\n")
+                continue
             self.polled += len(messages)
-            if any(k == "X-Amz-Function-Error" for k, _ in headers):
-                continue  # the whole batch comes back after its visibility timeout
+            if status != 200 or any(k == "X-Amz-Function-Error" for k, _ in headers):
+                # Throttled or failed: the whole batch comes back after its visibility timeout.
+                continue
             failed = set()
             if mapping.get("report_failures"):
                 try:

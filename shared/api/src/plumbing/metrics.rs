@@ -31,6 +31,10 @@ pub enum Metric {
     /// Pass 2 stopped waiting for a purchase whose settlement was still unknown when its
     /// hold lapsed: the verdict stays pending until someone looks. Alarm on it.
     SwornUnresolved,
+    /// A paid request refused because the deployment has no signing key (before the
+    /// first `umpire keygen` deploy, or after a deploy that lost the key's parameters).
+    /// Alarm on it: the stack sells nothing.
+    NotKeyed,
 }
 
 impl Metric {
@@ -43,6 +47,7 @@ impl Metric {
             Metric::WebhookFailure => "WebhookFailures",
             Metric::RateLimitUnavailable => "RateLimitStoreFailures",
             Metric::SwornUnresolved => "SwornUnresolved",
+            Metric::NotKeyed => "NotKeyed",
         }
     }
 }

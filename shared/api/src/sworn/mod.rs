@@ -331,7 +331,31 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         webhook_url: p.webhook_url.clone(),
         job_ref: p.job_ref.clone(),
     };
-    let pass2 = verdict::judge(state, &purchase).await.map_err(retry)?;
+    let pass2 = match verdict::judge(state, &purchase).await {
+        Ok(r) => r,
+        // No capacity now (the checker throttled): asked again after Retry-After as a
+        // new job, not failed, so a long spell of throttling cannot walk a paid job to
+        // the dead-letter queue (each failure counts toward its 5 receives).
+        Err(verdict::JudgeError::Checker(umpire_checker::CheckerError::Busy {
+            retry_after_secs,
+        })) => {
+            tracing::warn!(
+                verdict_id,
+                retry_after_secs,
+                "pass 2's checker is throttled: asked again later"
+            );
+            let queue = state
+                .queue
+                .as_ref()
+                .ok_or_else(|| retry("no job queue configured"))?;
+            let again = SwornJob::Pass2(Box::new(p.clone())).to_job();
+            return queue
+                .enqueue(&again, Duration::from_secs(retry_after_secs.max(1)))
+                .await
+                .map_err(retry);
+        }
+        Err(e) => return Err(retry(e)),
+    };
     let results = merge(&p.pass1, pass2);
     let facts = VerdictFacts {
         verdict_id,
