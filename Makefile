@@ -198,10 +198,10 @@ test-lambda-run:
 # rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.
 SAM_CONFIG := --config-file infra/samconfig.toml
 # SAM_BUILD_ARGS: more for sam build (a test builds one function into a folder of its own).
-# Every deploy publishes new versions behind the aliases (DeployRevision: see
-# infra/deploy_revision.py), parameters-only deploys included.
+# Every deploy publishes new versions behind the aliases, parameters-only deploys
+# included (infra/deploy_revision.py marks each build as new).
 deploy: sam-build
-	$(PY) infra/deploy_revision.py infra/samconfig.toml
+	$(PY) infra/deploy_revision.py .aws-sam/build
 	PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG)
 sam-build: $(VENV)/bin/cargo-lambda
 	rustup target add aarch64-unknown-linux-gnu

@@ -1,53 +1,41 @@
 #!/usr/bin/env python3
-"""Sets the stack parameter DeployRevision in a SAM config file to a fresh random value.
+"""Marks every function `sam build` packaged as new, so the next deploy publishes it.
 
 SAM publishes a new version of a function behind its alias only when the version's hash
-changes, and that hash does not see parameter values in the environment: a deploy that
-only changes parameters (the signing key after `umpire keygen`, a rotation, a pay-to
-address) would leave every alias on the old version. template.yaml makes DeployRevision
-the functions' AutoPublishCodeSha256, and `make deploy` runs this before `sam deploy
---guided`, so every deploy publishes. Every other saved parameter is kept as it is.
+changes: the code's location (the package's content hash) and the environment map as
+written, parameter references unresolved. A deploy that changes only parameters (the
+signing key after `umpire keygen`, a rotation, a pay-to address) would leave every alias
+on the old version, whose configuration is the old one. `make deploy` runs this between
+`sam build` and `sam deploy`: a file holding a fresh random revision in each function's
+build folder changes its package's hash, so every `make deploy` publishes every function
+(and a plain `sam deploy` still publishes whatever code changed).
 
-usage: deploy_revision.py SAMCONFIG [--value V]
+usage: deploy_revision.py BUILD_DIR [--value V]   (BUILD_DIR: .aws-sam/build)
+Prints the revision.
 """
 
 import argparse
-import re
+import os
 import secrets
+import sys
 
-SECTION = "[default.deploy.parameters]"
+FILE = "REVISION"
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("config")
-    # SAM names a function's version after the first 10 characters: fresh ones each time.
+    p.add_argument("build_dir")
     p.add_argument("--value", default=secrets.token_hex(8))
     args = p.parse_args()
-    with open(args.config) as f:
-        text = f.read()
-    token = f'DeployRevision=\\"{args.value}\\"'
-    lines = text.split("\n")
-    try:
-        start = lines.index(SECTION)
-    except ValueError:
-        lines += ["", SECTION]
-        start = len(lines) - 1
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
-    for i in range(start + 1, end):
-        if lines[i].startswith("parameter_overrides"):
-            line = lines[i]
-            if "DeployRevision=" in line:
-                line = re.sub(r'DeployRevision=\\"[^"\\]*\\"', lambda _: token, line)
-            else:
-                line = line[: line.rindex('"')] + " " + token + '"'
-                line = line.replace('= " ', '= "')
-            lines[i] = line
-            break
-    else:
-        lines.insert(start + 1, f'parameter_overrides = "{token}"')
-    with open(args.config, "w") as f:
-        f.write("\n".join(lines))
+    marked = 0
+    for name in sorted(os.listdir(args.build_dir)):
+        folder = os.path.join(args.build_dir, name)
+        if os.path.isfile(os.path.join(folder, "bootstrap")):
+            with open(os.path.join(folder, FILE), "w") as f:
+                f.write(args.value + "\n")
+            marked += 1
+    if marked == 0:
+        sys.exit(f"deploy_revision.py: no function build (a bootstrap) under {args.build_dir}: run sam build first")
     print(args.value)
 
 

@@ -577,6 +577,13 @@ where
         }
         handle(http::Request::from_parts(parts, bytes)).await
     };
+    // Our own failure (refusals are 4xx/503): counted against this version, which a
+    // rollout rolls back on.
+    if response.status() == http::StatusCode::INTERNAL_SERVER_ERROR {
+        umpire_api::plumbing::metrics::record_for_version(
+            umpire_api::plumbing::metrics::Metric::Internal5xx,
+        );
+    }
     let (parts, body) = response.into_parts();
     let body = match String::from_utf8(body.to_vec()) {
         Ok(text) if text.is_empty() => Body::Empty,

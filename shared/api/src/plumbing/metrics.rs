@@ -35,6 +35,9 @@ pub enum Metric {
     /// first `umpire keygen` deploy, or after a deploy that lost the key's parameters).
     /// Alarm on it: the stack sells nothing.
     NotKeyed,
+    /// An HTTP function answered 500 (our own failure, not a refusal): recorded per
+    /// function version, so a rollout's new version that fails is rolled back.
+    Internal5xx,
 }
 
 impl Metric {
@@ -48,6 +51,7 @@ impl Metric {
             Metric::RateLimitUnavailable => "RateLimitStoreFailures",
             Metric::SwornUnresolved => "SwornUnresolved",
             Metric::NotKeyed => "NotKeyed",
+            Metric::Internal5xx => "Internal5xx",
         }
     }
 }
@@ -57,11 +61,18 @@ pub const DEFAULT_SERVICE: &str = "umpire";
 
 /// One EMF line: the metric with value 1, dimensioned by service.
 pub fn emf_line(metric: Metric, service: &str, timestamp_ms: u64) -> String {
+    emf_line_with(metric, &[("Service", service)], timestamp_ms)
+}
+
+/// One EMF line: the metric with value 1 and these dimensions.
+pub fn emf_line_with(metric: Metric, dimensions: &[(&str, &str)], timestamp_ms: u64) -> String {
     let definition = Value::object()
         .with("Namespace", NAMESPACE)
         .with(
             "Dimensions",
-            Value::Array(vec![Value::Array(vec![Value::from("Service")])]),
+            Value::Array(vec![Value::Array(
+                dimensions.iter().map(|(k, _)| Value::from(*k)).collect(),
+            )]),
         )
         .with(
             "Metrics",
@@ -71,16 +82,36 @@ pub fn emf_line(metric: Metric, service: &str, timestamp_ms: u64) -> String {
                     .with("Unit", "Count"),
             ]),
         );
-    Value::object()
-        .with(
-            "_aws",
-            Value::object()
-                .with("Timestamp", timestamp_ms)
-                .with("CloudWatchMetrics", Value::Array(vec![definition])),
-        )
-        .with("Service", service)
-        .with(metric.name(), 1u64)
-        .to_canonical_string()
+    let mut line = Value::object().with(
+        "_aws",
+        Value::object()
+            .with("Timestamp", timestamp_ms)
+            .with("CloudWatchMetrics", Value::Array(vec![definition])),
+    );
+    for (k, v) in dimensions {
+        line = line.with(*k, *v);
+    }
+    line.with(metric.name(), 1u64).to_canonical_string()
+}
+
+/// Records `metric` for this function's version (dimensions FunctionName and Version,
+/// as Lambda names them), in Lambda only: what a rollout's alarm on the new version
+/// reads.
+pub fn record_for_version(metric: Metric) {
+    if let (Ok(name), Ok(version)) = (
+        std::env::var("AWS_LAMBDA_FUNCTION_NAME"),
+        std::env::var("AWS_LAMBDA_FUNCTION_VERSION"),
+    ) {
+        let now_ms = umpire_host::Clock::system().now_ms();
+        println!(
+            "{}",
+            emf_line_with(
+                metric,
+                &[("FunctionName", &name), ("Version", &version)],
+                now_ms
+            )
+        );
+    }
 }
 
 /// The service dimension, when running in Lambda (None elsewhere: no EMF lines).
@@ -108,6 +139,25 @@ pub fn record(metric: Metric) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_versioned_line_names_the_function_and_its_version() {
+        let line = emf_line_with(
+            Metric::Internal5xx,
+            &[("FunctionName", "umpire-Verdicts"), ("Version", "7")],
+            1,
+        );
+        let v = umpire_core::json::parse(line.as_bytes()).expect("JSON");
+        assert_eq!(
+            v.get("_aws")
+                .and_then(|a| a.get("CloudWatchMetrics"))
+                .map(|m| m.to_canonical_string()),
+            Some(r#"[{"Dimensions":[["FunctionName","Version"]],"Metrics":[{"Name":"Internal5xx","Unit":"Count"}],"Namespace":"Umpire"}]"#.to_owned())
+        );
+        assert_eq!(v.get("Version").and_then(|x| x.as_str()), Some("7"));
+        assert_eq!(v.get("Internal5xx").and_then(|x| x.as_u64()), Some(1));
+    }
+
     use super::*;
 
     #[test]

@@ -56,6 +56,11 @@ pub fn job_worst_case(check_limit: Duration) -> Duration {
     fetch + judge + bookkeeping
 }
 
+/// Deferrals of one pass-2 job (waits for its purchase and for a throttled checker,
+/// together) before a throttled checker fails it like any other error: with delays
+/// doubling to SQS's 15 minutes, about 8 hours of throttling.
+const THROTTLED_HOPS_MAX: u64 = 40;
+
 /// How long a worker holds a webhook attempt it claimed (the POST waits at most 12 s);
 /// a worker that dies leaves it to the redelivered job after this.
 const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;
@@ -333,26 +338,33 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     };
     let pass2 = match verdict::judge(state, &purchase).await {
         Ok(r) => r,
-        // No capacity now (the checker throttled): asked again after Retry-After as a
-        // new job, not failed, so a long spell of throttling cannot walk a paid job to
-        // the dead-letter queue (each failure counts toward its 5 receives).
+        // No capacity now (the checker throttled): asked again later as a new job, not
+        // failed, so a spell of throttling cannot walk a paid job to the dead-letter
+        // queue (each failure counts toward its 5 receives). Each deferral waits twice
+        // as long (Retry-After first, SQS's 15 minutes at most); past
+        // THROTTLED_HOPS_MAX hops the job fails as any other would, toward the alarmed
+        // DLQ, rather than circling quietly for days.
         Err(verdict::JudgeError::Checker(umpire_checker::CheckerError::Busy {
             retry_after_secs,
-        })) => {
+        })) if p.hops < THROTTLED_HOPS_MAX => {
+            let delay =
+                Duration::from_secs(retry_after_secs.max(1) << p.hops.min(10)).min(MAX_DELAY);
             tracing::warn!(
                 verdict_id,
-                retry_after_secs,
+                hops = p.hops,
+                delay_secs = delay.as_secs(),
                 "pass 2's checker is throttled: asked again later"
             );
             let queue = state
                 .queue
                 .as_ref()
                 .ok_or_else(|| retry("no job queue configured"))?;
-            let again = SwornJob::Pass2(Box::new(p.clone())).to_job();
-            return queue
-                .enqueue(&again, Duration::from_secs(retry_after_secs.max(1)))
-                .await
-                .map_err(retry);
+            let again = SwornJob::Pass2(Box::new(Pass2Job {
+                hops: p.hops + 1,
+                ..p.clone()
+            }))
+            .to_job();
+            return queue.enqueue(&again, delay).await.map_err(retry);
         }
         Err(e) => return Err(retry(e)),
     };
