@@ -86,16 +86,14 @@ impl LambdaChecker {
             .map_err(|e| {
                 // Throttled (after the SDK's own retries): no capacity now, a purchase
                 // answers 503 with Retry-After and a pass-2 job comes back later.
-                if let Some(service) = e.as_service_error()
-                    && service.is_too_many_requests_exception()
+                if let Some(
+                    aws_sdk_lambda::operation::invoke::InvokeError::TooManyRequestsException(t),
+                ) = e.as_service_error()
                 {
-                    let retry_after_secs = match service {
-                        aws_sdk_lambda::operation::invoke::InvokeError::TooManyRequestsException(t) => t
-                            .retry_after_seconds()
-                            .and_then(|s| s.parse().ok())
-                            .unwrap_or(THROTTLED_RETRY_AFTER_SECS),
-                        _ => THROTTLED_RETRY_AFTER_SECS,
-                    };
+                    let retry_after_secs = t
+                        .retry_after_seconds()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(THROTTLED_RETRY_AFTER_SECS);
                     return CheckerError::Busy {
                         retry_after_secs: retry_after_secs.clamp(1, 60),
                     };

@@ -87,6 +87,20 @@ pub trait Keys {
     fn signer(&self) -> &dyn Signer;
     fn retired_keys(&self) -> &[PublicKey];
     fn next_key(&self) -> Option<&PublicKey>;
+
+    /// The key signing now; None on a deployment whose key is not made yet.
+    fn active_key(&self) -> Option<PublicKey> {
+        self.signer().keyed().then(|| PublicKey::of(self.signer()))
+    }
+
+    /// Every published key, in the key document's order: active, next, retired.
+    fn public_keys(&self) -> Vec<PublicKey> {
+        self.active_key()
+            .into_iter()
+            .chain(self.next_key().cloned())
+            .chain(self.retired_keys().iter().cloned())
+            .collect()
+    }
 }
 
 /// Both states hold the same three fields under the same names.
@@ -217,16 +231,6 @@ impl AppState {
             Some(feed) => feed.rate(self.config.clock.now()).await,
             None => None,
         }
-    }
-
-    pub fn public_keys(&self) -> Vec<PublicKey> {
-        let mut keys: Vec<PublicKey> = Vec::new();
-        if self.signer.keyed() {
-            keys.push(PublicKey::of(self.signer.as_ref()));
-        }
-        keys.extend(self.next_key.iter().cloned());
-        keys.extend(self.retired_keys.iter().cloned());
-        keys
     }
 }
 

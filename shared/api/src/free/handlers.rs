@@ -45,20 +45,16 @@ pub fn health(state: &impl Keys) -> Response {
 
 /// The published key document: the active key, then the retired ones.
 fn published_keys(state: &impl Keys) -> Value {
-    let active = state
-        .signer()
-        .keyed()
-        .then(|| umpire_core::signer::PublicKey::of(state.signer()));
     key_document(
         &state.config().issuer,
-        active.as_ref(),
+        state.active_key().as_ref(),
         state.next_key(),
         state.retired_keys(),
     )
 }
 
 pub fn key(state: &impl Keys) -> Response {
-    if !state.signer().keyed() && state.retired_keys().is_empty() && state.next_key().is_none() {
+    if state.public_keys().is_empty() {
         return respond::error(&not_keyed());
     }
     respond::cache(

@@ -31,7 +31,7 @@ use umpire_core::json::{Value, parse};
 use crate::plumbing::cpu::off_thread;
 use crate::plumbing::limits;
 use crate::plumbing::respond;
-use crate::{AppState, ClientIp, Request, Response};
+use crate::{AppState, ClientIp, Keys, Request, Response};
 
 /// Protocol revisions we speak, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];

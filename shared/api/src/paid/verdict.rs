@@ -25,27 +25,25 @@ pub enum JudgeError {
 /// The refusal of a purchase whose judging failed; nothing is charged. At capacity (the
 /// checker function throttled), a 503 saying when to come back; otherwise a 500.
 pub fn judge_failed(e: JudgeError) -> umpire_core::ApiError {
+    let not_now = |why: &str, retry_after_secs: u64| {
+        umpire_core::ApiError::new(
+            umpire_core::ErrorCode::Unavailable,
+            format!("Umpire {why} and could not judge this now."),
+            "Nothing was charged: send the request again after Retry-After seconds.",
+        )
+        .with_retry_after(retry_after_secs)
+    };
     match e {
         JudgeError::Checker(CheckerError::Busy { retry_after_secs }) => {
             tracing::warn!("the checker function is throttled: purchase refused");
-            umpire_core::ApiError::new(
-                umpire_core::ErrorCode::Unavailable,
-                "Umpire is at capacity and could not judge this now.",
-                "Nothing was charged: send the request again after Retry-After seconds.",
-            )
-            .with_retry_after(retry_after_secs)
+            not_now("is at capacity", retry_after_secs)
         }
         // Mid-deploy, this function and its checker on different protocol versions.
         JudgeError::Checker(CheckerError::Protocol(m))
             if m.contains(umpire_checker::PROTOCOL_MISMATCH) =>
         {
             tracing::warn!(refusal = %m, "checker on another protocol version: purchase refused");
-            umpire_core::ApiError::new(
-                umpire_core::ErrorCode::Unavailable,
-                "Umpire is being upgraded and could not judge this now.",
-                "Nothing was charged: send the request again after Retry-After seconds.",
-            )
-            .with_retry_after(10)
+            not_now("is being upgraded", 10)
         }
         e => crate::internal(e),
     }
