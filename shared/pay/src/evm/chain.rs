@@ -575,13 +575,8 @@ impl EvmChain {
         match decided {
             Ok(c) if !c.sealed => self.follow(token, payment, pay_to, c.tx, id),
             Err(ref f) if f.transaction.is_some() => {}
-            _ => {
-                settler
-                    .broadcasts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-            }
+            // Only this broadcast: a later settlement may have signed anew.
+            _ => settler.forget(&id, sent.hash),
         }
         decided.map(|c| c.tx)
     }
@@ -681,8 +676,10 @@ impl EvmChain {
             match sent {
                 Ok(()) => {}
                 Err(e) if e.as_error_resp().is_some() && is_definite_refusal(&e.to_string()) => {
-                    // Refused: it never went out.
+                    // Refused: it never went out, and its nonce is still ours (each
+                    // branch below that knows better says so).
                     settler.forget(&id, b.hash);
+                    state.next_nonce = Some(nonce);
                     let text = e.to_string();
                     if is_nonce_error(&text) && attempt < SEND_ATTEMPTS {
                         tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
@@ -695,7 +692,6 @@ impl EvmChain {
                         continue;
                     }
                     if is_settler_unfunded(&text) {
-                        state.next_nonce = Some(nonce);
                         return Err(PaymentFailure::config(format!(
                             "the settler key cannot pay for gas: {text}"
                         )));
