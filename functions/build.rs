@@ -16,7 +16,15 @@ fn main() {
     let abort = std::env::var("PROFILE").is_ok_and(|p| p == "release");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
     if abort && linux {
+        // Linked from OUT_DIR, not the source folder: this script's output is reused by
+        // a clone at another path that shares the target directory (cargo's hash does
+        // not include the workspace's path), and the clone it first ran in may be gone.
         let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
-        println!("cargo:rustc-link-arg-bins=-Wl,-T,{dir}/no-unwind-tables.ld");
+        let out = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
+        let script = format!("{out}/no-unwind-tables.ld");
+        if let Err(e) = std::fs::copy(format!("{dir}/no-unwind-tables.ld"), &script) {
+            panic!("copy the linker script into OUT_DIR: {e}");
+        }
+        println!("cargo:rustc-link-arg-bins=-Wl,-T,{script}");
     }
 }
