@@ -32,6 +32,10 @@ pub struct Config {
     /// The wall clock every hold, lapse and validity check reads (the system's; tests
     /// move one ahead).
     pub clock: umpire_host::Clock,
+    /// The reputation graph's anchors (lowercase 0x addresses): merchants whose payers
+    /// count as anchored (docs/reputation.md). `UMPIRE_REPUTATION_ANCHORS`, comma
+    /// separated; by default this deployment's own EVM `pay_to` addresses.
+    pub reputation_anchors: Vec<String>,
 }
 
 /// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
@@ -59,6 +63,7 @@ impl Default for Config {
             in_progress_secs: crate::paid::idempotency::IN_PROGRESS_SECS as u32,
             request_budget: DEFAULT_REQUEST_BUDGET,
             clock: umpire_host::Clock::system(),
+            reputation_anchors: Vec::new(),
         }
     }
 }
@@ -215,9 +220,41 @@ impl Config {
             value: std::env::var(e.name).unwrap_or_default(),
             problem: e.problem,
         })?;
+        c.reputation_anchors = anchors_from_env(&c.rails)?;
         c.check_budget()?;
         Ok(c)
     }
+}
+
+/// `UMPIRE_REPUTATION_ANCHORS` (comma-separated addresses, `none` for no anchor), or
+/// the EVM addresses this deployment is paid at: a payer who bought from us paid a
+/// party that does not hand the money back.
+fn anchors_from_env(rails: &umpire_pay::Rails) -> Result<Vec<String>, ConfigError> {
+    const NAME: &str = "UMPIRE_REPUTATION_ANCHORS";
+    let mut anchors: Vec<String> = match std::env::var(NAME) {
+        Err(_) => rails
+            .rails
+            .iter()
+            .filter_map(|r| r.pay_to.evm())
+            .map(|a| umpire_chain::claim::lower_hex(a.as_slice()))
+            .collect(),
+        Ok(v) if v.trim() == "none" => Vec::new(),
+        Ok(v) => v
+            .split(',')
+            .map(|a| {
+                umpire_chain::claim::parse_address(a.trim())
+                    .map(|a| umpire_chain::claim::lower_hex(a.as_slice()))
+                    .map_err(|problem| ConfigError {
+                        name: NAME,
+                        value: v.clone(),
+                        problem: format!("{a:?}: {problem}"),
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    anchors.sort();
+    anchors.dedup();
+    Ok(anchors)
 }
 
 /// The contract's values, each overridable with `UMPIRE_RATE_LIMIT_<BUCKET>`;

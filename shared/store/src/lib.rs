@@ -8,6 +8,7 @@
 //! late; local emulators never run it). Deliverables are never stored here, except
 //! inside a sworn pass-2 job, which lives only until pass 2.
 
+pub mod aggregates;
 #[cfg(feature = "aws")]
 pub mod dynamo;
 pub mod sqlite;
@@ -319,6 +320,19 @@ pub struct FeedbackRow {
     pub amount_units: String,
     pub block_time: Unix,
     pub created_at: Unix,
+    /// The merchant was an anchor of the reputation graph when the row was written
+    /// (`docs/reputation.md`): its payers count as anchored.
+    #[serde(default)]
+    pub anchor: bool,
+}
+
+/// What a report on one merchant reads: its own index, nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MerchantLedger {
+    /// Its rows with `block_time >= since`, newest first.
+    pub rows: Vec<FeedbackRow>,
+    /// Its payers with a row at or after `since`, each with what the report asks of them.
+    pub pairs: Vec<aggregates::PairSummary>,
 }
 
 /// A delayed job (sworn pass 2, webhook retries).
@@ -437,40 +451,22 @@ pub trait RateStore: Send + Sync {
 /// Feedback rows and what reports read of them.
 #[async_trait]
 pub trait FeedbackStore: Send + Sync {
-    /// Adds a feedback row; `AlreadyExists` if the transaction already has one.
+    /// Adds a feedback row and, in the same transaction, the aggregates reports read
+    /// ([`aggregates`]); `AlreadyExists` if the transaction already has one.
     async fn put_feedback(&self, row: &FeedbackRow) -> Result<()>;
-    /// A merchant's rows with `block_time >= since`, newest first, at most `limit`
-    /// (reports read the merchant's own rows, never the table).
-    async fn feedback_for_merchant(
-        &self,
-        merchant: &str,
-        since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>>;
-    /// For each payer (in order): its rows with `block_time >= since` across merchants
-    /// and the distinct merchants among them, each counted up to `cap` (reading a
-    /// payer stops once both reach it). What a report's independence signals need,
-    /// read for the merchant's own payers only.
-    async fn payer_spreads(
-        &self,
-        payers: &[String],
-        since: Unix,
-        cap: usize,
-    ) -> Result<Vec<PayerSpread>>;
+    /// A merchant's rows in the window starting at `since` and its pairs with a row
+    /// in it: the merchant's own index pages, however many payers it has and however
+    /// long their histories are.
+    async fn merchant_ledger(&self, merchant: &str, since: Unix) -> Result<MerchantLedger>;
+    /// Writes `rows` with the aggregates [`aggregates::exact`] computes from them, in
+    /// bulk: for a store holding no feedback yet (rebuilds, benches, tests).
+    async fn load_feedback(&self, rows: &[FeedbackRow]) -> Result<()>;
 }
 
 /// Everything stored, for a caller that needs several concerns at once.
 pub trait Store: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore {}
 
 impl<T: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore> Store for T {}
-
-/// How one payer's feedback in a window spreads: rows and distinct merchants, each up
-/// to the cap asked for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PayerSpread {
-    pub rows: usize,
-    pub merchants: usize,
-}
 
 #[async_trait]
 pub trait JobQueue: Send + Sync {

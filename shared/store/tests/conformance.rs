@@ -12,9 +12,9 @@ use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
 use umpire_store::{
-    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PayerSpread, PaymentClaim,
-    PaymentHold, PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse,
-    VerdictRecord, VerdictStatus, WebhookOutcome,
+    Claim, FeedbackRow, Finalize, IdempotencyState, Job, JobQueue, PaymentClaim, PaymentHold,
+    PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord,
+    VerdictStatus, WebhookOutcome,
 };
 
 const NOW: u64 = 1_796_223_845;
@@ -56,6 +56,7 @@ fn feedback(tx: &str, merchant: &str, payer: &str, block_time: u64) -> FeedbackR
         amount_units: "1000000".into(),
         block_time,
         created_at: NOW,
+        anchor: false,
     }
 }
 
@@ -906,50 +907,116 @@ async fn feedback_is_one_per_transaction_and_queryable(store: &dyn Store) {
         store.put_feedback(&feedback("0xt1", m, p, NOW)).await,
         Err(StoreError::AlreadyExists)
     ));
-    // Newest first, within the window, at most `limit`.
-    let rows = store
-        .feedback_for_merchant(m, NOW - 150, 100)
-        .await
-        .expect("q");
+    // Newest first, within the window.
+    let ledger = store.merchant_ledger(m, NOW - 150).await.expect("q");
     assert_eq!(
-        rows.iter().map(|r| r.tx_hash.as_str()).collect::<Vec<_>>(),
-        vec!["0xt2", "0xt1"]
-    );
-    assert_eq!(rows[1], feedback("0xt1", m, p, NOW - 100));
-    let all = store.feedback_for_merchant(m, 0, 100).await.expect("q");
-    assert_eq!(all.len(), 3);
-    assert_eq!(all[2], minimal);
-    let newest = store.feedback_for_merchant(m, 0, 1).await.expect("q");
-    assert_eq!(
-        newest
+        ledger
+            .rows
             .iter()
             .map(|r| r.tx_hash.as_str())
             .collect::<Vec<_>>(),
-        vec!["0xt2"]
+        vec!["0xt2", "0xt1"]
     );
-    // How each payer's rows in the window spread across merchants, up to the cap.
-    let q = "0x4444444444444444444444444444444444444444";
-    let nobody = "0x5555555555555555555555555555555555555555";
-    let payers = [p.to_owned(), q.to_owned(), nobody.to_owned()];
-    let spread = |rows, merchants| PayerSpread { rows, merchants };
-    assert_eq!(
-        store.payer_spreads(&payers, 0, 2).await.expect("q"),
-        vec![spread(2, 2), spread(1, 1), spread(0, 0)]
-    );
-    assert_eq!(
-        store.payer_spreads(&payers, 0, 10).await.expect("q"),
-        vec![spread(3, 2), spread(1, 1), spread(0, 0)]
-    );
-    // The window: p's rows at NOW-100 and NOW-50 (merchant m) and NOW-10 (other).
-    assert_eq!(
-        store.payer_spreads(&payers, NOW - 60, 10).await.expect("q"),
-        vec![spread(2, 2), spread(0, 0), spread(0, 0)]
-    );
-    assert_eq!(
-        store.payer_spreads(&payers, NOW - 20, 10).await.expect("q"),
-        vec![spread(1, 1), spread(0, 0), spread(0, 0)]
-    );
-    assert_eq!(store.payer_spreads(&[], 0, 2).await.expect("q"), vec![]);
+    assert_eq!(ledger.rows[1], feedback("0xt1", m, p, NOW - 100));
+    // One pair per payer in the window: p (latest NOW-50); q's row is older.
+    assert_eq!(ledger.pairs.len(), 1);
+    let pair = &ledger.pairs[0];
+    assert_eq!((pair.payer.as_str(), pair.latest), (p, NOW - 50));
+    assert!(!pair.single_use(NOW - 150) && pair.cross_merchant(NOW - 150));
+    // The window moves past p's second row for m: one row left there, and `other`'s.
+    assert!(!pair.single_use(NOW - 50) && pair.cross_merchant(NOW - 50));
+    let all = store.merchant_ledger(m, 0).await.expect("q");
+    assert_eq!(all.rows.len(), 3);
+    assert_eq!(all.rows[2], minimal);
+    let q = &all.pairs.iter().find(|x| x.payer != p).expect("q's pair");
+    assert!(q.single_use(0) && !q.cross_merchant(0) && !q.anchored(0));
+    // The other merchant's page: p only, its one row there, its others older.
+    let theirs = store.merchant_ledger(other, NOW - 20).await.expect("q");
+    assert_eq!(theirs.rows.len(), 1);
+    assert!(theirs.pairs[0].single_use(NOW - 20) && !theirs.pairs[0].cross_merchant(NOW - 20));
+    assert!(!theirs.pairs[0].single_use(NOW - 60));
+}
+
+/// Rows written in an arbitrary order, many at once, several for one payer: the pairs
+/// every merchant's page shows answer like brute force over all rows.
+async fn feedback_aggregates_hold_under_concurrent_writers(store: Arc<dyn Store>) {
+    use umpire_store::aggregates::{equivalent, exact};
+    let merchants: Vec<String> = (0..5).map(|i| format!("0x{:040x}", 0xe0 + i)).collect();
+    let payers: Vec<String> = (0..3).map(|i| format!("0x{:040x}", 0xb0 + i)).collect();
+    let mut seed = 11u64;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let rows: Vec<FeedbackRow> = (0..60)
+        .map(|i| {
+            let m = next(5) as usize;
+            let mut r = feedback(
+                &format!("0x{i:064x}"),
+                &merchants[m],
+                &payers[next(3) as usize],
+                NOW - 1_000 + 50 * next(12),
+            );
+            // Merchant 0 is the anchor.
+            r.anchor = m == 0;
+            r
+        })
+        .collect();
+    let tasks: Vec<_> = rows
+        .iter()
+        .cloned()
+        .map(|r| {
+            let store = store.clone();
+            tokio::spawn(async move { store.put_feedback(&r).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("put");
+    }
+    let (_, want) = exact(&rows);
+    for m in &merchants {
+        let got = store.merchant_ledger(m, 0).await.expect("ledger");
+        let want: Vec<_> = want.iter().filter(|p| &p.merchant == m).collect();
+        assert_eq!(got.pairs.len(), want.len(), "{m}");
+        for w in want {
+            let g = got.pairs.iter().find(|g| g.payer == w.payer).expect("pair");
+            assert!(equivalent(g, w), "{g:?} vs brute force {w:?}");
+        }
+        assert_eq!(
+            got.rows.len(),
+            rows.iter().filter(|r| &r.merchant == m).count()
+        );
+    }
+}
+
+/// A bulk load gives the same pages as writing row by row.
+async fn loaded_feedback_reads_like_written_feedback(store: &dyn Store) {
+    let m = "0x1111111111111111111111111111111111111111";
+    let rows: Vec<FeedbackRow> = (0..30)
+        .map(|i| {
+            feedback(
+                &format!("0x{i:064x}"),
+                if i % 3 == 0 {
+                    m
+                } else {
+                    "0x2222222222222222222222222222222222222222"
+                },
+                &format!("0x{:040x}", 0xb0 + i % 7),
+                NOW - 100 * i,
+            )
+        })
+        .collect();
+    store.load_feedback(&rows).await.expect("load");
+    let ledger = store.merchant_ledger(m, NOW - 2_000).await.expect("q");
+    assert_eq!(ledger.rows.len(), 7);
+    assert_eq!(ledger.pairs.len(), 7);
+    assert!(ledger.pairs.iter().all(|p| p.cross_merchant(NOW - 2_000)));
+    assert!(matches!(
+        store.put_feedback(&rows[0]).await,
+        Err(StoreError::AlreadyExists)
+    ));
 }
 
 macro_rules! conformance {
@@ -1013,6 +1080,14 @@ macro_rules! conformance {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn feedback_rows() {
             super::feedback_is_one_per_transaction_and_queryable(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn feedback_aggregates_race() {
+            super::feedback_aggregates_hold_under_concurrent_writers($store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn feedback_load() {
+            super::loaded_feedback_reads_like_written_feedback(&*$store.await).await;
         }
     };
 }

@@ -119,9 +119,11 @@ async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiEr
         .prove_payment(&claim, now)
         .await
         .map_err(proof_refusal)?;
+    let merchant = lower_hex(claim.merchant.as_slice());
     let row = FeedbackRow {
         tx_hash: lower_hex(claim.tx_hash.as_slice()),
-        merchant: lower_hex(claim.merchant.as_slice()),
+        anchor: state.config.reputation_anchors.contains(&merchant),
+        merchant,
         payer: lower_hex(claim.payer.as_slice()),
         outcome: claim.outcome.as_str().to_owned(),
         would_repeat: claim.would_repeat,

@@ -1,10 +1,11 @@
 //! `GET /v1/reputation?merchant=0x…` ($0.01): the signed reputation report.
 //!
 //! The report is exact over the merchant's whole 90-day window, and reads only what is
-//! the merchant's own, never the table: every one of its rows in the window (its index,
-//! paginated), then, for independence, how each of its payers' rows in the window spread
-//! across merchants (the payer index, each payer read only until it has shown two rows
-//! and two merchants). Every metric is defined in docs/reputation.md.
+//! the merchant's own, never the table: its rows in the window and, for the
+//! independence signals, one pair per payer that feedback writes keep current
+//! (`umpire_store::aggregates`). However many payers a merchant has and however long
+//! their histories, a report is the merchant's own index pages. Every metric is
+//! defined in docs/reputation.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,7 +18,8 @@ use umpire_core::product::{
 };
 use umpire_core::{ApiError, ErrorCode};
 use umpire_host::random_id;
-use umpire_store::{FeedbackRow, PayerSpread, Store, StoreError};
+use umpire_store::aggregates::PairSummary;
+use umpire_store::{FeedbackRow, Store, StoreError};
 
 use crate::merchant::feedback::usdc_decimal;
 use crate::paid::checkout::{self, Prepared, Product};
@@ -31,11 +33,12 @@ pub const CAVEAT: &str = "Each row proves a successful USDC transfer of at least
 /// What one report reads.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
+    /// The window's first second.
+    pub since: u64,
     /// The merchant's rows in the window, newest first: all of them.
     pub rows: Vec<FeedbackRow>,
-    /// For each of those rows' payers: how its rows in the window spread across
-    /// merchants (counted up to 2: one row or more, one merchant or more).
-    pub spreads: BTreeMap<String, PayerSpread>,
+    /// One per payer with a row in the window: what the independence signals ask.
+    pub pairs: Vec<PairSummary>,
 }
 
 fn units(row: &FeedbackRow) -> u128 {
@@ -58,19 +61,11 @@ pub async fn read_ledger(
     merchant: &str,
     since: u64,
 ) -> Result<Ledger, StoreError> {
-    let rows = store
-        .feedback_for_merchant(merchant, since, usize::MAX)
-        .await?;
-    let payers: Vec<String> = rows
-        .iter()
-        .map(|r| r.payer.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let spreads = store.payer_spreads(&payers, since, 2).await?;
+    let read = store.merchant_ledger(merchant, since).await?;
     Ok(Ledger {
-        rows,
-        spreads: payers.into_iter().zip(spreads).collect(),
+        since,
+        rows: read.rows,
+        pairs: read.pairs,
     })
 }
 
@@ -106,8 +101,47 @@ fn half_points(outcome: &str) -> u128 {
     }
 }
 
+/// Fulfillment half-points of `rows` over twice their count: the fulfillment rate.
+fn fulfillment<'a>(rows: impl Iterator<Item = &'a FeedbackRow>) -> Value {
+    let (points, count) = rows.fold((0u128, 0u128), |(p, c), r| {
+        (p + half_points(&r.outcome), c + 1)
+    });
+    ratio(points, 2 * count)
+}
+
+/// The signals that weigh a payer by whom else it paid (docs/reputation.md).
+fn independence(ledger: &Ledger, anchors: &[String]) -> Value {
+    let since = ledger.since;
+    let anchored: BTreeSet<&str> = ledger
+        .pairs
+        .iter()
+        .filter(|p| p.anchored(since))
+        .map(|p| p.payer.as_str())
+        .collect();
+    let (with, without): (Vec<&FeedbackRow>, Vec<&FeedbackRow>) = ledger
+        .rows
+        .iter()
+        .partition(|r| anchored.contains(r.payer.as_str()));
+    Value::object()
+        .with(
+            "anchors",
+            Value::Array(anchors.iter().map(|a| Value::from(a.as_str())).collect()),
+        )
+        .with("anchored_payers", anchored.len())
+        .with(
+            "anchored_payer_share",
+            ratio(anchored.len() as u128, ledger.pairs.len() as u128),
+        )
+        .with("anchored_rows", with.len())
+        .with("anchored_fulfillment_rate", fulfillment(with.into_iter()))
+        .with(
+            "unanchored_fulfillment_rate",
+            fulfillment(without.into_iter()),
+        )
+}
+
 /// The report's fields (everything but the envelope and the signature).
-pub fn metrics(ledger: &Ledger) -> Value {
+pub fn metrics(ledger: &Ledger, anchors: &[String]) -> Value {
     let rows = &ledger.rows;
     let count = rows.len() as u128;
     let volume: u128 = rows.iter().map(units).sum();
@@ -133,9 +167,17 @@ pub fn metrics(ledger: &Ledger) -> Value {
         *rows_per_payer.entry(r.payer.as_str()).or_default() += 1;
     }
     let top_payer_rows = rows_per_payer.values().copied().max().unwrap_or(0);
-    let examined = ledger.spreads.len() as u128;
-    let single_use = ledger.spreads.values().filter(|s| s.rows == 1).count() as u128;
-    let cross_merchant = ledger.spreads.values().filter(|s| s.merchants >= 2).count() as u128;
+    let examined = ledger.pairs.len() as u128;
+    let single_use = ledger
+        .pairs
+        .iter()
+        .filter(|p| p.single_use(ledger.since))
+        .count() as u128;
+    let cross_merchant = ledger
+        .pairs
+        .iter()
+        .filter(|p| p.cross_merchant(ledger.since))
+        .count() as u128;
     let seen = |pick: fn(u64, u64) -> u64| {
         rows.iter()
             .map(|r| r.block_time)
@@ -188,8 +230,9 @@ pub fn metrics(ledger: &Ledger) -> Value {
                     "cross_merchant_payer_share",
                     ratio(cross_merchant, examined),
                 )
-                .with("payers_examined", ledger.spreads.len()),
+                .with("payers_examined", ledger.pairs.len()),
         )
+        .with("independence", independence(ledger, anchors))
         .with("first_seen", seen(u64::min))
         .with("last_seen", seen(u64::max))
         .with("rows_read", rows.len())
@@ -201,7 +244,7 @@ pub fn metrics(ledger: &Ledger) -> Value {
 /// The signed report for `merchant` (lowercase hex) as of `now`.
 pub fn signed_report(state: &AppState, merchant: &str, ledger: &Ledger, now: u64) -> Value {
     let since = now.saturating_sub(FEEDBACK_WINDOW_DAYS * 86_400);
-    let Value::Object(fields) = metrics(ledger) else {
+    let Value::Object(fields) = metrics(ledger, &state.config.reputation_anchors) else {
         unreachable!("metrics is an object")
     };
     let mut doc = Value::object()
@@ -328,28 +371,21 @@ mod tests {
             amount_units: units.to_string(),
             block_time: 1_790_000_000 + n as u64,
             created_at: 1_790_000_100 + n as u64,
+            anchor: false,
         }
     }
 
-    /// The ledger of merchant `m` out of every row of the window, spreads by brute force.
+    /// The ledger of merchant `m` out of every row of the window, pairs by brute force.
     fn ledger_of(all: &[FeedbackRow], m: &str) -> Ledger {
-        let rows: Vec<FeedbackRow> = all.iter().filter(|r| r.merchant == m).cloned().collect();
-        let spreads = rows
-            .iter()
-            .map(|r| {
-                let theirs: Vec<&FeedbackRow> = all.iter().filter(|x| x.payer == r.payer).collect();
-                let merchants: BTreeSet<&str> =
-                    theirs.iter().map(|x| x.merchant.as_str()).collect();
-                (
-                    r.payer.clone(),
-                    PayerSpread {
-                        rows: theirs.len().min(2),
-                        merchants: merchants.len().min(2),
-                    },
-                )
-            })
-            .collect();
-        Ledger { rows, spreads }
+        Ledger {
+            since: 0,
+            rows: all.iter().filter(|r| r.merchant == m).cloned().collect(),
+            pairs: umpire_store::aggregates::exact(all)
+                .1
+                .into_iter()
+                .filter(|p| p.merchant == m)
+                .collect(),
+        }
     }
 
     fn f(v: &Value, k: &str) -> f64 {
@@ -360,7 +396,7 @@ mod tests {
 
     #[test]
     fn no_feedback_is_a_report_of_zeros() {
-        let m = metrics(&Ledger::default());
+        let m = metrics(&Ledger::default(), &[]);
         assert_eq!(m.get("feedback_count").and_then(Value::as_u64), Some(0));
         assert_eq!(
             m.get("usdc_volume_attested").and_then(Value::as_str),
@@ -386,7 +422,7 @@ mod tests {
             row(4, M, &p(3), 10_000, "failed"),
             row(9, OTHER, &p(2), 50_000, "fulfilled"),
         ];
-        let m = metrics(&ledger_of(&all, M));
+        let m = metrics(&ledger_of(&all, M), &[]);
         assert_eq!(m.get("unique_payers").and_then(Value::as_u64), Some(3));
         assert_eq!(
             m.get("usdc_volume_attested").and_then(Value::as_str),
@@ -435,7 +471,7 @@ mod tests {
             all.push(row(101 + 2 * i, OTHER, &payer, 500_000, "fulfilled"));
         }
         let honest = ledger_of(&all, M);
-        let (f_m, h_m) = (metrics(&farmed), metrics(&honest));
+        let (f_m, h_m) = (metrics(&farmed, &[]), metrics(&honest, &[]));
         let share = |m: &Value, k: &str| f(m.get("payer_concentration").expect("pc"), k);
         assert_eq!(share(&f_m, "single_use_payer_share"), 1.0);
         assert_eq!(share(&f_m, "cross_merchant_payer_share"), 0.0);

@@ -19,13 +19,9 @@ use aws_sdk_dynamodb::types::{
 use umpire_core::product::Tier;
 
 use crate::{
-    FeedbackRow, IdempotencyRecord, IdempotencyState, PayerSpread, PaymentEntry, PaymentPhase,
-    PaymentState, Result, StoreError, StoredResponse, Unix, VerdictRecord, VerdictStatus,
-    WebhookOutcome,
+    FeedbackRow, IdempotencyRecord, IdempotencyState, PaymentEntry, PaymentPhase, PaymentState,
+    Result, StoreError, StoredResponse, VerdictRecord, VerdictStatus, WebhookOutcome,
 };
-
-/// Payer index queries in flight at once for one report.
-const PAYER_QUERIES_AT_ONCE: usize = 32;
 
 /// One secondary index.
 #[derive(Debug, Clone, Copy)]
@@ -322,87 +318,6 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    /// Feedback rows on one index (merchant or payer) since a block time, newest
-    /// first, at most `limit`: the query walks the index backwards and stops there.
-    async fn feedback_on(
-        &self,
-        index: &str,
-        attr: &str,
-        who: &str,
-        since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>> {
-        let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        while out.len() < limit {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.names.feedback)
-                .index_name(index)
-                .key_condition_expression("#who = :who AND block_time >= :since")
-                .expression_attribute_names("#who", attr)
-                .expression_attribute_values(":who", s(who))
-                .expression_attribute_values(":since", n(since))
-                .scan_index_forward(false)
-                .limit(i32::try_from(limit - out.len()).unwrap_or(i32::MAX))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk)?;
-            for item in page.items.unwrap_or_default() {
-                out.push(feedback_from_item(&item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
-        // Same block time: the index order among them is unspecified; make it stable.
-        out.sort_by(|a, b| (b.block_time, &b.tx_hash).cmp(&(a.block_time, &a.tx_hash)));
-        out.truncate(limit);
-        Ok(out)
-    }
-
-    /// One payer's spread: its rows in the window (by_payer, only `merchant` read),
-    /// page by page until both counts reach `cap`.
-    async fn payer_spread(&self, payer: &str, since: Unix, cap: usize) -> Result<PayerSpread> {
-        let mut rows = 0usize;
-        let mut merchants: Vec<String> = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.names.feedback)
-                .index_name("by_payer")
-                .key_condition_expression("payer = :p AND block_time >= :since")
-                .expression_attribute_values(":p", s(payer))
-                .expression_attribute_values(":since", n(since))
-                .projection_expression("merchant")
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk)?;
-            for item in page.items() {
-                rows += 1;
-                let m = opt_s(item, "merchant").unwrap_or_default();
-                if merchants.len() < cap && !merchants.contains(&m) {
-                    merchants.push(m);
-                }
-            }
-            let done = rows >= cap && merchants.len() >= cap;
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() && !done => start = Some(k),
-                _ => break,
-            }
-        }
-        Ok(PayerSpread {
-            rows: rows.min(cap),
-            merchants: merchants.len(),
-        })
-    }
-
     async fn query_all(
         &self,
         table: &str,
@@ -548,5 +463,10 @@ fn feedback_from_item(item: &Item) -> Result<FeedbackRow> {
         amount_units: get_s(item, "amount_units")?,
         block_time: get_n(item, "block_time")?,
         created_at: get_n(item, "created_at")?,
+        anchor: item
+            .get("anchor")
+            .and_then(|v| v.as_bool().ok())
+            .copied()
+            .unwrap_or(false),
     })
 }

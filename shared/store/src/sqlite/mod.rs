@@ -12,7 +12,7 @@ mod verdicts;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use umpire_core::product::Tier;
 
 use crate::{
@@ -74,6 +74,21 @@ CREATE TABLE IF NOT EXISTS feedback (
 );
 CREATE INDEX IF NOT EXISTS feedback_merchant ON feedback (merchant, block_time);
 CREATE INDEX IF NOT EXISTS feedback_payer ON feedback (payer, block_time);
+CREATE TABLE IF NOT EXISTS feedback_payers (
+    payer TEXT PRIMARY KEY,
+    agg   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feedback_pairs (
+    merchant       TEXT NOT NULL,
+    payer          TEXT NOT NULL,
+    latest         INTEGER NOT NULL,
+    other_row      INTEGER,
+    other_merchant INTEGER,
+    anchored       INTEGER,
+    PRIMARY KEY (merchant, payer)
+);
+CREATE INDEX IF NOT EXISTS feedback_pairs_merchant ON feedback_pairs (merchant, latest);
+CREATE INDEX IF NOT EXISTS feedback_pairs_payer ON feedback_pairs (payer, latest);
 CREATE TABLE IF NOT EXISTS jobs (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
     kind          TEXT NOT NULL,
@@ -99,10 +114,14 @@ const VERDICT_ADDED_COLUMNS: [(&str, &str); 6] = [
 /// Columns `payments` gained after it was first created.
 const PAYMENT_ADDED_COLUMNS: [(&str, &str); 1] = [("kept_until", "INTEGER")];
 
+/// Columns `feedback` gained after it was first created.
+const FEEDBACK_ADDED_COLUMNS: [(&str, &str); 1] = [("anchor", "INTEGER NOT NULL DEFAULT 0")];
+
 fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
     for (table, added) in [
         ("verdicts", &VERDICT_ADDED_COLUMNS[..]),
         ("payments", &PAYMENT_ADDED_COLUMNS[..]),
+        ("feedback", &FEEDBACK_ADDED_COLUMNS[..]),
     ] {
         let mut st = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
         let have: Vec<String> = st
@@ -150,6 +169,7 @@ impl SqliteStore {
         .map_err(unavailable)?;
         conn.execute_batch(SCHEMA).map_err(unavailable)?;
         add_missing_columns(&conn).map_err(unavailable)?;
+        feedback::aggregate_earlier_rows(&conn).map_err(unavailable)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             clock: Arc::new(|| umpire_host::Clock::system().now_ms()),
@@ -173,25 +193,6 @@ impl SqliteStore {
         })
         .await
         .map_err(unavailable)?
-    }
-
-    /// Feedback rows by `column` (merchant or payer, a fixed name) since a block time.
-    async fn feedback_on(
-        &self,
-        column: &'static str,
-        who: &str,
-        since: Unix,
-        limit: usize,
-    ) -> Result<Vec<FeedbackRow>> {
-        let who = who.to_owned();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.run(move |c| {
-            let mut st = c.prepare(&format!(
-                "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {column} = ?1 AND block_time >= ?2 ORDER BY block_time DESC, tx_hash DESC LIMIT ?3"
-            ))?;
-            st.query_map(params![who, since, limit], feedback_from_row)?.collect()
-        })
-        .await
     }
 
     /// Deletes what retention says is gone (expired verdicts, idempotency records,
@@ -393,6 +394,7 @@ fn feedback_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<FeedbackRow> {
         amount_units: r.get(6)?,
         block_time: r.get(7)?,
         created_at: r.get(8)?,
+        anchor: r.get::<_, i64>(9)? != 0,
     })
 }
 
@@ -400,4 +402,4 @@ const VERDICT_COLUMNS: &str = "verdict_id, tier, status, document, preview, secr
 /// What a verdict is read back with: its columns (the job key last) and the webhook's
 /// outcome.
 const VERDICT_READ_COLUMNS: &str = "verdict_id, tier, status, document, preview, secret_hash, spec_hash, webhook_url, created_at, expires_at, webhook_outcome, job_key, payer";
-const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at";
+const FEEDBACK_COLUMNS: &str = "tx_hash, merchant, payer, outcome, would_repeat, latency_ms, amount_units, block_time, created_at, anchor";
