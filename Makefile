@@ -127,8 +127,8 @@ bench: build $(PY_DEPS) $(NODE_DEPS)
 	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"
 	set -o pipefail; UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) UMPIRE_HOSTILE_INPUT_P99_MS=50 \
 	  cargo test -p umpire-blackbox --test hostile_input -- --nocapture 2>&1 | grep -E "hostile input load|test result"
-	set -o pipefail; cargo test --profile fast -p umpire-functions --test reputation_exact hundred_thousand \
-	  -- --nocapture 2>&1 | grep -E "reputation report|test result"
+	set -o pipefail; infra/local/with-moto.sh $(VENV) cargo test --profile fast -p umpire-functions \
+	  --test reputation_exact report_cost -- --ignored --nocapture 2>&1 | grep -E "reputation bench|test result"
 	UMPIRE_BIN=$(UMPIRE_RELEASE) UMPIRE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/release \
 	  $(PY) bench/report.py $(CARGO_TARGET_DIR)/criterion $(BENCH_DIR)
 

@@ -453,3 +453,44 @@ async fn twenty_thousand_payers_cost_a_report_its_own_pages_on_dynamodb() {
         "{pages} pages do not fit the budget"
     );
 }
+
+/// `make bench`: the report's latency and requests on both stores at 1,000, 20,000 and
+/// 100,000 payers, each payer with no other row and with four rows elsewhere: the
+/// requests follow the merchant's own rows and payers, not the payers' histories.
+/// (On DynamoDB the latency is moto's, which walks the index to each page: read the
+/// requests; the 100,000-payer table is loaded without histories, 700,000 items being
+/// more than moto holds in reasonable time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a benchmark: make bench"]
+async fn report_cost_by_payers_and_history() {
+    for payers in [1_000u64, 20_000, 100_000] {
+        for elsewhere in [0u64, 4] {
+            let all = long_histories(payers, elsewhere, payers + elsewhere);
+            let (_dir, sqlite) = sqlite();
+            sqlite.load_feedback(&all).await.expect("load");
+            let started = std::time::Instant::now();
+            let report = report_now(sqlite.as_ref()).await;
+            let ms = started.elapsed().as_millis();
+            check(&report, &all);
+            eprintln!(
+                "reputation bench: embedded payers {payers:>6} history {elsewhere} rows {:>7}: {ms} ms",
+                all.len()
+            );
+            if payers == 100_000 && elsewhere > 0 {
+                continue;
+            }
+            let (store, requests) = dynamo().await;
+            store.load_feedback(&all).await.expect("load");
+            let _ = requests.take();
+            let started = std::time::Instant::now();
+            let report = report_within(&store, std::time::Duration::from_secs(3_600)).await;
+            let ms = started.elapsed().as_millis();
+            let made = requests.take();
+            check(&report, &all);
+            eprintln!(
+                "reputation bench: dynamodb payers {payers:>6} history {elsewhere} rows {:>7}: {made:?} ({ms} ms on moto)",
+                all.len()
+            );
+        }
+    }
+}

@@ -81,13 +81,20 @@ function describe(req, body, scope) {
   switch (service) {
     case 'dynamodb': {
       const b = json()
+      if (b.TransactItems) {
+        // A transaction is authorized item by item, as the action each one performs
+        // (AWS: "Using IAM with DynamoDB transactions"): there is no TransactWriteItems
+        // permission.
+        const underlying = { Put: 'PutItem', Update: 'UpdateItem', Delete: 'DeleteItem', ConditionCheck: 'ConditionCheckItem', Get: 'GetItem' }
+        const checks = b.TransactItems.map((item) => {
+          const [kind, inner] = Object.entries(item)[0]
+          return { action: `dynamodb:${underlying[kind] ?? kind}`, resource: tableArn(region, inner.TableName) }
+        })
+        return { checks, context: {} }
+      }
       const resources = b.TableName
         ? [tableArn(region, b.TableName, b.IndexName)]
         : Object.keys(b.RequestItems ?? {}).map((t) => tableArn(region, t))
-      for (const item of b.TransactItems ?? []) {
-        const inner = Object.values(item)[0]
-        resources.push(tableArn(region, inner.TableName))
-      }
       return { action: `dynamodb:${op}`, resources, context: {} }
     }
     case 'sqs': {
@@ -241,14 +248,15 @@ const server = http.createServer(async (req, res) => {
       const named = answer.status === 200 ? ask.fromAnswer(JSON.parse(answer.body.toString('utf8'))) : null
       ask.resources = named ? [named] : ['*']
     }
-    for (const resource of ask.resources) {
-      const d = ask.always ? { allowed: true, why: 'always', statements: [] } : await decide(principal, ask.action, resource, ask.context)
-      calls.push({ principal: principal.name, action: ask.action, resource, allowed: d.allowed, why: d.why, statements: d.statements })
+    const checks = ask.checks ?? ask.resources.map((resource) => ({ action: ask.action, resource }))
+    for (const { action, resource } of checks) {
+      const d = ask.always ? { allowed: true, why: 'always', statements: [] } : await decide(principal, action, resource, ask.context)
+      calls.push({ principal: principal.name, action, resource, allowed: d.allowed, why: d.why, statements: d.statements })
       if (!d.allowed) {
         return denied(
           res,
           scope.service,
-          `User: arn:aws:sts::${ACCOUNT}:assumed-role/${principal.role}/${principal.name} is not authorized to perform: ${ask.action} on resource: ${resource} because no identity-based policy allows the ${ask.action} action`
+          `User: arn:aws:sts::${ACCOUNT}:assumed-role/${principal.role}/${principal.name} is not authorized to perform: ${action} on resource: ${resource} because no identity-based policy allows the ${action} action`
         )
       }
     }

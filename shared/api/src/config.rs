@@ -226,9 +226,9 @@ impl Config {
     }
 }
 
-/// `UMPIRE_REPUTATION_ANCHORS` (comma-separated addresses, `none` for no anchor), or
-/// the EVM addresses this deployment is paid at: a payer who bought from us paid a
-/// party that does not hand the money back.
+/// `UMPIRE_REPUTATION_ANCHORS` (comma-separated addresses; `none` or empty for no
+/// anchor) or, unset, the EVM addresses this deployment is paid at: a payer who bought
+/// from us paid a party that does not hand the money back.
 fn anchors_from_env(rails: &umpire_pay::Rails) -> Result<Vec<String>, ConfigError> {
     const NAME: &str = "UMPIRE_REPUTATION_ANCHORS";
     let mut anchors: Vec<String> = match std::env::var(NAME) {
@@ -238,7 +238,7 @@ fn anchors_from_env(rails: &umpire_pay::Rails) -> Result<Vec<String>, ConfigErro
             .filter_map(|r| r.pay_to.evm())
             .map(|a| umpire_chain::claim::lower_hex(a.as_slice()))
             .collect(),
-        Ok(v) if v.trim() == "none" => Vec::new(),
+        Ok(v) if matches!(v.trim(), "none" | "") => Vec::new(),
         Ok(v) => v
             .split(',')
             .map(|a| {

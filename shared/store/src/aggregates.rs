@@ -22,9 +22,11 @@
 //! merchant: one pair per payer, the one [`PayerAgg`] names ([`PayerAgg::holder`]). So a
 //! write changes its row, its payer, its own pair and that one other pair, whatever the
 //! order block times arrive in. *Anchored* is a payer-wide fact with no such shortcut:
-//! a new anchor row later than the payer's latest one spreads to every pair of the
-//! payer still inside a window ([`Update::spread_anchor`]): at most once per anchor
-//! payment, each costing the payer a transfer it does not get back.
+//! a new anchor row later than the payer's latest one spreads to the payer's other
+//! pairs ([`Update::spread_anchor`]): at most once per anchor payment, each costing the
+//! payer a transfer it does not get back. (The embedded store skips pairs whose latest
+//! row is more than [`SPREAD_HORIZON_SECS`] older than the anchor row: no report can
+//! read them, since a report's window ends at its issue time, after every row.)
 //!
 //! [`exact`] computes the same records from every row by brute force: the oracle the
 //! tests hold the incremental path to, and the bulk loader (migrations, benches).
@@ -61,6 +63,10 @@ pub struct PayerAgg {
     /// `anchored` while a spread is pending (a writer stopped mid-way: the next write
     /// of the payer finishes it).
     pub anchored_spread: Option<Unix>,
+    /// How many pairs the payer has (merchants it ever paid): a spread that lists the
+    /// pairs from an index which lags knows when it has not seen them all.
+    #[serde(default)]
+    pub pairs: u64,
     /// Bumped by every write: concurrent writers of one payer race on it.
     pub version: u64,
 }
@@ -162,6 +168,9 @@ pub fn fold(
     let t = row.block_time;
     let mut new = old.clone();
     new.version = old.version + 1;
+    if pair.is_none() {
+        new.pairs += 1;
+    }
     insert_top2(
         &mut new.rows,
         Stamp {
@@ -293,6 +302,7 @@ pub fn exact(rows: &[FeedbackRow]) -> (Vec<PayerAgg>, Vec<PairSummary>) {
             merchants: merchants.into_iter().take(2).collect(),
             anchored,
             anchored_spread: anchored,
+            pairs: latest.len() as u64,
             version: 1,
         });
     }
@@ -378,7 +388,7 @@ mod tests {
                 .wrapping_add(1_442_695_040_888_963_407);
             (seed >> 33) % n
         };
-        for _ in 0..300 {
+        for _ in 0..3_000 {
             let count = 1 + next(9);
             let rows: Vec<FeedbackRow> = (0..count)
                 .map(|n| {
@@ -396,8 +406,11 @@ mod tests {
             for r in &rows {
                 folded.put(r);
             }
-            let (_, exact_pairs) = exact(&rows);
+            let (exact_aggs, exact_pairs) = exact(&rows);
             assert_eq!(exact_pairs.len(), folded.pairs.len(), "{rows:?}");
+            for a in &exact_aggs {
+                assert_eq!(folded.aggs[&a.payer].pairs, a.pairs, "{rows:?}");
+            }
             for e in &exact_pairs {
                 let got = &folded.pairs[&(e.merchant.clone(), e.payer.clone())];
                 assert!(equivalent(got, e), "{got:?} vs exact {e:?} after {rows:?}");

@@ -17,13 +17,18 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, Put, PutRequest, TransactWriteItem, WriteRequest,
 };
 
-use crate::aggregates::{self, PairSummary, PayerAgg, SPREAD_HORIZON_SECS};
+use crate::aggregates::{self, PairSummary, PayerAgg};
 use crate::{FeedbackRow, FeedbackStore, MerchantLedger, Result, StoreError, Unix};
 
 use super::{DynamoStore, Item, feedback_from_item, get_n, get_s, n, opt_n, s, sdk};
 
 /// Tries of a write whose payer another write changed under it.
 const WRITE_TRIES: usize = 16;
+/// How often, and how far apart, a spread lists the payer's pairs before leaving
+/// itself pending (the payer index is eventually consistent: usually well under a
+/// second behind).
+const SPREAD_LIST_TRIES: usize = 8;
+const SPREAD_LIST_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Batch writes in flight at once while loading.
 const LOADS_AT_ONCE: usize = 8;
 
@@ -177,7 +182,7 @@ impl DynamoStore {
         Ok(out)
     }
 
-    async fn write_once(&self, row: &FeedbackRow) -> Result<(Written, Option<(Unix, u64)>)> {
+    async fn write_once(&self, row: &FeedbackRow) -> Result<(Written, Option<(Unix, u64, u64)>)> {
         let table = &self.names.feedback;
         let agg = self.get_agg(&row.payer).await?;
         let holder = agg.as_ref().and_then(|a| a.holder(&row.merchant));
@@ -209,10 +214,19 @@ impl DynamoStore {
         let sent = self
             .client
             .transact_write_items()
+            // The same transaction sent again (the SDK retrying after a lost answer)
+            // succeeds once instead of reading as a duplicate of itself.
+            .client_request_token(
+                &umpire_core::hash::sha256_hex(
+                    format!("{}#{}", row.tx_hash, update.payer.version).as_bytes(),
+                )[..36],
+            )
             .set_transact_items(Some(items))
             .send()
             .await;
-        let spread = update.spread_anchor.map(|a| (a, update.payer.version));
+        let spread = update
+            .spread_anchor
+            .map(|a| (a, update.payer.version, update.payer.pairs));
         match sent {
             Ok(_) => Ok((Written::Done, spread)),
             Err(e) => {
@@ -246,35 +260,42 @@ impl DynamoStore {
         }
     }
 
-    /// Raises `anchored` to `at` on every pair of `payer` still inside a window, then
-    /// records the spread on the aggregate (if no write changed it meanwhile; else the
-    /// next write of the payer spreads again, which changes nothing twice).
-    async fn spread_anchor(&self, payer: &str, at: Unix, version: u64) -> Result<()> {
+    /// Raises `anchored` to `at` on every pair of `payer`, then records the spread on
+    /// the aggregate (if no write changed it meanwhile; else the next write of the
+    /// payer spreads again, which changes nothing twice). The pairs are listed from the
+    /// payer index, which lags the table: the list is used only once it holds as many
+    /// pairs as the aggregate counts; until then the spread stays pending.
+    async fn spread_anchor(&self, payer: &str, at: Unix, version: u64, pairs: u64) -> Result<()> {
         let table = &self.names.feedback;
-        let pairs = self
-            .query_all(
-                table,
-                "by_payer",
-                "payer = :p AND block_time >= :from",
-                vec![
-                    (":p", s(payer)),
-                    (":from", n(at.saturating_sub(SPREAD_HORIZON_SECS))),
-                ],
-                vec![],
-            )
-            .await?;
-        for item in pairs.iter().filter(|i| is_pair(i)) {
-            let p = pair_from_item(item)?;
-            if p.anchored >= Some(at) {
-                continue;
+        let mut listed = Vec::new();
+        for wait in 0..SPREAD_LIST_TRIES {
+            if wait > 0 {
+                tokio::time::sleep(SPREAD_LIST_PAUSE).await;
             }
+            listed = self.payer_pairs(payer).await?;
+            if listed.len() as u64 >= pairs {
+                break;
+            }
+        }
+        if (listed.len() as u64) < pairs {
+            tracing::warn!(
+                payer,
+                listed = listed.len(),
+                pairs,
+                "the payer index lags: the anchor's spread stays pending until the payer's next write"
+            );
+            return Ok(());
+        }
+        for p in listed.iter().filter(|p| p.anchored < Some(at)) {
             let res = self
                 .client
                 .update_item()
                 .table_name(table)
                 .key("tx_hash", s(pair_key(&p.merchant, &p.payer)))
                 .update_expression("SET anchored = :a")
-                .condition_expression("attribute_exists(tx_hash) AND (attribute_not_exists(anchored) OR anchored < :a)")
+                .condition_expression(
+                    "attribute_exists(tx_hash) AND (attribute_not_exists(anchored) OR anchored < :a)",
+                )
                 .expression_attribute_values(":a", n(at))
                 .send()
                 .await;
@@ -307,6 +328,34 @@ impl DynamoStore {
         }
     }
 
+    /// Every pair of `payer`, from the payer index (rows are read and left out).
+    async fn payer_pairs(&self, payer: &str) -> Result<Vec<PairSummary>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name("by_payer")
+                .key_condition_expression("payer = :p")
+                .filter_expression("kind = :pair")
+                .expression_attribute_values(":p", s(payer))
+                .expression_attribute_values(":pair", s("pair"))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items() {
+                out.push(pair_from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// Finishes a spread a writer left pending (it stopped between its transaction
     /// and the spread).
     async fn finish_pending_spread(&self, payer: &str) -> Result<()> {
@@ -315,7 +364,8 @@ impl DynamoStore {
             .await?
             .and_then(|a| a.spread_pending().map(|at| (a, at)))
         {
-            self.spread_anchor(payer, at, agg.version).await?;
+            self.spread_anchor(payer, at, agg.version, agg.pairs)
+                .await?;
         }
         Ok(())
     }
@@ -354,13 +404,19 @@ impl FeedbackStore for DynamoStore {
         for attempt in 0..WRITE_TRIES {
             match self.write_once(row).await? {
                 (Written::Done, spread) => {
-                    if let Some((at, version)) = spread {
-                        self.spread_anchor(&row.payer, at, version).await?;
+                    // The row is in: a spread that fails now stays pending for the
+                    // payer's next write, and the writer still hears it succeeded.
+                    if let Some((at, version, pairs)) = spread
+                        && let Err(e) = self.spread_anchor(&row.payer, at, version, pairs).await
+                    {
+                        tracing::warn!(payer = row.payer, error = %e, "anchor spread left pending");
                     }
                     return Ok(());
                 }
                 (Written::Duplicate, _) => {
-                    self.finish_pending_spread(&row.payer).await?;
+                    if let Err(e) = self.finish_pending_spread(&row.payer).await {
+                        tracing::warn!(payer = row.payer, error = %e, "anchor spread left pending");
+                    }
                     return Err(StoreError::AlreadyExists);
                 }
                 (Written::Raced, _) => {
@@ -380,21 +436,33 @@ impl FeedbackStore for DynamoStore {
     }
 
     async fn merchant_ledger(&self, merchant: &str, since: Unix) -> Result<MerchantLedger> {
-        let items = self
-            .query_all(
-                &self.names.feedback,
-                "by_merchant",
-                "merchant = :m AND block_time >= :since",
-                vec![(":m", s(merchant)), (":since", n(since))],
-                vec![],
-            )
-            .await?;
+        // Page by page, each page's items turned into rows and pairs at once: the raw
+        // items of a large merchant would hold several times the memory.
         let mut ledger = MerchantLedger::default();
-        for item in &items {
-            if is_pair(item) {
-                ledger.pairs.push(pair_from_item(item)?);
-            } else {
-                ledger.rows.push(feedback_from_item(item)?);
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.names.feedback)
+                .index_name("by_merchant")
+                .key_condition_expression("merchant = :m AND block_time >= :since")
+                .expression_attribute_values(":m", s(merchant))
+                .expression_attribute_values(":since", n(since))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(sdk)?;
+            for item in page.items.unwrap_or_default() {
+                if is_pair(&item) {
+                    ledger.pairs.push(pair_from_item(&item)?);
+                } else {
+                    ledger.rows.push(feedback_from_item(&item)?);
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
             }
         }
         ledger
