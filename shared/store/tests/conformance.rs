@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use umpire_store::VerdictStore;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::sqs::SqsQueue;
@@ -16,6 +15,7 @@ use umpire_store::{
     PaymentMove, PaymentPhase, PaymentState, Store, StoreError, StoredResponse, VerdictRecord,
     VerdictStatus, WebhookOutcome,
 };
+use umpire_store::{FeedbackStore, VerdictStore};
 
 const NOW: u64 = 1_796_223_845;
 
@@ -1143,6 +1143,44 @@ mod sqlite {
                 .await
                 .expect("claim")
         );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A data directory whose feedback predates the aggregates gains them on open,
+    /// computed from its rows: its reports read as if every row had been written now.
+    #[tokio::test]
+    async fn older_feedback_is_aggregated_on_open() {
+        let dir = std::env::temp_dir().join(umpire_host::random_id("store"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (m, other, p) = ("0xm", "0xother", "0xp");
+        {
+            let c = rusqlite::Connection::open(dir.join(umpire_store::sqlite::FILE_NAME))
+                .expect("old file");
+            c.execute_batch(&format!(
+                "CREATE TABLE feedback (tx_hash TEXT PRIMARY KEY, merchant TEXT NOT NULL, payer TEXT NOT NULL, outcome TEXT NOT NULL, would_repeat INTEGER, latency_ms INTEGER, amount_units TEXT NOT NULL, block_time INTEGER NOT NULL, created_at INTEGER NOT NULL);
+                 INSERT INTO feedback VALUES ('0xt1', '{m}', '{p}', 'fulfilled', NULL, NULL, '10000', {t1}, {t1});
+                 INSERT INTO feedback VALUES ('0xt2', '{other}', '{p}', 'failed', NULL, NULL, '10000', {t2}, {t2});",
+                t1 = NOW - 100,
+                t2 = NOW - 50,
+            ))
+            .expect("old schema");
+        }
+        let s = SqliteStore::open_in(&dir).expect("open an older file");
+        let ledger = s.merchant_ledger(m, NOW - 1_000).await.expect("ledger");
+        assert_eq!(ledger.rows.len(), 1);
+        assert!(!ledger.rows[0].anchor);
+        assert_eq!(ledger.pairs.len(), 1);
+        assert!(ledger.pairs[0].cross_merchant(NOW - 1_000));
+        assert!(!ledger.pairs[0].single_use(NOW - 1_000));
+        // And new rows build on them.
+        s.put_feedback(&feedback("0xt3", "0xthird", p, NOW - 10))
+            .await
+            .expect("put");
+        let third = s
+            .merchant_ledger("0xthird", NOW - 60)
+            .await
+            .expect("ledger");
+        assert!(third.pairs[0].cross_merchant(NOW - 60));
         let _ = std::fs::remove_dir_all(dir);
     }
 
