@@ -775,3 +775,79 @@ fn a_payment_copied_from_the_pool_gets_no_secret() {
     );
     base.audit();
 }
+
+/// Purchases that arrive together settle in one batch (one round trip under the send
+/// lock); the node refusing one in the middle leaves no gap the ones behind it wait on:
+/// its nonce is filled at once, the purchase behind it lands in the same block as the
+/// one before, and the refused purchase (nothing charged) settles on its retry.
+#[test]
+fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    let payments = sign_payments(&base.devnet, &base.url(), BODY, 4);
+    let keys: Vec<String> = (0..4).map(|_| key()).collect();
+    let mut first = None;
+    // The first purchase's send is held at the node, so the others queue behind it.
+    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
+        first = Some(base.buy_in_background(&payments[0], &keys[0]));
+    });
+    let verified = base.proxy.calls_of("eth_call");
+    let rest: Vec<_> = (1..4)
+        .map(|i| base.buy_in_background(&payments[i], &keys[i]))
+        .collect();
+    let started = Instant::now();
+    while base.proxy.calls_of("eth_call") < verified + 3 {
+        assert!(started.elapsed() < Duration::from_secs(30), "not verified");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Verified; judged and queued in a moment (the check is a regex and a word count).
+    std::thread::sleep(Duration::from_millis(500));
+    let sends = base.proxy.calls_of("eth_sendRawTransaction");
+    // The held call, then the batch's first transaction, pass; the second is refused.
+    base.proxy.fault_after(
+        "eth_sendRawTransaction",
+        2,
+        Fault::Fail("exceeds block gas limit".into()),
+        Some(1),
+    );
+    paused.resume();
+    let first = first.expect("started").join().expect("buyer");
+    assert_eq!(first.status, 201, "{}", text(&first));
+    let replies: Vec<Reply> = rest.into_iter().map(|h| h.join().expect("buyer")).collect();
+    // After the held call (counted as it came): one batch of three and one filler.
+    let batch_and_filler = base.proxy.calls_of("eth_sendRawTransaction") - sends;
+    assert_eq!(batch_and_filler, 3 + 1, "{:?}", base.proxy.counts());
+    let refused: Vec<usize> = (0..3).filter(|i| replies[*i].status == 502).collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "{:?}",
+        replies.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    let paid: Vec<&Reply> = replies.iter().filter(|r| r.status == 201).collect();
+    assert_eq!(
+        paid.len(),
+        2,
+        "{}",
+        replies.iter().map(text).collect::<Vec<_>>().join("\n")
+    );
+    // Both batch transactions in one block: the later one did not wait on the gap.
+    let block = |r: &Reply| {
+        let tx = settlement(r)["transaction"]
+            .as_str()
+            .expect("tx")
+            .to_owned();
+        base.devnet.rpc("eth_getTransactionReceipt", json!([tx]))["blockNumber"].clone()
+    };
+    assert_eq!(block(paid[0]), block(paid[1]));
+    assert_eq!(
+        base.charged(),
+        3 * PRICE_BASIC,
+        "the refused purchase charged nothing"
+    );
+    // The refused purchase, asked again, settles.
+    let i = refused[0] + 1;
+    let retry = base.buy(&payments[i], &keys[i]);
+    assert_eq!(retry.status, 201, "{}", text(&retry));
+    assert_eq!(base.charged(), 4 * PRICE_BASIC);
+    base.audit();
+}

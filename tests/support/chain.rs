@@ -642,6 +642,8 @@ struct ProxyControl {
     lose_answers_of: Mutex<Option<String>>,
     /// (method, fault, calls left; `None`: every call).
     faults: Mutex<Vec<(String, Fault, Option<usize>)>>,
+    /// Calls of a method that pass before its faults apply.
+    spared: Mutex<std::collections::HashMap<String, usize>>,
     calls: Mutex<Vec<String>>,
     /// When each transaction sent through the proxy was accepted, by hash.
     sent_at: Mutex<std::collections::HashMap<String, std::time::Instant>>,
@@ -742,6 +744,13 @@ impl RpcProxy {
         lock(&self.ctl.faults).push((method.to_owned(), fault, times));
     }
 
+    /// As [`RpcProxy::fault`], once `spare` more calls of `method` went through (each
+    /// call of a batch counts: the second transaction of a batch, say).
+    pub fn fault_after(&self, method: &str, spare: usize, fault: Fault, times: Option<usize>) {
+        lock(&self.ctl.spared).insert(method.to_owned(), spare);
+        self.fault(method, fault, times);
+    }
+
     /// Blinds the server to the chain from now on, and drops the answer of the call it
     /// is about to make (a broadcast, say): nothing it asks can tell it whether that call
     /// went through. The chain itself goes on; [`RpcProxy::see_again`] lifts it.
@@ -828,6 +837,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl ProxyControl {
     /// The fault for one call of `method`, using up a counted rule.
     fn fault_for(&self, method: &str) -> Option<Fault> {
+        if let Some(left) = lock(&self.spared).get_mut(method).filter(|n| **n > 0) {
+            *left -= 1;
+            return None;
+        }
         let mut faults = lock(&self.faults);
         let i = faults.iter().position(|(m, _, _)| m == method)?;
         let fault = faults[i].1.clone();

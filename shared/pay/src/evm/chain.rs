@@ -11,7 +11,11 @@
 //! - **Settlement** signs the transfer here (the nonce counted here, a fixed gas limit
 //!   for EOA signatures, fees cached for a block) and sends it under one lock, so nonces
 //!   reach the node in the order they were given and a lost answer is resent with the
-//!   same bytes before any later nonce goes out: no purchase waits behind a gap.
+//!   same bytes before any later nonce goes out: no purchase waits behind a gap. The lock
+//!   is held for one round trip however many purchases arrive together: its holder signs
+//!   every settlement waiting with consecutive nonces and sends them in one JSON-RPC
+//!   batch (group commit); a nonce the node refuses below one it took is filled at once
+//!   with a no-op.
 //! - **Confirmation** is a successful receipt of our transaction, or the token's logs
 //!   showing that this authorization's transfer paid us (a bystander's transaction, our
 //!   own earlier broadcast, or receipts the RPC has not caught up with). A broadcast with
@@ -100,8 +104,12 @@ impl Confirmed {
 struct Settler {
     signer: PrivateKeySigner,
     address: Address,
-    /// Held while a transaction is signed and sent: nonces reach the node in order.
+    /// Held while transactions are signed and sent: nonces reach the node in order.
     sending: tokio::sync::Mutex<SendState>,
+    /// Settlements waiting for `sending`: whoever holds it signs every one waiting with
+    /// consecutive nonces and sends them in one JSON-RPC batch (group commit), so the
+    /// lock is held for one round trip however many purchases arrive together.
+    queue: Mutex<Vec<Queued>>,
     /// Our broadcasts not yet decided, by authorization: a retry of the same purchase
     /// waits for (and resends) the same transaction rather than signing another.
     broadcasts: Mutex<HashMap<String, Broadcast>>,
@@ -119,6 +127,25 @@ struct Fees {
     max_fee_per_gas: u128,
     max_priority_fee_per_gas: u128,
     read_at: Instant,
+}
+
+/// A settlement waiting to be signed and sent, and where its outcome goes.
+struct Queued {
+    id: String,
+    to: Address,
+    input: Bytes,
+    gas_limit: u64,
+    reply: tokio::sync::oneshot::Sender<Outcome>,
+}
+
+/// What a batch did with one settlement.
+enum Outcome {
+    /// Out, or may be (its answer was lost and resending did not tell).
+    Sent(Broadcast),
+    /// The node refused it, neither for its nonce nor its fees: nothing went out.
+    Refused(String),
+    /// Nothing went out, for this reason.
+    Failed(PaymentFailure),
 }
 
 /// One signed settlement transaction.
@@ -269,6 +296,7 @@ impl EvmChain {
                     address: signer.address(),
                     signer,
                     sending: Default::default(),
+                    queue: Default::default(),
                     broadcasts: Default::default(),
                 }))
             }
@@ -643,7 +671,8 @@ impl EvmChain {
         }
     }
 
-    /// Signs the transfer and sends it, in nonce order. A node that refuses it for its
+    /// Signs the transfer and sends it, in nonce order, with whatever other settlements
+    /// wait for the send lock ([`EvmChain::send_queued`]). A node that refuses it for its
     /// nonce or its fees gets a new signing; one that refuses it otherwise took nothing,
     /// and the chain says why (or that the authorization already paid us).
     async fn broadcast(
@@ -656,66 +685,44 @@ impl EvmChain {
         let id = authorization_id(token, payment);
         let input = payment.transfer_calldata()?;
         let gas_limit = self.gas_limit(settler, token, payment, &input).await?;
-        let mut state = settler.sending.lock().await;
-        let mut refusal = String::new();
-        for attempt in 1..=SEND_ATTEMPTS {
-            let nonce = match state.next_nonce {
-                Some(n) => n,
-                None => self.pending_nonce(settler.address).await?,
-            };
-            let fees = self.fees(&mut state).await?;
-            let b = self.sign(settler, token, &input, nonce, gas_limit, fees)?;
-            // Written down before it leaves: a request dropped mid-send (its deadline)
-            // leaves the broadcast known to the retry, and its nonce counted as used (a
-            // gap it leaves is filled with these very bytes).
-            settler.remember(&id, &b);
-            state.next_nonce = Some(nonce + 1);
-            let sent = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw))
-                .await
-                .unwrap_or_else(|_| Err(TransportErrorKind::custom_str("no answer in time")));
-            match sent {
-                Ok(()) => {}
-                Err(e) if e.as_error_resp().is_some() && is_definite_refusal(&e.to_string()) => {
-                    // Refused: it never went out, and its nonce is still ours (each
-                    // branch below that knows better says so).
-                    settler.forget(&id, b.hash);
-                    state.next_nonce = Some(nonce);
-                    let text = e.to_string();
-                    if is_nonce_error(&text) && attempt < SEND_ATTEMPTS {
-                        tracing::warn!(nonce, error = %text, "settler nonce out of step; re-reading it");
-                        state.next_nonce = None;
-                        continue;
-                    }
-                    if is_fee_error(&text) && attempt < SEND_ATTEMPTS {
-                        tracing::warn!(error = %text, "settlement fees out of date; reading them again");
-                        state.fees = None;
-                        continue;
-                    }
-                    if is_settler_unfunded(&text) {
-                        return Err(PaymentFailure::config(format!(
-                            "the settler key cannot pay for gas: {text}"
-                        )));
-                    }
-                    // Refused: the nonce stays ours for the next settlement, unless the
-                    // node kept calling it wrong (read it again next time).
-                    state.next_nonce = (!is_nonce_error(&text)).then_some(nonce);
-                    refusal = text;
-                    break;
-                }
-                Err(e) => {
-                    // Sent or not, nobody knows: the same bytes again, before any later
-                    // nonce goes out, so no gap can form behind this one.
-                    tracing::warn!(nonce, hash = %b.hash, error = %e, "a settlement's answer was lost; resending it");
-                    if !self.resend(&b).await {
-                        // Still unknown: the chain's pending count decides next time.
-                        state.next_nonce = None;
-                        return Ok(Sent::Broadcast(b));
-                    }
-                }
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        settler
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Queued {
+                id: id.clone(),
+                to: token,
+                input,
+                gas_limit,
+                reply,
+            });
+        // Sent from a task of its own: a request dropped at its deadline must not drop a
+        // batch it leads halfway (the other purchases' transactions may be out).
+        let chain = self.clone();
+        let leader = settler.clone();
+        tokio::spawn(async move { chain.send_queued(&leader).await });
+        let refusal = match outcome.await {
+            Ok(Outcome::Sent(b)) => return Ok(Sent::Broadcast(b)),
+            Ok(Outcome::Failed(f)) => return Err(f),
+            Ok(Outcome::Refused(text)) => text,
+            // The batch ended without a word (its task panicked): what it signed is
+            // remembered, and may be out.
+            Err(_) => {
+                let known = settler
+                    .broadcasts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&id)
+                    .cloned();
+                return match known {
+                    Some(b) => Ok(Sent::Broadcast(b)),
+                    None => Err(PaymentFailure::unavailable(
+                        "the settlement was never signed; nothing moved",
+                    )),
+                };
             }
-            return Ok(Sent::Broadcast(b));
-        }
-        drop(state);
+        };
         match self.why_not(token, payment, pay_to, &refusal).await {
             Ok(tx) => Ok(Sent::PaidBy(tx)),
             // The payer's side is sound (unused, funded): the node refused our own
@@ -726,6 +733,217 @@ impl EvmChain {
             )),
             Err(f) => Err(f),
         }
+    }
+
+    /// Takes the send lock and sends every settlement waiting for it, in batches, until
+    /// none is left to sign again. Finds nothing to do when an earlier holder took them.
+    async fn send_queued(&self, settler: &Arc<Settler>) {
+        let mut state = settler.sending.lock().await;
+        let mut todo =
+            std::mem::take(&mut *settler.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        for attempt in 1..=SEND_ATTEMPTS {
+            if todo.is_empty() {
+                return;
+            }
+            todo = self
+                .send_batch(settler, &mut state, todo, attempt == SEND_ATTEMPTS)
+                .await;
+        }
+    }
+
+    /// Signs `todo` with consecutive nonces and sends them in one round trip. Each gets
+    /// its outcome, except those the node refused for their nonce or their fees, which
+    /// are returned to be signed again (unless `last`). A refusal below a transaction
+    /// that went out leaves a gap nothing behind it passes: filled at once with a no-op.
+    async fn send_batch(
+        &self,
+        settler: &Settler,
+        state: &mut SendState,
+        todo: Vec<Queued>,
+        last: bool,
+    ) -> Vec<Queued> {
+        let fail_all = |todo: Vec<Queued>, f: PaymentFailure| {
+            for q in todo {
+                let _ = q.reply.send(Outcome::Failed(f.clone()));
+            }
+            Vec::new()
+        };
+        let first = match state.next_nonce {
+            Some(n) => n,
+            None => match self.pending_nonce(settler.address).await {
+                Ok(n) => n,
+                Err(f) => return fail_all(todo, f),
+            },
+        };
+        let fees = match self.fees(state).await {
+            Ok(f) => f,
+            Err(f) => return fail_all(todo, f),
+        };
+        let signed: Result<Vec<Broadcast>, PaymentFailure> = todo
+            .iter()
+            .zip(first..)
+            .map(|(q, nonce)| self.sign(settler, q.to, &q.input, nonce, q.gas_limit, fees))
+            .collect();
+        let signed = match signed {
+            Ok(s) => s,
+            Err(f) => return fail_all(todo, f),
+        };
+        // Written down before they leave: a retry finds its broadcast, and the nonces
+        // count as used (a gap one leaves is filled with these very bytes).
+        for (q, b) in todo.iter().zip(&signed) {
+            settler.remember(&q.id, b);
+        }
+        state.next_nonce = Some(first + signed.len() as u64);
+        let mut answers = self.send_raws(&signed).await;
+        // The whole answer lost: the same bytes again, before any later nonce goes out.
+        for _ in 0..RESENDS {
+            if !answers
+                .iter()
+                .all(|a| a.as_ref().is_err_and(|e| e.as_error_resp().is_none()))
+            {
+                break;
+            }
+            tracing::warn!(
+                first,
+                count = signed.len(),
+                "a settlement batch's answer was lost; resending it"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            answers = self.send_raws(&signed).await;
+        }
+        let mut again = Vec::new();
+        let mut refused_nonces = Vec::new();
+        let mut out_up_to: Option<u64> = None;
+        let mut unknown_count = false;
+        for ((q, b), sent) in todo.into_iter().zip(signed).zip(answers) {
+            match sent {
+                Ok(()) => {
+                    out_up_to = Some(b.nonce);
+                    let _ = q.reply.send(Outcome::Sent(b));
+                }
+                Err(e) if e.as_error_resp().is_some() && is_definite_refusal(&e.to_string()) => {
+                    // Refused: it never went out.
+                    settler.forget(&q.id, b.hash);
+                    let text = e.to_string();
+                    if is_nonce_error(&text) {
+                        // Not a gap: the node counts the nonce used, or us out of step.
+                        unknown_count = true;
+                        if last {
+                            let _ = q.reply.send(Outcome::Refused(text));
+                        } else {
+                            tracing::warn!(nonce = b.nonce, error = %text, "settler nonce out of step; re-reading it");
+                            again.push(q);
+                        }
+                        continue;
+                    }
+                    refused_nonces.push(b.nonce);
+                    if is_fee_error(&text) && !last {
+                        tracing::warn!(error = %text, "settlement fees out of date; reading them again");
+                        state.fees = None;
+                        again.push(q);
+                    } else if is_settler_unfunded(&text) {
+                        let _ = q.reply.send(Outcome::Failed(PaymentFailure::config(format!(
+                            "the settler key cannot pay for gas: {text}"
+                        ))));
+                    } else {
+                        let _ = q.reply.send(Outcome::Refused(text));
+                    }
+                }
+                Err(e) => {
+                    // Sent or not, nobody knows: the same bytes again.
+                    tracing::warn!(nonce = b.nonce, hash = %b.hash, error = %e, "a settlement's answer was lost; resending it");
+                    if !self.resend(&b).await {
+                        // Still unknown: the chain's pending count decides next time.
+                        unknown_count = true;
+                    }
+                    out_up_to = Some(b.nonce);
+                    let _ = q.reply.send(Outcome::Sent(b));
+                }
+            }
+        }
+        // Refused nonces above everything that went out are ours again; below it, gaps.
+        let (gaps, tail): (Vec<u64>, Vec<u64>) = refused_nonces
+            .into_iter()
+            .partition(|n| out_up_to.is_some_and(|top| *n < top));
+        if unknown_count {
+            state.next_nonce = None;
+        } else if let Some(lowest) = tail.iter().min() {
+            state.next_nonce = Some(*lowest);
+        }
+        if !gaps.is_empty() {
+            self.fill(settler, state, &gaps).await;
+        }
+        again
+    }
+
+    /// Sends a no-op to itself at each of `nonces` (left empty by a refusal between
+    /// transactions that went out), in one round trip. One that fails stays a gap for
+    /// the late-receipt refill ([`EvmChain::refill`]).
+    async fn fill(&self, settler: &Settler, state: &mut SendState, nonces: &[u64]) {
+        let Ok(fees) = self.fees(state).await else {
+            return;
+        };
+        let fillers: Vec<Broadcast> = nonces
+            .iter()
+            .filter_map(|n| {
+                self.sign(
+                    settler,
+                    settler.address,
+                    &Bytes::new(),
+                    *n,
+                    FILLER_GAS,
+                    fees,
+                )
+                .ok()
+            })
+            .collect();
+        for (b, sent) in fillers.iter().zip(self.send_raws(&fillers).await) {
+            match sent {
+                Ok(()) => {
+                    tracing::warn!(nonce = b.nonce, hash = %b.hash, "filled a settler nonce a refusal left empty")
+                }
+                Err(e) => {
+                    tracing::error!(nonce = b.nonce, error = %e, "a settler nonce left empty could not be filled yet")
+                }
+            }
+        }
+    }
+
+    /// Sends signed transactions: one alone as a plain call, several in one JSON-RPC
+    /// batch (one round trip); an answer per transaction, in order.
+    async fn send_raws(&self, bs: &[Broadcast]) -> Vec<Result<(), RpcError<TransportErrorKind>>> {
+        let lost = || TransportErrorKind::custom_str("no answer in time");
+        if let [b] = bs {
+            return vec![
+                tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&b.raw))
+                    .await
+                    .unwrap_or_else(|_| Err(lost())),
+            ];
+        }
+        let mut batch = BatchRequest::new(self.provider.client());
+        let waiters: Vec<_> = bs
+            .iter()
+            .map(|b| batch.add_call::<_, B256>("eth_sendRawTransaction", &(b.raw.clone(),)))
+            .collect();
+        let sent = tokio::time::timeout(SEND_CALL_TIMEOUT, batch.send()).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return bs.iter().map(|_| Err(lost())).collect();
+        }
+        let mut out = Vec::with_capacity(bs.len());
+        for w in waiters {
+            let answer = match w {
+                Err(e) => Err(e),
+                Ok(w) => tokio::time::timeout(SEND_CALL_TIMEOUT, w)
+                    .await
+                    .unwrap_or_else(|_| Err(lost())),
+            };
+            out.push(match answer {
+                Ok(_) => Ok(()),
+                Err(e) if e.as_error_resp().is_some_and(|r| is_known(&r.message)) => Ok(()),
+                Err(e) => Err(e),
+            });
+        }
+        out
     }
 
     /// The account's next nonce as the node counts its pending transactions.
