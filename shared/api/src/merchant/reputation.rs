@@ -28,7 +28,7 @@ use crate::{AppState, Request, Response};
 
 pub const REPUTATION_DOCUMENT: &str = "umpire.reputation.v1";
 
-pub const CAVEAT: &str = "Each row proves a successful USDC transfer of at least min_feedback_usdc from the payer to this merchant on the chain named by chain_id (8453: Base) within the window, and a signature of the feedback by the wallet that paid. It does not prove an independent counterparty: a merchant can pay itself from fresh wallets for the price of the transfers. Read payer_concentration and weighted_fulfillment_rate before feedback_count. No feedback is not a judgment.";
+pub const CAVEAT: &str = "Each row proves a successful USDC transfer of at least min_feedback_usdc from the payer to this merchant on the chain named by chain_id (8453: Base) within the window, and a signature of the feedback by the wallet that paid. It does not prove an independent counterparty: a merchant can pay itself from wallets it owns for the price of the transfers. Read independence (payers who also paid an anchor, a party the merchant does not control), payer_concentration and weighted_fulfillment_rate before feedback_count. No feedback is not a judgment.";
 
 /// What one report reads.
 #[derive(Debug, Clone, Default)]
