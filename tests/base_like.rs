@@ -851,3 +851,50 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
     assert_eq!(base.charged(), 4 * PRICE_BASIC);
     base.audit();
 }
+
+/// The answer to a whole batch lost while its transactions went through: the same bytes
+/// go out again as a batch (the node knows them), and every purchase settles once.
+#[test]
+fn a_batch_whose_answer_is_lost_is_sent_again_and_charges_each_once() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    let payments = sign_payments(&base.devnet, &base.url(), BODY, 4);
+    let keys: Vec<String> = (0..4).map(|_| key()).collect();
+    let mut first = None;
+    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
+        first = Some(base.buy_in_background(&payments[0], &keys[0]));
+    });
+    let verified = base.proxy.calls_of("eth_call");
+    let rest: Vec<_> = (1..4)
+        .map(|i| base.buy_in_background(&payments[i], &keys[i]))
+        .collect();
+    let started = Instant::now();
+    while base.proxy.calls_of("eth_call") < verified + 3 {
+        assert!(started.elapsed() < Duration::from_secs(30), "not verified");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let sends = base.proxy.calls_of("eth_sendRawTransaction");
+    // The held call passes; in the batch, the second call goes through and its answer
+    // is lost, which loses the batch's whole answer.
+    base.proxy
+        .fault_after("eth_sendRawTransaction", 2, Fault::LoseAnswer, Some(1));
+    paused.resume();
+    assert_eq!(first.expect("started").join().expect("buyer").status, 201);
+    for h in rest {
+        let r = h.join().expect("buyer");
+        assert_eq!(r.status, 201, "{}", text(&r));
+    }
+    // The batch of three, then the same three again.
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction") - sends,
+        3 + 3,
+        "{:?}",
+        base.proxy.counts()
+    );
+    assert_eq!(
+        base.charged(),
+        4 * PRICE_BASIC,
+        "each purchase charged once"
+    );
+    base.audit();
+}
