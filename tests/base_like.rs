@@ -171,6 +171,46 @@ impl Base {
     fn audit(&self) {
         self.devnet.assert_ledger_matches_chain(&self.server);
     }
+
+    /// Buys with every payment at once, the first one's send held at the node until
+    /// `paused` resumes, so the others are verified, judged and queued behind it: they
+    /// go out together, as one batch.
+    fn burst<'a>(&'a self, payments: &[String], keys: &[String]) -> Burst<'a> {
+        let mut first = None;
+        let paused = self.proxy.pause_next("eth_sendRawTransaction", || {
+            first = Some(self.buy_in_background(&payments[0], &keys[0]));
+        });
+        let verified = self.proxy.calls_of("eth_call");
+        let rest: Vec<_> = (1..payments.len())
+            .map(|i| self.buy_in_background(&payments[i], &keys[i]))
+            .collect();
+        let started = Instant::now();
+        while self.proxy.calls_of("eth_call") < verified + rest.len() {
+            assert!(started.elapsed() < Duration::from_secs(30), "not verified");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Verified; judged and queued in a moment (the check is a regex and a word count).
+        std::thread::sleep(Duration::from_millis(500));
+        Burst {
+            first: first.expect("started"),
+            rest,
+            paused,
+            // The held call is counted already (as it came).
+            sends: self.proxy.calls_of("eth_sendRawTransaction"),
+        }
+    }
+}
+
+/// Purchases in flight at once ([`Base::burst`]).
+struct Burst<'a> {
+    first: std::thread::JoinHandle<Reply>,
+    rest: Vec<std::thread::JoinHandle<Reply>>,
+    paused: umpire_blackbox::chain::Paused<'a>,
+    sends: usize,
+}
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|_| key()).collect()
 }
 
 fn decode(payment: &str) -> serde_json::Value {
@@ -783,25 +823,13 @@ fn a_payment_copied_from_the_pool_gets_no_secret() {
 #[test]
 fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
     let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
-    let payments = sign_payments(&base.devnet, &base.url(), BODY, 4);
-    let keys: Vec<String> = (0..4).map(|_| key()).collect();
-    let mut first = None;
-    // The first purchase's send is held at the node, so the others queue behind it.
-    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
-        first = Some(base.buy_in_background(&payments[0], &keys[0]));
-    });
-    let verified = base.proxy.calls_of("eth_call");
-    let rest: Vec<_> = (1..4)
-        .map(|i| base.buy_in_background(&payments[i], &keys[i]))
-        .collect();
-    let started = Instant::now();
-    while base.proxy.calls_of("eth_call") < verified + 3 {
-        assert!(started.elapsed() < Duration::from_secs(30), "not verified");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Verified; judged and queued in a moment (the check is a regex and a word count).
-    std::thread::sleep(Duration::from_millis(500));
-    let sends = base.proxy.calls_of("eth_sendRawTransaction");
+    let (payments, keys) = (sign_payments(&base.devnet, &base.url(), BODY, 4), keys(4));
+    let Burst {
+        first,
+        rest,
+        paused,
+        sends,
+    } = base.burst(&payments, &keys);
     // The held call, then the batch's first transaction, pass; the second is refused.
     base.proxy.fault_after(
         "eth_sendRawTransaction",
@@ -810,7 +838,7 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
         Some(1),
     );
     paused.resume();
-    let first = first.expect("started").join().expect("buyer");
+    let first = first.join().expect("buyer");
     assert_eq!(first.status, 201, "{}", text(&first));
     let replies: Vec<Reply> = rest.into_iter().map(|h| h.join().expect("buyer")).collect();
     // After the held call (counted as it came): one batch of three and one filler.
@@ -857,29 +885,19 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
 #[test]
 fn a_batch_whose_answer_is_lost_is_sent_again_and_charges_each_once() {
     let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
-    let payments = sign_payments(&base.devnet, &base.url(), BODY, 4);
-    let keys: Vec<String> = (0..4).map(|_| key()).collect();
-    let mut first = None;
-    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
-        first = Some(base.buy_in_background(&payments[0], &keys[0]));
-    });
-    let verified = base.proxy.calls_of("eth_call");
-    let rest: Vec<_> = (1..4)
-        .map(|i| base.buy_in_background(&payments[i], &keys[i]))
-        .collect();
-    let started = Instant::now();
-    while base.proxy.calls_of("eth_call") < verified + 3 {
-        assert!(started.elapsed() < Duration::from_secs(30), "not verified");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    let sends = base.proxy.calls_of("eth_sendRawTransaction");
+    let (payments, keys) = (sign_payments(&base.devnet, &base.url(), BODY, 4), keys(4));
+    let Burst {
+        first,
+        rest,
+        paused,
+        sends,
+    } = base.burst(&payments, &keys);
     // The held call passes; in the batch, the second call goes through and its answer
     // is lost, which loses the batch's whole answer.
     base.proxy
         .fault_after("eth_sendRawTransaction", 2, Fault::LoseAnswer, Some(1));
     paused.resume();
-    assert_eq!(first.expect("started").join().expect("buyer").status, 201);
+    assert_eq!(first.join().expect("buyer").status, 201);
     for h in rest {
         let r = h.join().expect("buyer");
         assert_eq!(r.status, 201, "{}", text(&r));

@@ -577,13 +577,7 @@ impl EvmChain {
         let settler = self.settler_or_config()?;
         let until = Instant::now() + self.receipt_timeout.min(wait);
         let id = authorization_id(token, payment);
-        let known = settler
-            .broadcasts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned();
-        let sent = match known {
+        let sent = match settler.remembered(&id) {
             Some(b) if !self.stale(&b).await => b,
             _ => match self.broadcast(settler, token, payment, pay_to).await? {
                 Sent::Broadcast(b) => b,
@@ -709,13 +703,7 @@ impl EvmChain {
             // The batch ended without a word (its task panicked): what it signed is
             // remembered, and may be out.
             Err(_) => {
-                let known = settler
-                    .broadcasts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&id)
-                    .cloned();
-                return match known {
+                return match settler.remembered(&id) {
                     Some(b) => Ok(Sent::Broadcast(b)),
                     None => Err(PaymentFailure::unavailable(
                         "the settlement was never signed; nothing moved",
@@ -1334,6 +1322,15 @@ impl Settler {
         if remembered.get(id).is_some_and(|b| b.hash == hash) {
             remembered.remove(id);
         }
+    }
+
+    /// The broadcast this process made for authorization `id`, if it still holds one.
+    fn remembered(&self, id: &str) -> Option<Broadcast> {
+        self.broadcasts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
     }
 
     fn remember(&self, id: &str, b: &Broadcast) {

@@ -331,29 +331,20 @@ impl DynamoStore {
     /// Every pair of `payer`, from the payer index (rows are read and left out).
     async fn payer_pairs(&self, payer: &str) -> Result<Vec<PairSummary>> {
         let mut out = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.names.feedback)
-                .index_name("by_payer")
-                .key_condition_expression("payer = :p")
-                .filter_expression("kind = :pair")
-                .expression_attribute_values(":p", s(payer))
-                .expression_attribute_values(":pair", s("pair"))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk)?;
-            for item in page.items() {
-                out.push(pair_from_item(item)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        self.query_each(
+            &self.names.feedback,
+            "by_payer",
+            "payer = :p",
+            Some("kind = :pair"),
+            vec![(":p", s(payer)), (":pair", s("pair"))],
+            vec![],
+            |item| {
+                out.push(pair_from_item(&item)?);
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(out)
     }
 
     /// Finishes a spread a writer left pending (it stopped between its transaction
@@ -436,35 +427,26 @@ impl FeedbackStore for DynamoStore {
     }
 
     async fn merchant_ledger(&self, merchant: &str, since: Unix) -> Result<MerchantLedger> {
-        // Page by page, each page's items turned into rows and pairs at once: the raw
-        // items of a large merchant would hold several times the memory.
+        // Each page's items turned into rows and pairs as it arrives: the raw items of a
+        // large merchant would hold several times the memory.
         let mut ledger = MerchantLedger::default();
-        let mut start: Option<Item> = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.names.feedback)
-                .index_name("by_merchant")
-                .key_condition_expression("merchant = :m AND block_time >= :since")
-                .expression_attribute_values(":m", s(merchant))
-                .expression_attribute_values(":since", n(since))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(sdk)?;
-            for item in page.items.unwrap_or_default() {
+        self.query_each(
+            &self.names.feedback,
+            "by_merchant",
+            "merchant = :m AND block_time >= :since",
+            None,
+            vec![(":m", s(merchant)), (":since", n(since))],
+            vec![],
+            |item| {
                 if is_pair(&item) {
                     ledger.pairs.push(pair_from_item(&item)?);
                 } else {
                     ledger.rows.push(feedback_from_item(&item)?);
                 }
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
+                Ok(())
+            },
+        )
+        .await?;
         ledger
             .rows
             .sort_by(|a, b| (b.block_time, &b.tx_hash).cmp(&(a.block_time, &a.tx_hash)));

@@ -327,6 +327,27 @@ impl DynamoStore {
         names: Vec<(&str, &str)>,
     ) -> Result<Vec<Item>> {
         let mut out = Vec::new();
+        self.query_each(table, index, key_condition, None, values, names, |item| {
+            out.push(item);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Every item a query (and its optional filter) answers, page by page, each handed
+    /// to `each` as its page arrives (a large answer is never held raw all at once).
+    #[allow(clippy::too_many_arguments)]
+    async fn query_each(
+        &self,
+        table: &str,
+        index: &str,
+        key_condition: &str,
+        filter: Option<&str>,
+        values: Vec<(&str, AttributeValue)>,
+        names: Vec<(&str, &str)>,
+        mut each: impl FnMut(Item) -> Result<()> + Send,
+    ) -> Result<()> {
         let mut start: Option<Item> = None;
         loop {
             let mut q = self
@@ -335,6 +356,7 @@ impl DynamoStore {
                 .table_name(table)
                 .index_name(index)
                 .key_condition_expression(key_condition)
+                .set_filter_expression(filter.map(str::to_owned))
                 .set_exclusive_start_key(start.take());
             for (k, v) in &values {
                 q = q.expression_attribute_values(*k, v.clone());
@@ -343,10 +365,12 @@ impl DynamoStore {
                 q = q.expression_attribute_names(*k, *v);
             }
             let page = q.send().await.map_err(sdk)?;
-            out.extend(page.items.unwrap_or_default());
+            for item in page.items.unwrap_or_default() {
+                each(item)?;
+            }
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
+                _ => return Ok(()),
             }
         }
     }

@@ -26,7 +26,7 @@ fn corrupt(e: impl std::fmt::Display) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(e.to_string())))
 }
 
-fn insert_row(tx: &Transaction<'_>, r: &FeedbackRow) -> rusqlite::Result<usize> {
+fn insert_row(tx: &Connection, r: &FeedbackRow) -> rusqlite::Result<usize> {
     tx.execute(
         &format!("INSERT OR IGNORE INTO feedback ({FEEDBACK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
         params![
@@ -44,7 +44,7 @@ fn insert_row(tx: &Transaction<'_>, r: &FeedbackRow) -> rusqlite::Result<usize> 
     )
 }
 
-fn put_pair(tx: &Transaction<'_>, p: &PairSummary) -> rusqlite::Result<()> {
+fn put_pair(tx: &Connection, p: &PairSummary) -> rusqlite::Result<()> {
     tx.execute(
         &format!(
             "INSERT OR REPLACE INTO feedback_pairs ({PAIR_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
@@ -61,7 +61,7 @@ fn put_pair(tx: &Transaction<'_>, p: &PairSummary) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn put_agg(tx: &Transaction<'_>, a: &PayerAgg) -> rusqlite::Result<()> {
+fn put_agg(tx: &Connection, a: &PayerAgg) -> rusqlite::Result<()> {
     let text = serde_json::to_string(a).map_err(corrupt)?;
     tx.execute(
         "INSERT OR REPLACE INTO feedback_payers (payer, agg) VALUES (?1, ?2)",
@@ -123,9 +123,13 @@ fn spread_anchor(tx: &Transaction<'_>, payer: &str, at: Unix) -> rusqlite::Resul
     Ok(())
 }
 
-fn load(tx: &Transaction<'_>, rows: &[FeedbackRow]) -> rusqlite::Result<()> {
-    for r in rows {
-        insert_row(tx, r)?;
+/// `rows` and the aggregates [`aggregates::exact`] computes from them; `insert` false
+/// when the rows are there already (an older data directory).
+fn write_exact(tx: &Connection, rows: &[FeedbackRow], insert: bool) -> rusqlite::Result<()> {
+    if insert {
+        for r in rows {
+            insert_row(tx, r)?;
+        }
     }
     let (aggs, pairs) = aggregates::exact(rows);
     for a in &aggs {
@@ -139,43 +143,20 @@ fn load(tx: &Transaction<'_>, rows: &[FeedbackRow]) -> rusqlite::Result<()> {
 
 /// A data directory from before the aggregates existed: they are computed from its
 /// rows once, on open.
-pub(super) fn aggregate_earlier_rows(conn: &Connection) -> rusqlite::Result<()> {
+pub(super) fn aggregate_earlier_rows(conn: &mut Connection) -> rusqlite::Result<()> {
     let aggregated: i64 =
         conn.query_row("SELECT COUNT(*) FROM feedback_payers", [], |r| r.get(0))?;
     let rows: i64 = conn.query_row("SELECT COUNT(*) FROM feedback", [], |r| r.get(0))?;
     if aggregated > 0 || rows == 0 {
         return Ok(());
     }
-    let mut st = conn.prepare(&format!("SELECT {FEEDBACK_COLUMNS} FROM feedback"))?;
-    let all: Vec<FeedbackRow> = st
+    let all: Vec<FeedbackRow> = conn
+        .prepare(&format!("SELECT {FEEDBACK_COLUMNS} FROM feedback"))?
         .query_map([], feedback_from_row)?
         .collect::<rusqlite::Result<_>>()?;
-    drop(st);
-    let (aggs, pairs) = aggregates::exact(&all);
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let write = || -> rusqlite::Result<()> {
-        for a in &aggs {
-            let text = serde_json::to_string(a).map_err(corrupt)?;
-            conn.execute(
-                "INSERT OR REPLACE INTO feedback_payers (payer, agg) VALUES (?1, ?2)",
-                params![a.payer, text],
-            )?;
-        }
-        for p in &pairs {
-            conn.execute(
-                &format!("INSERT OR REPLACE INTO feedback_pairs ({PAIR_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
-                params![p.merchant, p.payer, p.latest, p.other_row, p.other_merchant, p.anchored],
-            )?;
-        }
-        Ok(())
-    };
-    match write() {
-        Ok(()) => conn.execute_batch("COMMIT"),
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(e)
-        }
-    }
+    let tx = conn.transaction()?;
+    write_exact(&tx, &all, false)?;
+    tx.commit()
 }
 
 #[async_trait]
@@ -221,7 +202,7 @@ impl FeedbackStore for SqliteStore {
         let rows = rows.to_vec();
         self.run(move |c| {
             let tx = c.transaction()?;
-            load(&tx, &rows)?;
+            write_exact(&tx, &rows, true)?;
             tx.commit()
         })
         .await

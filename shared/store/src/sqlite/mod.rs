@@ -159,7 +159,7 @@ impl SqliteStore {
         SqliteStore::from_connection(Connection::open_in_memory().map_err(unavailable)?)
     }
 
-    fn from_connection(conn: Connection) -> Result<SqliteStore> {
+    fn from_connection(mut conn: Connection) -> Result<SqliteStore> {
         // WAL + FULL: a committed write survives a crash of the process or the machine.
         // secure_delete: what a row held (a job key cleared, a sealed job acknowledged)
         // is overwritten, not left readable in the file's free pages.
@@ -169,7 +169,7 @@ impl SqliteStore {
         .map_err(unavailable)?;
         conn.execute_batch(SCHEMA).map_err(unavailable)?;
         add_missing_columns(&conn).map_err(unavailable)?;
-        feedback::aggregate_earlier_rows(&conn).map_err(unavailable)?;
+        feedback::aggregate_earlier_rows(&mut conn).map_err(unavailable)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             clock: Arc::new(|| umpire_host::Clock::system().now_ms()),
