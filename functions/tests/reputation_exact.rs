@@ -420,17 +420,12 @@ fn long_histories(payers: u64, elsewhere: u64, seed: u64) -> Vec<FeedbackRow> {
     rows.all
 }
 
-/// What one 1 MB Query page may take on DynamoDB, for the budget: it serves one in
-/// tens of milliseconds. (moto, a Python emulator, takes seconds: it re-sorts and
-/// walks the whole index to each page's start, so the report's time on it measures
-/// moto; the requests it counts are what DynamoDB would serve.)
-const PAGE_ALLOWANCE: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// 100,000 rows from 20,000 payers on DynamoDB (loaded in bulk with their exact
 /// aggregates; the row-by-row path is the test above and the conformance suite):
 /// the report equals brute force, makes no request beyond the merchant's own index
-/// pages (none for the payers' 80,000 other rows), and those pages fit the
-/// request's budget at DynamoDB's pace.
+/// pages (none for the payers' 80,000 other rows), and it finishes inside the
+/// route's request budget. (moto serves a later page of an index Query from where
+/// the previous one ended, as DynamoDB does: `infra/local/moto_serial.py`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "run alone on a moto of its own by make test (test-alone): a 1 MB page takes moto seconds, and moto serves one request at a time"]
 async fn twenty_thousand_payers_cost_a_report_its_own_pages_on_dynamodb() {
@@ -439,7 +434,7 @@ async fn twenty_thousand_payers_cost_a_report_its_own_pages_on_dynamodb() {
     let (store, requests) = dynamo().await;
     store.load_feedback(&all).await.expect("load");
     let _ = requests.take();
-    let report = report_within(&store, std::time::Duration::from_secs(600)).await;
+    let report = report_now(&store).await;
     let made = requests.take();
     eprintln!("reputation report requests on DynamoDB: {made:?}");
     check(&report, &all);
@@ -448,17 +443,12 @@ async fn twenty_thousand_payers_cost_a_report_its_own_pages_on_dynamodb() {
         .and_then(Value::as_u64)
         .unwrap_or(0) as usize;
     assert_own_pages_only(&made, rows, 20_000);
-    let pages = made.get("Query").copied().unwrap_or(0) as u32;
-    assert!(
-        PAGE_ALLOWANCE * pages < umpire_api::config::DEFAULT_REQUEST_BUDGET,
-        "{pages} pages do not fit the budget"
-    );
 }
 
 /// `make bench`: the report's latency and requests on both stores at 1,000, 20,000 and
 /// 100,000 payers, each payer with no other row and with four rows elsewhere: the
 /// requests follow the merchant's own rows and payers, not the payers' histories.
-/// (On DynamoDB the latency is moto's, which walks the index to each page: read the
+/// (On DynamoDB the latency is moto's, a Python emulator: read the
 /// requests; the 100,000-payer table is loaded without histories, 700,000 items being
 /// more than moto holds in reasonable time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
