@@ -36,6 +36,7 @@ use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
 use alloy::transports::{RpcError, TransportErrorKind};
 
+use crate::evm::block_clock::{BlockClock, Poller};
 use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
 use crate::reason::{FailureReason, PaymentFailure};
 use crate::settle::polls_every;
@@ -71,9 +72,8 @@ pub struct EvmChain {
     receipt_timeout: Duration,
     /// How often the chain makes a block (`ZERO`: at once, as a local chain does).
     block_time: Duration,
-    /// The latest block the chain showed and when it was first seen: the phase receipt
-    /// polls are timed to.
-    last_block: Arc<Mutex<Option<(u64, Instant)>>>,
+    /// The blocks' phase as the receipt polls observe it, which times them.
+    clock: Arc<Mutex<BlockClock>>,
     /// Whether a purchase may be answered on a preconfirmed receipt (a flashblocks RPC's
     /// receipt in the block being built), see [`EvmChain::with_preconfirmations`].
     preconfirmations: bool,
@@ -321,7 +321,7 @@ impl EvmChain {
             chain_id,
             receipt_timeout,
             block_time,
-            last_block: Default::default(),
+            clock: Arc::new(Mutex::new(BlockClock::new(block_time))),
             preconfirmations: false,
         })
     }
@@ -1092,20 +1092,34 @@ impl EvmChain {
         let late_after = (self.block_time * RECEIPT_LATE_BLOCKS).max(Duration::from_secs(1));
         let mut polls = self.polls(preconfirmed_ok);
         let mut refilled = false;
+        // The latest block our previous poll answered.
+        let mut last: Option<u64> = None;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left <= CONFIRM_MARGIN {
                 break;
             }
-            tokio::time::sleep(polls.next().unwrap_or_default().min(left - CONFIRM_MARGIN)).await;
+            let pause = polls.pause(self, last);
+            tokio::time::sleep(pause.min(left - CONFIRM_MARGIN)).await;
             // One slow answer must not take the whole wait: a receipt call is given a
             // bounded share of it, then the logs are asked instead.
             let ask = until
                 .saturating_duration_since(Instant::now())
                 .min(late_after);
-            let receipt = tokio::time::timeout(ask, self.poll_receipt(hash))
-                .await
-                .unwrap_or(Ok(None));
+            let receipt = match tokio::time::timeout(ask, self.poll_receipt(hash)).await {
+                Ok(Ok((receipt, latest))) => {
+                    last = latest;
+                    Ok(receipt)
+                }
+                Ok(Err(e)) => {
+                    last = None;
+                    Err(e)
+                }
+                Err(_) => {
+                    last = None;
+                    Ok(None)
+                }
+            };
             match receipt {
                 Ok(Some(r)) if r.success && (r.sealed || preconfirmed_ok) => {
                     return Ok(Confirmed {
@@ -1163,8 +1177,11 @@ impl EvmChain {
 
     /// One receipt poll: the receipt and, in the same round trip (one JSON-RPC batch),
     /// the latest sealed block, which tells a sealed receipt from a preconfirmed one and
-    /// sets the phase the polls are timed to.
-    async fn poll_receipt(&self, hash: B256) -> Result<Option<Polled>, PaymentFailure> {
+    /// times the polls (see [`BlockClock`]). Also returns that block number.
+    async fn poll_receipt(
+        &self,
+        hash: B256,
+    ) -> Result<(Option<Polled>, Option<u64>), PaymentFailure> {
         const METHOD: &str = "eth_getTransactionReceipt";
         let mut batch = BatchRequest::new(self.provider.client());
         let receipt = batch
@@ -1173,26 +1190,28 @@ impl EvmChain {
         let latest = batch
             .add_call::<_, U64>("eth_blockNumber", &[(); 0])
             .map_err(|e| rpc_error("eth_blockNumber", e))?;
+        let sent = Instant::now();
         batch.send().await.map_err(|e| rpc_error(METHOD, e))?;
         // Each call of the batch answers on its own: a refused block number does not
         // throw away a receipt (the last block seen stands in for it).
         let latest = latest.await.ok().map(|n| n.to::<u64>());
-        if let Some(n) = latest {
-            self.saw_block(n);
-        }
-        let Some(r) = receipt.await.map_err(|e| rpc_error(METHOD, e))? else {
-            return Ok(None);
+        let known = {
+            let mut clock = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = latest {
+                clock.observe(sent, n);
+            }
+            latest.or_else(|| clock.latest())
         };
-        let latest = latest.or_else(|| {
-            self.last_block
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map(|(n, _)| n)
-        });
-        Ok(Some(Polled {
-            success: r.status(),
-            sealed: r.block_number.zip(latest).is_some_and(|(n, l)| n <= l),
-        }))
+        let Some(r) = receipt.await.map_err(|e| rpc_error(METHOD, e))? else {
+            return Ok((None, latest));
+        };
+        Ok((
+            Some(Polled {
+                success: r.status(),
+                sealed: r.block_number.zip(known).is_some_and(|(n, l)| n <= l),
+            }),
+            latest,
+        ))
     }
 
     /// The outcome if the token already knows it: the authorization used by a transfer
@@ -1267,50 +1286,35 @@ impl EvmChain {
 
     /// The pauses between receipt polls. With preconfirmations, a flashblock apart
     /// ([`polls_every`]); on an instant chain: at once, then doubling from 5 ms to
-    /// 500 ms. On a chain with blocks, timed to them: once a block has been seen (each
-    /// poll reads the latest block number, and the moment it moved sets the phase), the
-    /// first poll comes just after the next block is due, and the ones after it briefly
-    /// while that block is fresh, then just after the one after; before any block has
-    /// been seen, a quarter block at a time.
-    fn polls(&self, preconfirmed: bool) -> Box<dyn Iterator<Item = Duration> + Send + '_> {
+    /// 500 ms; on a chain with blocks, timed to them by the [`BlockClock`].
+    fn polls(&self, preconfirmed: bool) -> Polls {
         if preconfirmed {
             // A flashblock orders what arrived during it.
-            return Box::new(polls_every(FLASHBLOCK));
+            return Polls::Every(Box::new(polls_every(FLASHBLOCK)));
         }
         if self.block_time.is_zero() {
-            return Box::new(polls_every(Duration::ZERO));
+            return Polls::Every(Box::new(polls_every(Duration::ZERO)));
         }
-        let mut first = true;
-        Box::new(std::iter::from_fn(move || {
-            let now = self.pause_for_blocks(first);
-            first = false;
-            Some(now)
-        }))
+        Polls::Blocks(Poller::default())
     }
+}
 
-    /// The pause before the next receipt poll on a chain with blocks (see
-    /// [`EvmChain::polls`]).
-    fn pause_for_blocks(&self, first: bool) -> Duration {
-        let seen = *self.last_block.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((_, seen_at)) = seen else {
-            return self.block_time / 4;
-        };
-        let period = self.block_time.as_nanos().max(1);
-        let into = Duration::from_nanos((seen_at.elapsed().as_nanos() % period) as u64);
-        let to_next = self.block_time.saturating_sub(into);
-        if !first && into < AFTER_BLOCK_WINDOW {
-            // The block just came and the receipt was not in the answer yet: a node can
-            // be a moment behind the block it announces.
-            return AFTER_BLOCK_POLL;
-        }
-        to_next + AFTER_BLOCK_POLL / 3
-    }
+/// The schedule of one transaction's receipt polls, see [`EvmChain::polls`].
+enum Polls {
+    Every(Box<dyn Iterator<Item = Duration> + Send>),
+    Blocks(Poller),
+}
 
-    /// Notes that block `number` was seen now, for timing polls to the next one.
-    fn saw_block(&self, number: u64) {
-        let mut last = self.last_block.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_none_or(|(n, _)| number > n) {
-            *last = Some((number, Instant::now()));
+impl Polls {
+    /// The pause before the next poll; `last`: the latest block the previous poll
+    /// answered.
+    fn pause(&mut self, chain: &EvmChain, last: Option<u64>) -> Duration {
+        match self {
+            Polls::Every(pauses) => pauses.next().unwrap_or_default(),
+            Polls::Blocks(poller) => {
+                let clock = chain.clock.lock().unwrap_or_else(|p| p.into_inner());
+                poller.pause(&clock, Instant::now(), last)
+            }
         }
     }
 }
@@ -1385,12 +1389,6 @@ fn settlement_in(
 /// How often Base's sequencer streams a flashblock (a preconfirmed part of the block
 /// being built).
 const FLASHBLOCK: Duration = Duration::from_millis(200);
-
-/// After a block is due, receipt polls come this often while it is fresh (a node can be
-/// a moment behind the block it announces)...
-const AFTER_BLOCK_POLL: Duration = Duration::from_millis(150);
-/// ...for this long after it.
-const AFTER_BLOCK_WINDOW: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@
 //! knows: the nonce's state, the balance, and a simulation of the very transfer that
 //! settlement will submit (which also checks smart-wallet signatures via ERC-1271).
 
+mod block_clock;
 mod chain;
 
 pub use chain::{EvmChain, OnChain, SpentBy, TRANSFER_GAS_LIMIT};
