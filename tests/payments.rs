@@ -1077,6 +1077,102 @@ fn a_paid_probe_verdict_judges_urls_and_text_together() {
     assert_recipe_verifies(&server, &document, r#"{"text":"shipped build 42"}"#);
 }
 
+/// One purchase, logged as JSON at debug level: every line the paid path writes (the
+/// paid routes and the payment code) is in the purchase's span and says what was bought;
+/// from the held payment on, the lines carry its key, and the answer's line the
+/// verdict's id, the one the buyer got.
+#[test]
+fn a_purchase_logs_its_span_on_every_line_of_the_paid_path() {
+    let devnet = Devnet::start();
+    let env = devnet.server_env(Settlement::SelfSettle);
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    env.push(("UMPIRE_LOG_FORMAT", "json"));
+    let server = Server::start_logged(&env);
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let bought = post(
+        &server,
+        BODY,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
+    );
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    let verdict_id = bought
+        .json()
+        .get("verdict_id")
+        .and_then(Value::as_str)
+        .expect("verdict_id")
+        .to_owned();
+    let logs = server.logs();
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let text = |l: &serde_json::Value, path: &[&str]| -> Option<String> {
+        let mut at = l;
+        for p in path {
+            at = at.get(p)?;
+        }
+        at.as_str().map(str::to_owned)
+    };
+    let paid_path = |l: &&serde_json::Value| {
+        text(l, &["target"]).is_some_and(|t| {
+            ["umpire_api::paid", "umpire_api::merchant", "umpire_pay"]
+                .iter()
+                .any(|p| t.starts_with(p))
+        })
+    };
+    let ours: Vec<&serde_json::Value> = lines.iter().filter(paid_path).collect();
+    assert!(ours.len() >= 2, "the paid path logs the purchase:\n{logs}");
+    for l in &ours {
+        assert_eq!(
+            text(l, &["span", "name"]).as_deref(),
+            Some("purchase"),
+            "{l}"
+        );
+        assert_eq!(
+            text(l, &["span", "product"]).as_deref(),
+            Some("verdict"),
+            "{l}"
+        );
+        assert_eq!(text(l, &["span", "tier"]).as_deref(), Some("basic"), "{l}");
+    }
+    let held = ours
+        .iter()
+        .position(|l| {
+            text(l, &["fields", "message"]).as_deref() == Some("payment verified and held")
+        })
+        .unwrap_or_else(|| panic!("the held payment is logged:\n{logs}"));
+    let payment_key = text(ours[held], &["span", "payment_key"]).expect("the payment's key");
+    assert_eq!(payment_key.len(), 64, "a hash: {payment_key}");
+    for l in &ours[held..] {
+        assert_eq!(
+            text(l, &["span", "payment_key"]),
+            Some(payment_key.clone()),
+            "{l}"
+        );
+    }
+    let answered = ours
+        .iter()
+        .find(|l| {
+            text(l, &["fields", "message"]).as_deref() == Some("purchase settled and answered")
+        })
+        .unwrap_or_else(|| panic!("the answer is logged:\n{logs}"));
+    assert_eq!(text(answered, &["span", "verdict_id"]), Some(verdict_id));
+    assert!(text(answered, &["fields", "transaction"]).is_some_and(|t| t.starts_with("0x")));
+    // Ids and hashes only: the payment itself is nowhere in the log.
+    let signature = decode_b64_json(&payment)["payload"]["signature"]
+        .as_str()
+        .expect("the payment's signature")
+        .trim_start_matches("0x")
+        .to_owned();
+    assert!(!logs.contains(&signature) && !logs.contains(&payment[..40]));
+}
+
 /// Logs at debug level over a purchase, a replay and a refused payment never hold the
 /// deliverable, the one-time secret, or the payment's signature.
 #[test]

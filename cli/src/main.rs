@@ -388,14 +388,7 @@ fn main() -> ExitCode {
             Err(_) => ExitCode::FAILURE,
         };
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -632,4 +625,27 @@ fn main() -> ExitCode {
             Command::CheckWorker => ExitCode::SUCCESS,
         }
     })
+}
+
+/// Logs to stderr, as text (each line prefixed by its span, e.g. one purchase's
+/// `purchase{product=verdict tier=basic payment_key=…}`) or, with
+/// `UMPIRE_LOG_FORMAT=json`, one JSON object a line with the span's fields under
+/// `span`, as the Lambda functions write them.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("UMPIRE_LOG_FORMAT").is_ok_and(|f| f.trim().eq_ignore_ascii_case("json")) {
+        builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
 }

@@ -609,7 +609,9 @@ pub fn init_logging() {
         .with(
             tracing_subscriber::fmt::layer()
                 .json()
-                .with_current_span(false)
+                // A purchase's and a job's fields (ids and hashes) on each of its lines.
+                .with_current_span(true)
+                .with_span_list(false)
                 .with_ansi(false)
                 .without_time(),
         )

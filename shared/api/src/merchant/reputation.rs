@@ -313,6 +313,13 @@ fn merchant_of(req: &Request) -> Result<String, ApiError> {
 }
 
 pub async fn reputation(state: &AppState, req: &Request) -> Response {
+    use tracing::Instrument as _;
+    report(state, req)
+        .instrument(checkout::purchase_span("reputation"))
+        .await
+}
+
+async fn report(state: &AppState, req: &Request) -> Response {
     let deadline = state.config.clock.deadline(state.config.request_budget);
     if let Err(e) = limits::enforce_unpaid(state, req).await {
         return respond::error(&e);

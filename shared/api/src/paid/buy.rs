@@ -92,7 +92,11 @@ async fn purchase_of(
 }
 
 pub async fn buy(state: &AppState, req: &Request) -> Response {
-    match buy_inner(state, req).await {
+    use tracing::Instrument as _;
+    match buy_inner(state, req)
+        .instrument(checkout::purchase_span("verdict"))
+        .await
+    {
         Ok(r) | Err(r) => r,
     }
 }
@@ -103,6 +107,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let deadline = state.config.clock.deadline(state.config.request_budget);
     // Refusals before anything is asked for.
     let tier = tier_of(req).map_err(err)?;
+    tracing::Span::current().record("tier", tier.as_str());
     limits::enforce_unpaid(state, req).await.map_err(err)?;
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
     let product = Product::verdict(tier);
@@ -121,6 +126,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         Err(_) => return Err(checkout.out_of_time().await),
     };
     let verdict_id = random_id("vrd");
+    tracing::Span::current().record("verdict_id", verdict_id.as_str());
     // Derived, not stored: the answer reveals it once the verdict is stored, and a
     // replay derives it again (see `secret`).
     let Some(secret) = crate::paid::secret::mint(state.signer.as_ref(), &verdict_id) else {

@@ -159,9 +159,12 @@ pub fn preview(pass1: &[CheckResult], final_due_at: u64) -> Value {
 
 /// Runs one delayed job. `Ok` means done (acknowledge it); `Err` means try again later.
 pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
+    use tracing::Instrument as _;
+    // One span per job, as per purchase: its kind and verdict, ids only.
+    let span = |verdict_id: &str| tracing::info_span!("job", kind = job.kind.as_str(), verdict_id);
     match SwornJob::parse(job).map_err(retry)? {
-        Some(SwornJob::Pass2(p)) => run_pass2(state, &p).await,
-        Some(SwornJob::Webhook(w)) => run_webhook(state, &w).await,
+        Some(SwornJob::Pass2(p)) => run_pass2(state, &p).instrument(span(&p.verdict_id)).await,
+        Some(SwornJob::Webhook(w)) => run_webhook(state, &w).instrument(span(&w.verdict_id)).await,
         None => {
             tracing::error!(kind = job.kind, "unknown job kind; dropped");
             Ok(())

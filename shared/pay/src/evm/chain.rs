@@ -35,6 +35,7 @@ use alloy::rpc::types::{Filter, Log, TransactionReceipt, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol_types::{SolCall, SolEvent};
 use alloy::transports::{RpcError, TransportErrorKind};
+use tracing::Instrument as _;
 
 use crate::evm::block_clock::{BlockClock, Poller};
 use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
@@ -637,7 +638,10 @@ impl EvmChain {
                 // Only this broadcast: a later settlement may have signed anew.
                 settler.forget(&id, tx);
             }
-        });
+        }
+        // Its lines belong to the purchase it answered.
+        .in_current_span()
+        );
     }
 
     /// Resends a broadcast this process made earlier (harmless if it arrived, the

@@ -106,6 +106,19 @@ impl Product {
     }
 }
 
+/// The span every log line of one purchase is written in: what was bought, and once
+/// known the payment's key (a hash) and the verdict's id. Ids and hashes only: nothing
+/// secret, nothing from the deliverable.
+pub fn purchase_span(product: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "purchase",
+        product,
+        tier = tracing::field::Empty,
+        payment_key = tracing::field::Empty,
+        verdict_id = tracing::field::Empty,
+    )
+}
+
 /// Everything up to a verified, claimed payment; `Err` is the answer to give instead
 /// (the 402, a refusal, or the replay of a completed identical request).
 pub async fn begin<'a>(
@@ -122,7 +135,10 @@ pub async fn begin<'a>(
     let ctx = verify::matched(&sale, &asking, header).await?;
     let key = front::check_key(state, &asking).await?;
     let paying = verify::verify(&sale, &asking, ctx, key).await?;
-    claim::claim(sale, &asking, paying).await
+    let checkout = claim::claim(sale, &asking, paying).await?;
+    tracing::Span::current().record("payment_key", checkout.payment_key());
+    tracing::info!(network = %checkout.network, "payment verified and held");
+    Ok(checkout)
 }
 
 /// A verified payment, claimed for this request.
@@ -252,6 +268,11 @@ impl Checkout<'_> {
                 metrics::record(Metric::Settlement);
                 let settlement = self.sale.with_receipt(settlement);
                 let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
+                tracing::info!(
+                    transaction = %settlement.transaction,
+                    status = r.status().as_u16(),
+                    "purchase settled and answered"
+                );
                 self.hold.settled(state, &settlement.transaction, &r).await;
                 self.claims.complete(&r).await;
                 r
@@ -266,6 +287,7 @@ impl Checkout<'_> {
             }
             Err(Void::Internal(e)) => {
                 metrics::record(Metric::Void);
+                tracing::warn!(code = e.code.as_str(), "purchase voided; nothing charged");
                 self.hold.void(state, e.code.as_str()).await;
                 self.claims.release().await;
                 respond::error(&e)
