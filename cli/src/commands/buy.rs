@@ -9,19 +9,48 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use umpire_core::json::Value;
+use umpire_core::product::Tier;
 
-pub struct BuyArgs {
-    pub tier: String,
-    pub spec: PathBuf,
-    pub deliverable: PathBuf,
-    pub job_ref: Option<String>,
-    pub webhook: Option<String>,
-    pub pay: PayArgs,
-    pub idempotency_key: Option<String>,
-    pub no_wait: bool,
+/// Buy a verdict: pays with x402 from your wallet ($UMPIRE_WALLET_KEY or --key-file),
+/// prints the answer (document, verdict id, one-time secret) as JSON. Sworn purchases
+/// wait for the final document unless --no-wait.
+#[derive(clap::Args)]
+pub struct Buy {
+    /// witness, basic, probe or sworn.
+    #[arg(value_parser = super::parse_tier)]
+    tier: Tier,
+    /// File holding the spec: {"checks":[...]}.
+    #[arg(long)]
+    spec: PathBuf,
+    /// File holding the deliverable: {"text"?, "json"?}.
+    #[arg(long)]
+    deliverable: PathBuf,
+    /// Echoed in the signed document (e.g. an ERC-8183 job id).
+    #[arg(long)]
+    job_ref: Option<String>,
+    /// Sworn only: where the final document is POSTed (HMAC-signed).
+    #[arg(long)]
+    webhook: Option<String>,
+    /// Resume an earlier purchase: the same key never pays twice.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Sworn: print the pass-1 answer and return instead of waiting for pass 2.
+    #[arg(long)]
+    no_wait: bool,
+    #[command(flatten)]
+    remote: super::Remote,
+    #[command(flatten)]
+    pay: PayArgs,
 }
 
-pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
+impl Buy {
+    pub async fn run(mut self) -> ExitCode {
+        let remote = std::mem::replace(&mut self.remote, super::Remote { base: None });
+        super::remote_call(remote, |api| async move { buy(&api, self).await }).await
+    }
+}
+
+async fn buy(api: &Api, args: Buy) -> Result<ExitCode, Local> {
     let payer = Payer::new(api, &args.pay).await?;
     let mut body = Value::object()
         .with("spec", read_json(&args.spec)?)
@@ -39,7 +68,7 @@ pub async fn buy(api: &Api, args: BuyArgs) -> Result<ExitCode, Local> {
         "Idempotency-Key: {key}  (run again with --idempotency-key {key} to resume this purchase without paying twice)"
     );
     Ok(
-        match purchase(api, &args.tier, &body, &payer, &key, !args.no_wait).await? {
+        match purchase(api, args.tier.as_str(), &body, &payer, &key, !args.no_wait).await? {
             Ok(answer) => {
                 print_json(&answer);
                 ExitCode::SUCCESS

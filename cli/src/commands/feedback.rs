@@ -10,16 +10,61 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use umpire_core::json::Value;
 
-pub struct FeedbackArgs {
-    pub tx: String,
-    pub merchant: String,
-    pub outcome: String,
-    pub would_repeat: Option<bool>,
-    pub latency_ms: Option<u64>,
-    pub key_file: Option<PathBuf>,
+/// Leave feedback on a merchant you paid (free): signs the contract's message with
+/// your wallet (EIP-191) and submits it; refusals are explained.
+#[derive(clap::Args)]
+pub struct Feedback {
+    /// The transaction that paid the merchant (USDC on Base).
+    #[arg(long)]
+    tx: String,
+    #[arg(long)]
+    merchant: String,
+    /// fulfilled, partial or failed.
+    #[arg(long)]
+    outcome: String,
+    /// You would buy from this merchant again.
+    #[arg(long, conflicts_with = "would_not_repeat")]
+    would_repeat: bool,
+    /// You would not buy from this merchant again.
+    #[arg(long)]
+    would_not_repeat: bool,
+    /// How long the merchant took, in milliseconds.
+    #[arg(long)]
+    latency_ms: Option<u64>,
+    #[command(flatten)]
+    remote: super::Remote,
+    #[command(flatten)]
+    key: super::KeyArg,
 }
 
-pub async fn feedback(api: &Api, args: FeedbackArgs) -> Result<ExitCode, Local> {
+impl Feedback {
+    pub async fn run(self) -> ExitCode {
+        let args = FeedbackArgs {
+            tx: self.tx,
+            merchant: self.merchant,
+            outcome: self.outcome,
+            would_repeat: match (self.would_repeat, self.would_not_repeat) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            latency_ms: self.latency_ms,
+            key_file: self.key.key_file,
+        };
+        super::remote_call(self.remote, |api| async move { feedback(&api, args).await }).await
+    }
+}
+
+struct FeedbackArgs {
+    tx: String,
+    merchant: String,
+    outcome: String,
+    would_repeat: Option<bool>,
+    latency_ms: Option<u64>,
+    key_file: Option<PathBuf>,
+}
+
+async fn feedback(api: &Api, args: FeedbackArgs) -> Result<ExitCode, Local> {
     let wallet = wallet(args.key_file.as_deref())?;
     let tx: B256 = args
         .tx

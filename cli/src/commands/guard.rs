@@ -233,6 +233,29 @@ impl Pin {
     }
 }
 
+/// Pin the service's key and prices: from then on every payment's 402 must carry
+/// offers signed by this key, at no more than these prices, or nothing is signed
+/// (docs/client.md). Run it again to accept a new key or new prices.
+#[derive(clap::Args)]
+pub struct PinCmd {
+    /// The key document to pin, a file or URL, taken from a source you trust.
+    /// Default: BASE/.well-known/umpire-key.json.
+    #[arg(long)]
+    key_document: Option<String>,
+    #[command(flatten)]
+    remote: super::Remote,
+}
+
+impl PinCmd {
+    pub async fn run(self) -> std::process::ExitCode {
+        let key_document = self.key_document;
+        super::remote_call(self.remote, |api| async move {
+            pin(&api, key_document.as_deref()).await
+        })
+        .await
+    }
+}
+
 /// `umpire pin`: pins the service's key document and prices, saying what changed.
 pub async fn pin(api: &Api, key_document: Option<&str>) -> Result<std::process::ExitCode, Local> {
     if key_document.is_none() && !trustworthy_transport(api.base()) {
@@ -350,12 +373,24 @@ impl Spent {
 }
 
 /// The options of the guard (flags and environment).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct GuardArgs {
-    /// A pin file to use instead of the service's own.
+    /// The pin file every 402 is checked against (the service's key and prices; see
+    /// `umpire pin`). Default: $UMPIRE_PIN, else the pin kept for --base, made on first
+    /// use over https or on this machine.
+    #[arg(long, env = "UMPIRE_PIN")]
     pub pin_file: Option<PathBuf>,
+    /// The most one payment may be: dollars (1.50) for the USDC rails, SOL (0.02sol)
+    /// for native SOL; repeat (or comma-separate) for both. Default: $UMPIRE_MAX_AMOUNT,
+    /// else the pinned price (USDC); native SOL, quoted per request, needs a SOL cap.
+    #[arg(long, env = "UMPIRE_MAX_AMOUNT", value_delimiter = ',')]
     pub max_amount: Vec<MaxAmount>,
+    /// Pay a service reached over plain http on another machine (anyone on the way
+    /// could rewrite what it asks; only for a network that is yours).
+    #[arg(long)]
     pub allow_http: bool,
+    /// What an unattended evaluator may spend (`evaluate`'s budget flags).
+    #[arg(skip)]
     pub budget: Option<Budget>,
 }
 

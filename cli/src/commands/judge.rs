@@ -9,19 +9,47 @@ use umpire_core::product::Tier;
 
 use super::{fail, read_json, state_for};
 
-pub async fn run(
-    tier: &str,
+/// Judge a deliverable locally and print the signed verdict document, exactly as
+/// the service builds it (checks that fetch URLs are not run here).
+#[derive(clap::Args)]
+pub struct Judge {
+    /// witness, basic, probe or sworn.
+    #[arg(long, default_value = "basic", value_parser = super::parse_tier)]
+    tier: Tier,
+    /// File holding the spec: {"checks":[...]}.
+    #[arg(long)]
+    spec: PathBuf,
+    /// File holding the deliverable object: {"text"?, "json"?}.
+    #[arg(long)]
+    deliverable: PathBuf,
+    /// Echoed in the document (e.g. an ERC-8183 job id).
+    #[arg(long)]
+    job_ref: Option<String>,
+    /// Data directory whose key signs. Default as for `serve`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+impl Judge {
+    pub async fn run(self) -> ExitCode {
+        run(
+            self.tier,
+            &self.spec,
+            &self.deliverable,
+            self.job_ref,
+            self.data_dir,
+        )
+        .await
+    }
+}
+
+async fn run(
+    tier: Tier,
     spec: &Path,
     deliverable: &Path,
     job_ref: Option<String>,
     data_dir: Option<PathBuf>,
 ) -> ExitCode {
-    let Some(tier) = Tier::parse(tier) else {
-        return fail(
-            2,
-            &format!("unknown tier {tier:?}; use witness, basic, probe or sworn"),
-        );
-    };
     let (spec_v, deliverable_v) = match (read_json(spec), read_json(deliverable)) {
         (Ok(s), Ok(d)) => (s, d),
         (Err(e), _) | (_, Err(e)) => return fail(2, &e),

@@ -20,6 +20,63 @@ pub enum Credential {
     Wallet(Wallet),
 }
 
+/// A verdict's status and document, with the one-time secret from the purchase.
+#[derive(clap::Args)]
+pub struct Status {
+    id: String,
+    /// The one-time secret the purchase returned. Without it, the wallet that paid
+    /// proves itself instead (sign-in-with-x): --rail and its key, as for `buy`.
+    #[arg(long)]
+    secret: Option<String>,
+    #[command(flatten)]
+    remote: super::Remote,
+    #[command(flatten)]
+    pay: super::pay::PayArgs,
+}
+
+impl Status {
+    pub async fn run(self) -> ExitCode {
+        let credential = match self.secret {
+            Some(s) => Credential::Secret(s),
+            None => match Wallet::from_args(&self.pay) {
+                Ok(w) => Credential::Wallet(w),
+                Err(e) => {
+                    return super::fail(
+                        2,
+                        &format!("no --secret, and no wallet to sign in with: {}", e.0),
+                    );
+                }
+            },
+        };
+        let id = self.id;
+        super::remote_call(self.remote, |api| async move {
+            status(&api, &id, credential).await
+        })
+        .await
+    }
+}
+
+/// Sworn verdict ids bought with this spec_hash and webhook URL.
+#[derive(clap::Args)]
+pub struct Find {
+    #[arg(long)]
+    spec_hash: String,
+    #[arg(long)]
+    webhook: String,
+    #[command(flatten)]
+    remote: super::Remote,
+}
+
+impl Find {
+    pub async fn run(self) -> ExitCode {
+        let (spec_hash, webhook) = (self.spec_hash, self.webhook);
+        super::remote_call(self.remote, |api| async move {
+            find(&api, &spec_hash, &webhook).await
+        })
+        .await
+    }
+}
+
 /// A verdict by id, with its secret or the paying wallet's proof.
 pub async fn status(api: &Api, id: &str, credential: Credential) -> Result<ExitCode, Local> {
     let path = format!("/v1/verdicts/{}", component(id));

@@ -27,7 +27,30 @@ use umpire_core::json::{Value, parse};
 use umpire_server::datadir::default_data_dir;
 use umpire_store::sqlite::SqliteStore;
 
-use crate::Remote;
+use umpire_core::product::Tier;
+
+/// Where the service is.
+#[derive(clap::Args)]
+pub struct Remote {
+    /// Base URL of the service. Default: $UMPIRE_BASE_URL, else http://127.0.0.1:8080.
+    #[arg(long)]
+    base: Option<String>,
+}
+
+/// The key file of the paying wallet: a file, or $UMPIRE_WALLET_KEY (never a flag
+/// value).
+#[derive(clap::Args)]
+pub struct KeyArg {
+    /// File holding the wallet's private key (0x + 64 hex). Default: $UMPIRE_WALLET_KEY.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+}
+
+/// `--tier` and the tier arguments: witness, basic, probe or sworn.
+pub fn parse_tier(text: &str) -> Result<Tier, String> {
+    Tier::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a tier (witness, basic, probe or sworn)"))
+}
 
 /// A problem on our side of the wire (exit 2).
 pub struct Local(pub String);

@@ -43,12 +43,27 @@ pub enum RailArg {
     Sol,
 }
 
-/// How a paid command pays.
+/// How a paid command pays: the rail, and the wallet for it (files or the environment,
+/// never a flag value), guarded (see [`GuardArgs`]).
+#[derive(clap::Args)]
 pub struct PayArgs {
+    /// The rail to pay on: base (USDC on Base), solana (USDC on Solana) or sol (native
+    /// SOL at the 402's quote, the keypair paying the fee).
+    #[arg(long, value_enum, default_value = "base")]
     pub rail: RailArg,
+    /// For --rail base: file holding the wallet's private key (0x + 64 hex). Default:
+    /// $UMPIRE_WALLET_KEY.
+    #[arg(long)]
     pub key_file: Option<PathBuf>,
+    /// For --rail solana|sol: the keypair file (solana-keygen's JSON array of 64 bytes).
+    /// Default: $UMPIRE_SOLANA_KEYPAIR.
+    #[arg(long)]
     pub solana_keypair: Option<PathBuf>,
+    /// For --rail solana|sol: the Solana RPC the blockhash and the mint are read from.
+    /// Default: $UMPIRE_SOLANA_RPC_URL, else Solana's public mainnet RPC.
+    #[arg(long)]
     pub solana_rpc: Option<String>,
+    #[command(flatten)]
     pub guard: GuardArgs,
 }
 

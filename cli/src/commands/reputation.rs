@@ -7,6 +7,34 @@ use reqwest::Method;
 use std::process::ExitCode;
 use umpire_core::json::Value;
 
+/// Buy a merchant's signed reputation report ($0.01) and print it readably.
+#[derive(clap::Args)]
+pub struct Reputation {
+    merchant: String,
+    /// Print the whole answer (report and receipt) as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    remote: super::Remote,
+    #[command(flatten)]
+    pay: PayArgs,
+}
+
+impl Reputation {
+    pub async fn run(self) -> ExitCode {
+        let Reputation {
+            merchant,
+            json,
+            remote,
+            pay,
+        } = self;
+        super::remote_call(remote, |api| async move {
+            reputation(&api, &merchant, json, &pay).await
+        })
+        .await
+    }
+}
+
 pub async fn reputation(
     api: &Api,
     merchant: &str,

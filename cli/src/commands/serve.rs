@@ -7,7 +7,31 @@ use std::sync::Arc;
 
 use super::{fail, state_for};
 
-pub async fn run(
+/// Serve every endpoint in one process, with state in the data directory.
+#[derive(clap::Args)]
+pub struct Serve {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// Data directory (signing key, embedded store). Default: $UMPIRE_DATA_DIR, else
+    /// ~/.local/share/umpire.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The time one paid request may take, in ms, from arrival to answer (fetches,
+    /// checks and settlement fit inside it; settlement is not started past it).
+    /// Default: $UMPIRE_REQUEST_BUDGET_MS, else 25000 (API Gateway ends requests at
+    /// 30 s). At most 29000.
+    #[arg(long)]
+    request_budget_ms: Option<u64>,
+}
+
+impl Serve {
+    pub async fn run(self) -> ExitCode {
+        run(self.addr, self.data_dir, self.request_budget_ms).await
+    }
+}
+
+async fn run(
     addr: SocketAddr,
     data_dir: Option<PathBuf>,
     request_budget_ms: Option<u64>,

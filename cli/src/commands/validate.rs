@@ -5,22 +5,57 @@ use std::process::ExitCode;
 
 use reqwest::Method;
 use umpire_core::json::Value;
+use umpire_core::product::Tier;
 
 use super::Local;
 use super::client::{Api, print_json, refused};
 use super::read_json;
 
-pub struct ValidateArgs {
-    pub tier: String,
-    pub spec: PathBuf,
-    pub deliverable: Option<PathBuf>,
-    pub webhook: Option<String>,
+/// Validate a would-be purchase for a tier (free): every problem, with hints.
+#[derive(clap::Args)]
+pub struct Validate {
+    #[arg(value_parser = super::parse_tier)]
+    tier: Tier,
+    #[arg(long)]
+    spec: PathBuf,
+    #[arg(long)]
+    deliverable: Option<PathBuf>,
+    #[arg(long)]
+    webhook: Option<String>,
+    #[command(flatten)]
+    remote: super::Remote,
+}
+
+impl Validate {
+    pub async fn run(self) -> ExitCode {
+        let Validate {
+            tier,
+            spec,
+            deliverable,
+            webhook,
+            remote,
+        } = self;
+        let args = ValidateArgs {
+            tier,
+            spec,
+            deliverable,
+            webhook,
+        };
+        super::remote_call(remote, |api| async move { validate(&api, args).await }).await
+    }
+}
+
+struct ValidateArgs {
+    tier: Tier,
+    spec: PathBuf,
+    deliverable: Option<PathBuf>,
+    webhook: Option<String>,
 }
 
 /// Validation: the answer on stdout; exit 1 when the purchase would be refused.
-pub async fn validate(api: &Api, args: ValidateArgs) -> Result<ExitCode, Local> {
+async fn validate(api: &Api, args: ValidateArgs) -> Result<ExitCode, Local> {
     let mut body = Value::object()
-        .with("tier", args.tier)
+        .with("tier", args.tier.as_str())
         .with("spec", read_json(&args.spec)?);
     if let Some(d) = args.deliverable {
         body = body.with("deliverable", read_json(&d)?);

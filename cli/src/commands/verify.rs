@@ -72,7 +72,51 @@ pub struct JobCheck {
     pub rpc: String,
 }
 
-pub async fn run(
+/// Verify a signed document offline with the contract's recipe. Exit 0 when every
+/// step passes, 1 when one fails (the failing step is named), 2 on usage errors.
+#[derive(clap::Args)]
+pub struct Verify {
+    /// The document (JSON file, or - for stdin).
+    doc: PathBuf,
+    /// Key document: a file or an http(s) URL (/.well-known/umpire-key.json).
+    /// Default: the key of the local data directory.
+    #[arg(long)]
+    key: Option<String>,
+    /// The deliverable object, to check deliverable_hash too.
+    #[arg(long)]
+    deliverable: Option<PathBuf>,
+    /// Data directory for the default key.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// An ERC-8183 job the document was used to decide (eip155:CHAIN:CONTRACT:JOB):
+    /// also check that the document names it, that the provider's commitment is the
+    /// document's deliverable_hash and that the evaluator's on-chain reason is its
+    /// payload_sha256. Needs --rpc.
+    #[arg(long, requires = "rpc")]
+    job: Option<String>,
+    /// The RPC of the job's chain.
+    #[arg(long, requires = "job")]
+    rpc: Option<String>,
+}
+
+impl Verify {
+    pub async fn run(self) -> ExitCode {
+        let job = self
+            .job
+            .zip(self.rpc)
+            .map(|(job, rpc)| JobCheck { job, rpc });
+        run(
+            &self.doc,
+            self.key.as_deref(),
+            self.deliverable.as_deref(),
+            self.data_dir,
+            job,
+        )
+        .await
+    }
+}
+
+async fn run(
     doc: &Path,
     key: Option<&str>,
     deliverable: Option<&Path>,
