@@ -34,10 +34,17 @@ const EARLY_RETRY: Duration = Duration::from_millis(25);
 /// node can index a block's receipts a moment after it announces the block).
 const SEEN_RETRY: Duration = Duration::from_millis(50);
 
+/// Answers this many blocks behind the clock, this many times in a row, mean the chain
+/// went back (a reset devnet, another chain behind the URL), not a lagging node.
+const BEHIND_BLOCKS: u64 = 2;
+const BEHIND_ANSWERS: u32 = 3;
+
 #[derive(Debug)]
 pub(super) struct BlockClock {
     period: Duration,
     phase: Option<Phase>,
+    /// Answers in a row more than [`BEHIND_BLOCKS`] behind the latest block seen.
+    behind: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +68,7 @@ impl BlockClock {
         BlockClock {
             period,
             phase: None,
+            behind: 0,
         }
     }
 
@@ -93,9 +101,19 @@ impl BlockClock {
             return;
         };
         if latest < p.number {
-            // An answer overtaken by a newer one.
+            // An answer overtaken by a newer one, or a node a little behind; many in a
+            // row far behind: the chain is not the one the clock saw, start again.
+            if latest + BEHIND_BLOCKS < p.number {
+                self.behind += 1;
+                if self.behind >= BEHIND_ANSWERS {
+                    self.phase = None;
+                    self.behind = 0;
+                    self.observe(sent, latest);
+                }
+            }
             return;
         }
+        self.behind = 0;
         if latest == p.number {
             p.missed = p.missed.max(Some(sent));
             // Seen from a poll sent before the estimate: the estimate was late.
@@ -159,6 +177,8 @@ pub(super) struct Poller {
     seen_retry: bool,
     /// Polls in a row that came before the expected block.
     early: u32,
+    /// A poll was sent at once for `expect` because another poll had seen it.
+    caught_up: bool,
 }
 
 impl Poller {
@@ -174,7 +194,14 @@ impl Poller {
             // No block seen yet: a quarter block at a time.
             return clock.period / 4;
         };
-        let expect = *self.expect.get_or_insert_with(|| clock.expected(&p, now));
+        let mut expect = *self.expect.get_or_insert_with(|| clock.expected(&p, now));
+        // Never further ahead than the block after the latest one seen: on a chain
+        // slower than its configured period the guess can run ahead of the blocks.
+        let seen = last.map_or(p.number, |l| l.max(p.number));
+        if expect > seen + 1 {
+            expect = seen + 1;
+            self.expect = Some(expect);
+        }
         if last.is_some_and(|l| l >= expect) {
             // Our own poll saw the block, and our receipt was not in the answer.
             if !self.seen_retry {
@@ -186,10 +213,13 @@ impl Poller {
             self.expect = Some(next);
             self.seen_retry = false;
             self.early = 0;
+            self.caught_up = false;
             return (clock.threshold(&p, next) + MARGIN).saturating_duration_since(now);
         }
-        if p.number >= expect && last.is_some() {
-            // Another poll has seen the block since ours was sent.
+        if p.number >= expect && last.is_some() && !self.caught_up {
+            // Another poll has seen the block since ours was sent: once at once (a
+            // node behind the others is then polled with the backoff below).
+            self.caught_up = true;
             return Duration::ZERO;
         }
         let due = clock.threshold(&p, expect) + MARGIN;
@@ -297,6 +327,66 @@ mod tests {
                 lags.len()
             );
         }
+    }
+
+    /// A node that stays behind the block another poll saw is not polled in a loop.
+    #[test]
+    fn a_node_behind_the_others_is_not_polled_in_a_loop() {
+        let origin = Instant::now();
+        let mut clock = BlockClock::new(PERIOD);
+        clock.observe(origin, 10);
+        let mut poller = Poller::default();
+        let now = origin + Duration::from_millis(100);
+        let first = poller.pause(&clock, now, None);
+        assert!(first > Duration::from_secs(1), "{first:?}");
+        // Another poll saw block 11; ours keeps answering 10.
+        clock.observe(origin + PERIOD + MARGIN, 11);
+        let mut at = origin + PERIOD + MARGIN * 2;
+        let mut zeros = 0;
+        let mut total = Duration::ZERO;
+        for _ in 0..20 {
+            let pause = poller.pause(&clock, at, Some(10));
+            zeros += usize::from(pause.is_zero());
+            total += pause;
+            at += pause;
+        }
+        assert!(zeros <= 1, "{zeros} polls at once");
+        assert!(total >= Duration::from_secs(2), "20 polls in {total:?}");
+    }
+
+    /// A clock that saw a higher block than the chain now has (a devnet started again,
+    /// another chain behind the URL) starts over instead of waiting for it.
+    #[test]
+    fn a_chain_that_went_back_resets_the_clock() {
+        let origin = Instant::now();
+        let mut clock = BlockClock::new(PERIOD);
+        clock.observe(origin, 1_000);
+        for i in 1..=BEHIND_ANSWERS {
+            clock.observe(origin + Duration::from_millis(u64::from(i) * 10), 5);
+        }
+        assert_eq!(clock.latest(), Some(5));
+        // One lagging answer alone changes nothing.
+        clock.observe(origin + PERIOD, 6);
+        clock.observe(origin + PERIOD + MARGIN, 3);
+        assert_eq!(clock.latest(), Some(6));
+    }
+
+    /// On a chain slower than its configured period the transaction's expected block is
+    /// kept to the one after the latest seen, not guessed from the time alone.
+    #[test]
+    fn a_slow_chain_does_not_send_the_poller_far_ahead() {
+        let origin = Instant::now();
+        let mut clock = BlockClock::new(PERIOD);
+        clock.observe(origin, 7);
+        // An hour later, with the clock not told of any block since.
+        let now = origin + Duration::from_secs(3_600);
+        let mut poller = Poller::default();
+        let _ = poller.pause(&clock, now, None);
+        // The first poll finds the chain at block 8 only.
+        clock.observe(now + Duration::from_millis(5), 8);
+        let pause = poller.pause(&clock, now + Duration::from_millis(5), Some(8));
+        assert!(pause <= PERIOD + MARGIN, "{pause:?}");
+        assert!(poller.expect.is_some_and(|e| e <= 9), "{:?}", poller.expect);
     }
 
     /// The old rule (the phase = when a block was first seen) crept later at every
