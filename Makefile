@@ -123,7 +123,7 @@ bench: build $(PY_DEPS) $(NODE_DEPS)
 	cargo build --release -p umpire-functions $(addprefix --bin ,$(BENCH_FUNCTIONS))
 	UMPIRE_BENCH_DIR=$(BENCH_DIR) UMPIRE_BIN=$(UMPIRE_RELEASE) \
 	  UMPIRE_LAMBDA_WORKER_BIN=$(CARGO_TARGET_DIR)/release/checker \
-	  cargo bench --profile fast -p umpire-core -p umpire-checker -p umpire-pay
+	  cargo bench --profile fast -p umpire-core -p umpire-checker -p umpire-x402
 	set -o pipefail; UMPIRE_BIN=$(UMPIRE_RELEASE) UMPIRE_PYTHON=$(PY) UMPIRE_HEALTH_P99_MS=100 \
 	  cargo test -p umpire-blackbox --test load hostile -- --nocapture 2>&1 | grep -E "hostile load:|test result"
 	set -o pipefail; UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) UMPIRE_HOSTILE_INPUT_P99_MS=50 \

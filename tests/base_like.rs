@@ -20,7 +20,7 @@ use umpire_blackbox::chain::{
 };
 use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json, post_paid};
 use umpire_core::json::Value;
-use umpire_pay::evm::TransferWithAuthorization;
+use umpire_x402::evm::TransferWithAuthorization;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 

@@ -177,7 +177,7 @@ fn a_facilitator_that_never_settles_is_given_up_at_the_deadline() {
 #[test]
 fn an_authorization_shorter_than_the_budget_is_refused_before_any_work() {
     use alloy::signers::local::PrivateKeySigner;
-    use umpire_pay::client::{pick_evm, sign_exact_evm};
+    use umpire_x402::client::{pick_evm, sign_exact_evm};
 
     let devnet = Devnet::start();
     let page = Held::start("service up");
@@ -189,8 +189,8 @@ fn an_authorization_shorter_than_the_budget_is_refused_before_any_work() {
     let body = probe_body(page.addr);
     let unpaid = server.post_json("/v1/verdicts/probe", &body);
     assert_eq!(unpaid.status, 402);
-    let required: umpire_pay::PaymentRequired =
-        umpire_pay::decode_header(unpaid.header("payment-required").expect("PAYMENT-REQUIRED"))
+    let required: umpire_x402::PaymentRequired =
+        umpire_x402::decode_header(unpaid.header("payment-required").expect("PAYMENT-REQUIRED"))
             .expect("requirements");
     let mut accepted = pick_evm(&required).expect("an EVM rail").clone();
     assert!(

@@ -648,7 +648,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
 #[test]
 fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     use alloy::signers::local::PrivateKeySigner;
-    use umpire_pay::client::{pick_evm, sign_exact_evm};
+    use umpire_x402::client::{pick_evm, sign_exact_evm};
 
     let devnet = Devnet::start();
     let proxy = RpcProxy::start(&devnet);
@@ -666,8 +666,8 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     let payer0 = devnet.balance(&payer);
     let unpaid = server.post_json("/v1/verdicts/basic", BODY);
     assert_eq!(unpaid.status, 402);
-    let required: umpire_pay::PaymentRequired =
-        umpire_pay::decode_header(unpaid.header("payment-required").expect("PAYMENT-REQUIRED"))
+    let required: umpire_x402::PaymentRequired =
+        umpire_x402::decode_header(unpaid.header("payment-required").expect("PAYMENT-REQUIRED"))
             .expect("requirements");
     let accepted = pick_evm(&required).expect("an EVM rail");
     let signer: PrivateKeySigner = devnet.get("payer_private_key").parse().expect("payer key");

@@ -12,7 +12,7 @@ use umpire_blackbox::{
     serve_fixed,
 };
 use umpire_core::json::Value;
-use umpire_pay::{PaymentRequired, decode_header};
+use umpire_x402::{PaymentRequired, decode_header};
 
 const SPEC: &str = r#"{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]}"#;
 const DELIVERABLE: &str = r##"{"text":"# Report\nall tests pass"}"##;
@@ -131,7 +131,7 @@ fn usdc_on_solana_is_bought_with_the_reference_client_and_facilitator() {
     let mut raw = decode_b64_json(&payment);
     let tx = raw["payload"]["transaction"].take();
     raw["payload"] = serde_json::json!({"transaction": tx});
-    let respelled = umpire_pay::encode_header(
+    let respelled = umpire_x402::encode_header(
         &serde_json::from_str::<serde_json::Value>(
             &serde_json::to_string_pretty(&raw).expect("json"),
         )
@@ -269,7 +269,7 @@ fn an_unconfirmed_sol_transfer_is_delivered_only_once_it_lands() {
     let price: u64 = required
         .accepts
         .iter()
-        .find(|r| r.asset == umpire_pay::svm::NATIVE_SOL_ASSET)
+        .find(|r| r.asset == umpire_x402::svm::NATIVE_SOL_ASSET)
         .and_then(|r| r.amount.to_u64())
         .expect("SOL option");
     let payment = net.sign_native(&required, None);

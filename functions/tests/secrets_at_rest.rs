@@ -128,12 +128,12 @@ async fn paid_headers(state: &AppState, devnet: &Devnet, body: &str) -> (String,
     let json = [("content-type", "application/json")];
     let (status, _, headers) = call(state, "POST", "/v1/verdicts/basic", &json, body).await;
     assert_eq!(status, 402);
-    let required: umpire_pay::PaymentRequired =
-        umpire_pay::decode_header(headers["payment-required"].to_str().expect("ascii"))
+    let required: umpire_x402::PaymentRequired =
+        umpire_x402::decode_header(headers["payment-required"].to_str().expect("ascii"))
             .expect("requirements");
-    let accepted = umpire_pay::client::pick_evm(&required).expect("an EVM rail");
+    let accepted = umpire_x402::client::pick_evm(&required).expect("an EVM rail");
     let signer: PrivateKeySigner = devnet.get("payer_private_key").parse().expect("key");
-    let payment = umpire_pay::client::sign_exact_evm(
+    let payment = umpire_x402::client::sign_exact_evm(
         &signer,
         &required,
         accepted,

@@ -388,8 +388,8 @@ async fn every_route_and_job_runs_under_its_own_role() {
         );
         let unpaid = post_json(&stack, "/v1/verdicts/basic", BASIC);
         assert_eq!(unpaid.status, 402);
-        let required: umpire_pay::PaymentRequired =
-            umpire_pay::decode_header(unpaid.header("payment-required").expect("402 header"))
+        let required: umpire_x402::PaymentRequired =
+            umpire_x402::decode_header(unpaid.header("payment-required").expect("402 header"))
                 .expect("requirements");
         let before = solana.lamports(&solana.get("pay_to"));
         let payment = solana.sign_native(&required, None);

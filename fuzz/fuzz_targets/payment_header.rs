@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use umpire_pay::{PaymentPayload, decode_header};
+use umpire_x402::{PaymentPayload, decode_header};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

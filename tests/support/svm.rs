@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{Value, json};
-use umpire_pay::PaymentRequired;
-use umpire_pay::client::{sign_exact_svm, solana_keypair};
+use umpire_x402::PaymentRequired;
+use umpire_x402::client::{sign_exact_svm, solana_keypair};
 
 use crate::chain::{Bought, FACILITATOR_TOKEN, node_json};
 use crate::{Server, TempDir, repo_root};
@@ -188,15 +188,15 @@ impl SolanaNet {
         let mut option = required
             .accepts
             .iter()
-            .find(|r| r.asset == umpire_pay::svm::NATIVE_SOL_ASSET)
+            .find(|r| r.asset == umpire_x402::svm::NATIVE_SOL_ASSET)
             .unwrap_or_else(|| panic!("no SOL option: {required:?}"))
             .clone();
         if let Some(l) = lamports {
-            option.amount = umpire_pay::types::TokenAmount::from(l);
+            option.amount = umpire_x402::types::TokenAmount::from(l);
         }
         let hash = self.rpc("getLatestBlockhash", json!([]))["value"]["blockhash"]
             .as_str()
-            .and_then(umpire_pay::svm::Pubkey::from_base58)
+            .and_then(umpire_x402::svm::Pubkey::from_base58)
             .expect("blockhash")
             .0;
         sign_exact_svm(

@@ -11,7 +11,7 @@ use reqwest::Method;
 use std::process::ExitCode;
 use std::time::Duration;
 use umpire_core::json::{Value, parse};
-use umpire_pay::decode_header;
+use umpire_x402::decode_header;
 
 use super::Local;
 

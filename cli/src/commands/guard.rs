@@ -26,8 +26,8 @@ use std::sync::Mutex;
 use reqwest::Method;
 use umpire_core::json::Value;
 use umpire_core::signer::{PublicKey, active_keys_from_document};
-use umpire_pay::offers::{OfferPayload, verified_offer};
-use umpire_pay::types::{Asset, PaymentRequired, PaymentRequirements};
+use umpire_x402::offers::{OfferPayload, verified_offer};
+use umpire_x402::types::{Asset, PaymentRequired, PaymentRequirements};
 
 use super::Local;
 use super::client::Api;

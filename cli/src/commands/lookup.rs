@@ -6,7 +6,7 @@ use alloy::signers::SignerSync as _;
 use reqwest::Method;
 use umpire_core::signer::Signer as _;
 use umpire_core::urlenc::component;
-use umpire_pay::siwx::{Proof, SIGN_IN_WITH_X, siwe_message, siws_message};
+use umpire_x402::siwx::{Proof, SIGN_IN_WITH_X, siwe_message, siws_message};
 
 use super::Local;
 use super::client::{Api, free};
@@ -119,7 +119,7 @@ async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local
             ))
         })?
         .to_serde();
-    let host = umpire_pay::siwx::domain_of(api.base())
+    let host = umpire_x402::siwx::domain_of(api.base())
         .ok_or_else(|| Local(format!("{} is not a URL with a host", api.base())))?;
     let (kind, address) = match wallet {
         Wallet::Evm(w) => ("eip191", w.address().to_checksum(None)),
@@ -139,7 +139,7 @@ async fn sign_in(api: &Api, path: &str, wallet: &Wallet) -> Result<String, Local
         Wallet::Evm(w) => {
             let chain_id = proof
                 .chain_id
-                .parse::<umpire_pay::types::Network>()
+                .parse::<umpire_x402::types::Network>()
                 .ok()
                 .and_then(|n| n.chain_id())
                 .ok_or_else(|| Local(format!("{} is not an EVM chain", proof.chain_id)))?;

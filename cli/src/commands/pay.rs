@@ -7,10 +7,10 @@ use super::guard::{Guard, GuardArgs, Room};
 use alloy::signers::local::PrivateKeySigner;
 use std::path::{Path, PathBuf};
 use umpire_core::signer::LocalSigner;
-use umpire_pay::client::{Mint, RailChoice, pick, sign_exact_evm, sign_exact_svm, solana_keypair};
 use umpire_pay::solana::SolanaRpc;
-use umpire_pay::types::{Asset, PaymentRequirements};
-use umpire_pay::{PaymentRequired, svm};
+use umpire_x402::client::{Mint, RailChoice, pick, sign_exact_evm, sign_exact_svm, solana_keypair};
+use umpire_x402::types::{Asset, PaymentRequirements};
+use umpire_x402::{PaymentRequired, svm};
 
 /// Who pays, and what every payment is checked against before it is signed (see
 /// `guard`): nothing is signed that the guard refuses.

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use std::time::Duration;
 use umpire_core::json::Value;
-use umpire_pay::{HEADER_PAYMENT_SIGNATURE, PaymentRequired, decode_header};
+use umpire_x402::{HEADER_PAYMENT_SIGNATURE, PaymentRequired, decode_header};
 
 use super::Local;
 use super::client::{Answer, Api};

@@ -15,7 +15,7 @@ pub struct Config {
     /// Per-IP limits on free routes; None when switched off.
     pub rate_limits: Option<RateLimits>,
     /// The payment rails accepted, in preference order (empty: nothing can be bought).
-    pub rails: umpire_pay::Rails,
+    pub rails: umpire_x402::Rails,
     /// Seconds between a sworn verdict's two passes.
     pub sworn_delay_secs: u32,
     /// The first webhook retry waits this long; each next one twice as long.
@@ -54,7 +54,7 @@ impl Default for Config {
             issuer: DEFAULT_ISSUER.to_owned(),
             check_limit: umpire_checker::DEFAULT_CHECK_LIMIT,
             rate_limits: Some(RateLimits::default()),
-            rails: umpire_pay::Rails {
+            rails: umpire_x402::Rails {
                 rails: Vec::new(),
                 max_timeout_seconds: 60,
             },
@@ -116,7 +116,7 @@ impl Config {
                 ),
             });
         }
-        let need = budget_secs + umpire_pay::evm::VALID_BEFORE_MARGIN_SECS + SIGN_AND_SEND_SECS;
+        let need = budget_secs + umpire_x402::evm::VALID_BEFORE_MARGIN_SECS + SIGN_AND_SEND_SECS;
         if self.rails.max_timeout_seconds < need {
             return Err(ConfigError {
                 name: "UMPIRE_PAYMENT_TIMEOUT_SECONDS",
@@ -146,8 +146,8 @@ impl Config {
                         .with(
                             "pricing",
                             match r.pricing {
-                                umpire_pay::RailPricing::Stablecoin { .. } => "fixed",
-                                umpire_pay::RailPricing::SolSpot => "spot + 1.5%, rounded up",
+                                umpire_x402::RailPricing::Stablecoin { .. } => "fixed",
+                                umpire_x402::RailPricing::SolSpot => "spot + 1.5%, rounded up",
                             },
                         );
                     // Who signs as fee payer of a Solana USDC transfer: a payer pins it,
@@ -229,7 +229,7 @@ impl Config {
 /// `UMPIRE_REPUTATION_ANCHORS` (comma-separated addresses; `none` or empty for no
 /// anchor) or, unset, the EVM addresses this deployment is paid at: a payer who bought
 /// from us paid a party that does not hand the money back.
-fn anchors_from_env(rails: &umpire_pay::Rails) -> Result<Vec<String>, ConfigError> {
+fn anchors_from_env(rails: &umpire_x402::Rails) -> Result<Vec<String>, ConfigError> {
     const NAME: &str = "UMPIRE_REPUTATION_ANCHORS";
     let mut anchors: Vec<String> = match std::env::var(NAME) {
         Err(_) => rails

@@ -226,7 +226,7 @@ impl AppState {
     }
 
     /// A fresh SOL spot rate, or None (the SOL option is then left out).
-    pub async fn sol_rate(&self) -> Option<umpire_pay::rails::SolRate> {
+    pub async fn sol_rate(&self) -> Option<umpire_x402::rails::SolRate> {
         match &self.sol_price {
             Some(feed) => feed.rate(self.config.clock.now()).await,
             None => None,

@@ -15,15 +15,16 @@ use bytes::Bytes;
 use umpire_api::{AppState, Config, Response};
 use umpire_core::signer::LocalSigner;
 use umpire_host::{Clock, Deadline};
-use umpire_pay::FailureReason;
 use umpire_pay::settle::Verified;
-use umpire_pay::{
-    FailureKind, HEADER_PAYMENT_REQUIRED, HEADER_PAYMENT_SIGNATURE, PaymentContext, PaymentFailure,
-    PaymentRequired, SettlementResponse, Settler,
-};
+use umpire_pay::{PaymentContext, Settler};
 use umpire_store::LedgerStore;
 use umpire_store::PaymentPhase;
 use umpire_store::sqlite::SqliteStore;
+use umpire_x402::FailureReason;
+use umpire_x402::{
+    FailureKind, HEADER_PAYMENT_REQUIRED, HEADER_PAYMENT_SIGNATURE, PaymentFailure,
+    PaymentRequired, SettlementResponse,
+};
 
 /// One scripted answer of the fake chain; an empty script behaves as a chain does.
 #[derive(Clone)]
@@ -282,13 +283,13 @@ impl Shop {
             .get(HEADER_PAYMENT_REQUIRED)
             .and_then(|v| v.to_str().ok())
             .expect("PAYMENT-REQUIRED");
-        let required: PaymentRequired = umpire_pay::decode_header(text).expect("requirements");
-        let mut accepted = umpire_pay::client::pick_evm(&required)
+        let required: PaymentRequired = umpire_x402::decode_header(text).expect("requirements");
+        let mut accepted = umpire_x402::client::pick_evm(&required)
             .expect("an EVM option")
             .clone();
         accepted.max_timeout_seconds = valid_secs;
         let nonce: [u8; 32] = rand_nonce();
-        umpire_pay::client::sign_exact_evm(
+        umpire_x402::client::sign_exact_evm(
             &self.wallet,
             &required,
             &accepted,
@@ -338,14 +339,14 @@ fn ledger_key(state: &AppState, header: &str) -> String {
 
 /// The payment in `header`, matched against the reputation route's price.
 fn context(state: &AppState, header: &str) -> PaymentContext {
-    let raw: serde_json::Value = umpire_pay::decode_header(header).expect("payment");
-    let payment = umpire_pay::PaymentPayload::from_json(raw.clone()).expect("payload");
+    let raw: serde_json::Value = umpire_x402::decode_header(header).expect("payment");
+    let payment = umpire_x402::PaymentPayload::from_json(raw.clone()).expect("payload");
     let (rail, requirements) = state
         .config
         .rails
         .match_payment(
             &payment,
-            &umpire_pay::rails::Offer::fixed(
+            &umpire_x402::rails::Offer::fixed(
                 umpire_core::product::REPUTATION_PRICE,
                 "/v1/reputation",
             ),
@@ -362,7 +363,7 @@ fn context(state: &AppState, header: &str) -> PaymentContext {
 
 /// The same authorization spelled another way: nonce and signature in upper-case hex.
 fn re_encoded(header: &str) -> String {
-    let mut raw: serde_json::Value = umpire_pay::decode_header(header).expect("payment");
+    let mut raw: serde_json::Value = umpire_x402::decode_header(header).expect("payment");
     for field in ["signature", "authorization"] {
         let v = &mut raw["payload"][field];
         if field == "signature" {
@@ -373,7 +374,7 @@ fn re_encoded(header: &str) -> String {
                 serde_json::Value::String(v["from"].as_str().expect("from").to_ascii_lowercase());
         }
     }
-    umpire_pay::encode_header(&raw)
+    umpire_x402::encode_header(&raw)
 }
 
 fn upper_hex(v: &serde_json::Value) -> serde_json::Value {

@@ -34,9 +34,9 @@ use serde_json::{Map, Value};
 
 use crate::evm::EvmChain;
 use crate::price::{DEFAULT_SOL_PRICE_URL, SolPriceFeed};
-use crate::rails::{Rail, RailPricing, Rails};
 use crate::settle::{FacilitatorClient, Payments, SelfSettler, Settler};
-use crate::types::{Account, Asset, Namespace, Network, Scheme};
+use umpire_x402::rails::{Rail, RailPricing, Rails};
+use umpire_x402::types::{Account, Asset, Namespace, Network, Scheme};
 
 pub const BASE_MAINNET: &str = "eip155:8453";
 pub const BASE_SEPOLIA: &str = "eip155:84532";
@@ -83,7 +83,7 @@ fn evm_address(s: &str) -> Option<alloy::primitives::Address> {
     s.parse::<Account>().ok()?.evm()
 }
 
-fn solana_address(s: &str) -> Option<crate::svm::Pubkey> {
+fn solana_address(s: &str) -> Option<umpire_x402::svm::Pubkey> {
     s.parse::<Account>().ok()?.solana()
 }
 
@@ -231,7 +231,10 @@ pub fn rails_from(get: impl Fn(&str) -> Option<String>) -> Result<Rails, PayConf
 /// scheme's `payload.transaction`.
 fn native_sol_extra() -> Map<String, Value> {
     let mut extra = Map::new();
-    extra.insert("decimals".into(), Value::from(crate::svm::SOL_DECIMALS));
+    extra.insert(
+        "decimals".into(),
+        Value::from(umpire_x402::svm::SOL_DECIMALS),
+    );
     extra.insert("transfer".into(), Value::from("system"));
     extra
 }

@@ -1,39 +1,13 @@
-//! x402, the HTTP 402 payment protocol, as Umpire speaks it: the `PaymentRequired`
-//! answer (v2 header `PAYMENT-REQUIRED`, mirrored in the body; v1 body), the client's
-//! payment (`PAYMENT-SIGNATURE` v2, `X-PAYMENT` v1), the `SettlementResponse`
-//! (`PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE`), and matching a payment against our
-//! own requirements, never the client's copy. Chain specifics (EIP-3009 signatures,
-//! settlement) live behind this crate.
+//! Settling x402 payments (the protocol itself is `umpire-x402`): verifying a matched
+//! payment against the chain and settling it, on our own (EVM
+//! `transferWithAuthorization` broadcast by our settler, Solana transactions
+//! co-signed and sent) or through a facilitator; the SOL price feed that prices native
+//! SOL; and the rails' configuration from the environment.
 
-pub mod client;
-pub mod codec;
 pub mod config;
 pub mod evm;
-pub mod offers;
 pub mod price;
-pub mod rails;
-pub mod reason;
 pub mod settle;
-pub mod siwx;
 pub mod solana;
-pub mod svm;
-pub mod types;
 
-pub use codec::{CodecError, decode_header, encode_header};
-pub use rails::{Rail, RailPricing, Rails};
-pub use reason::{FailureKind, FailureReason, PaymentFailure};
 pub use settle::{PaymentContext, Payments, Settler};
-pub use types::{
-    EvmAuthorization, EvmExactPayload, PaymentPayload, PaymentRequired, PaymentRequirements,
-    PaymentRequirementsV1, ResourceInfo, SettlementResponse, X402Version,
-};
-
-/// The v2 response header carrying `PaymentRequired`.
-pub const HEADER_PAYMENT_REQUIRED: &str = "payment-required";
-/// The v2 request header carrying `PaymentPayload`.
-pub const HEADER_PAYMENT_SIGNATURE: &str = "payment-signature";
-/// The v1 request header.
-pub const HEADER_X_PAYMENT: &str = "x-payment";
-/// The v2 and v1 response headers carrying `SettlementResponse`.
-pub const HEADER_PAYMENT_RESPONSE: &str = "payment-response";
-pub const HEADER_X_PAYMENT_RESPONSE: &str = "x-payment-response";

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::rails::SolRate;
+use umpire_x402::rails::SolRate;
 
 /// Coinbase's spot price of SOL in USD.
 pub const DEFAULT_SOL_PRICE_URL: &str = "https://api.coinbase.com/v2/prices/SOL-USD/spot";

@@ -9,11 +9,11 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
-use crate::reason::{FailureReason, PaymentFailure};
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified, polls_every};
-use crate::svm::{self, Transaction};
-use crate::types::Account;
-use crate::types::SettlementResponse;
+use umpire_x402::reason::{FailureReason, PaymentFailure};
+use umpire_x402::svm::{self, Transaction};
+use umpire_x402::types::Account;
+use umpire_x402::types::SettlementResponse;
 
 /// A Solana JSON-RPC endpoint.
 #[derive(Debug, Clone)]

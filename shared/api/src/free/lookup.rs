@@ -30,7 +30,7 @@ pub async fn status(state: &AppState, req: &Request) -> Response {
 async fn status_inner(state: &AppState, req: &Request) -> Result<Value, Denied> {
     limits::enforce_for(state, "status", req).await?;
     let id = crate::plumbing::routes::last_segment(req);
-    if let Some(proof) = req.headers().get(umpire_pay::siwx::SIGN_IN_WITH_X) {
+    if let Some(proof) = req.headers().get(umpire_x402::siwx::SIGN_IN_WITH_X) {
         let rec = siwx::proven(state, id, proof).await?;
         return Ok(status_body(&rec)?);
     }

@@ -8,9 +8,9 @@
 use http::HeaderValue;
 use umpire_core::json::Value;
 use umpire_core::{ApiError, ErrorCode};
-use umpire_pay::siwx::{self, Expected, Proof, SIGN_IN_WITH_X};
-use umpire_pay::types::{Account, Network};
 use umpire_store::VerdictRecord;
+use umpire_x402::siwx::{self, Expected, Proof, SIGN_IN_WITH_X};
+use umpire_x402::types::{Account, Network};
 
 use super::denied::{Denied, not_found, stored_verdict};
 use crate::plumbing::respond;
@@ -107,9 +107,9 @@ pub(super) fn challenge(state: &AppState, req: &Request, e: &ApiError) -> Respon
         "accepts": [],
         "extensions": {SIGN_IN_WITH_X: declaration},
     });
-    if let Ok(v) = HeaderValue::from_str(&umpire_pay::encode_header(&required)) {
+    if let Ok(v) = HeaderValue::from_str(&umpire_x402::encode_header(&required)) {
         r.headers_mut()
-            .insert(umpire_pay::HEADER_PAYMENT_REQUIRED, v);
+            .insert(umpire_x402::HEADER_PAYMENT_REQUIRED, v);
     }
     r
 }

@@ -69,14 +69,14 @@ pub(super) async fn paid_tool(
                 "_meta[\"x402/payment\"] must be the x402 PaymentPayload object",
             ));
         }
-        let encoded = off_thread(move || umpire_pay::encode_header(&payment.to_serde())).await;
+        let encoded = off_thread(move || umpire_x402::encode_header(&payment.to_serde())).await;
         if encoded.len() > MAX_PAYMENT_BYTES {
             return Ok(tool_error(&format!(
                 "_meta[\"x402/payment\"] is {} bytes encoded; a payment is at most {MAX_PAYMENT_BYTES}",
                 encoded.len()
             )));
         }
-        headers.push((umpire_pay::HEADER_PAYMENT_SIGNATURE, encoded));
+        headers.push((umpire_x402::HEADER_PAYMENT_SIGNATURE, encoded));
     }
     if let Some(key) = args.get("idempotency_key") {
         let Some(key) = key.as_str() else {
@@ -138,11 +138,11 @@ pub(super) fn paid_result(response: Response) -> Value {
             .headers()
             .get(name)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| umpire_pay::decode_header::<serde_json::Value>(v).ok())
+            .and_then(|v| umpire_x402::decode_header::<serde_json::Value>(v).ok())
             .map(Value::from)
     };
-    let settlement = header_json(umpire_pay::HEADER_PAYMENT_RESPONSE);
-    let required = header_json(umpire_pay::HEADER_PAYMENT_REQUIRED);
+    let settlement = header_json(umpire_x402::HEADER_PAYMENT_RESPONSE);
+    let required = header_json(umpire_x402::HEADER_PAYMENT_REQUIRED);
     if response.status().as_u16() == 402
         && let Some(Value::Object(mut required)) = required
     {

@@ -10,8 +10,8 @@ use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_fetch::LOOKUP_TIMEOUT;
 use umpire_host::random_id;
-use umpire_pay::SettlementResponse;
 use umpire_store::{VerdictRecord, VerdictStatus};
+use umpire_x402::SettlementResponse;
 
 use crate::free::handlers::json_bytes;
 use crate::paid::checkout::{self, Checkout, Prepared, Product, Void};

@@ -14,8 +14,8 @@ use umpire_core::hash::sha256_hex;
 use umpire_core::product::{IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_MIN};
 use umpire_core::signer::Signer;
 use umpire_core::{ApiError, ErrorCode};
-use umpire_pay::types::Account;
 use umpire_store::{Claim, IdempotencyRecord, IdempotencyState, StoredResponse};
+use umpire_x402::types::Account;
 
 use crate::{AppState, Response};
 

@@ -5,7 +5,7 @@
 //! also carries `x402Version: 1` and the v1 `accepts` (v2 clients read the header first).
 
 use umpire_core::{ApiError, ErrorCode, Value};
-use umpire_pay::{HEADER_PAYMENT_REQUIRED, PaymentRequired, PaymentRequirementsV1, encode_header};
+use umpire_x402::{HEADER_PAYMENT_REQUIRED, PaymentRequired, PaymentRequirementsV1, encode_header};
 
 use crate::Response;
 use crate::plumbing::respond;
@@ -36,7 +36,7 @@ mod tests {
     use super::*;
     use crate::Config;
     use umpire_core::product::Tier;
-    use umpire_pay::ResourceInfo;
+    use umpire_x402::ResourceInfo;
 
     fn config() -> Config {
         let rails = umpire_pay::config::rails_from(|k| match k {
@@ -65,7 +65,7 @@ mod tests {
             ..ResourceInfo::default()
         };
         let price = Tier::Probe.price();
-        let offer = umpire_pay::rails::Offer::fixed(price, "/v1/verdicts/probe");
+        let offer = umpire_x402::rails::Offer::fixed(price, "/v1/verdicts/probe");
         let req = c
             .rails
             .payment_required(&offer, resource.clone(), "payment required");
@@ -89,7 +89,7 @@ mod tests {
             .and_then(|v| v.to_str().ok())
             .expect("PAYMENT-REQUIRED header");
         let from_header: serde_json::Value =
-            umpire_pay::decode_header(header).expect("base64 JSON");
+            umpire_x402::decode_header(header).expect("base64 JSON");
         let body = umpire_core::json::parse(r.body()).expect("body JSON");
         assert_eq!(
             body.get("requirements"),

@@ -38,9 +38,9 @@ use alloy::transports::{RpcError, TransportErrorKind};
 use tracing::Instrument as _;
 
 use crate::evm::block_clock::{BlockClock, Poller};
-use crate::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
-use crate::reason::{FailureReason, PaymentFailure};
 use crate::settle::polls_every;
+use umpire_x402::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
+use umpire_x402::reason::{FailureReason, PaymentFailure};
 
 /// Gas for `transferWithAuthorization` with an EOA signature: USDC spends about 85,000
 /// (a cold nonce slot and two balances); the rest is margin. Smart-wallet signatures
@@ -1399,7 +1399,7 @@ mod tests {
     use super::*;
     use alloy::sol_types::SolEvent;
 
-    use crate::evm::TransferWithAuthorization;
+    use umpire_x402::evm::TransferWithAuthorization;
 
     const TOKEN: Address = Address::repeat_byte(0x70);
     const PAYER: Address = Address::repeat_byte(0x01);

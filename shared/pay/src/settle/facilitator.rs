@@ -8,9 +8,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
-use crate::reason::{FailureKind, FailureReason, PaymentFailure};
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
-use crate::types::{Account, SettlementResponse};
+use umpire_x402::reason::{FailureKind, FailureReason, PaymentFailure};
+use umpire_x402::types::{Account, SettlementResponse};
 
 /// A facilitator reached over HTTP.
 #[derive(Debug, Clone)]

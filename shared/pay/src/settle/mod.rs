@@ -17,11 +17,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use umpire_host::Deadline;
 
-use crate::evm::Eip3009Payment;
-use crate::rails::{Family, Rail};
-use crate::reason::{FailureReason, PaymentFailure};
-use crate::svm;
-use crate::types::{
+use umpire_x402::evm::Eip3009Payment;
+use umpire_x402::rails::{Family, Rail};
+use umpire_x402::reason::{FailureReason, PaymentFailure};
+use umpire_x402::svm;
+use umpire_x402::types::{
     Account, EvmExactPayload, PaymentPayload, PaymentRequirements, PaymentRequirementsV1, Scheme,
     SettlementResponse, X402Version,
 };

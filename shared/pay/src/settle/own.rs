@@ -5,11 +5,12 @@ use alloy::primitives::{Address, B256};
 use async_trait::async_trait;
 use umpire_host::Deadline;
 
-use crate::evm::{Eip3009Payment, EvmChain, OnChain, SpentBy};
-use crate::rails::Rail;
-use crate::reason::{FailureReason, PaymentFailure};
+use crate::evm::{EvmChain, OnChain, SpentBy};
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
-use crate::types::{Account, SettlementResponse};
+use umpire_x402::evm::Eip3009Payment;
+use umpire_x402::rails::Rail;
+use umpire_x402::reason::{FailureReason, PaymentFailure};
+use umpire_x402::types::{Account, SettlementResponse};
 
 /// Settles EVM payments ourselves: chain reads and simulation to verify, then
 /// `transferWithAuthorization` from the settler key.

@@ -6,8 +6,9 @@ use std::time::Duration;
 use http::HeaderValue;
 use umpire_core::{ApiError, ErrorCode, Value};
 use umpire_host::Deadline;
-use umpire_pay::{FailureKind, FailureReason, PaymentContext, PaymentFailure, SettlementResponse};
+use umpire_pay::PaymentContext;
 use umpire_store::{StoreError, VerdictRecord};
+use umpire_x402::{FailureKind, FailureReason, PaymentFailure, SettlementResponse};
 
 use crate::paid::ledger::Prepared;
 use crate::paid::secret;

@@ -3,7 +3,7 @@
 
 use umpire_host::Deadline;
 use umpire_pay::settle::payer_named_in;
-use umpire_pay::types::Account;
+use umpire_x402::types::Account;
 
 use crate::paid::idempotency::{self, RequestHash, ScopedKey};
 use crate::plumbing::respond;

@@ -2,10 +2,10 @@
 //! in the ledger, so one authorization pays for one purchase whatever key it arrives
 //! under.
 
-use umpire_pay::FailureReason;
-use umpire_pay::PaymentFailure;
-use umpire_pay::rails::Family;
 use umpire_store::PaymentState;
+use umpire_x402::FailureReason;
+use umpire_x402::PaymentFailure;
+use umpire_x402::rails::Family;
 
 use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
 use crate::paid::ledger::{self, ClaimError, Hold, PaymentKey, Running};

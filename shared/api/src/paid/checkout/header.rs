@@ -3,7 +3,7 @@
 
 use http::HeaderValue;
 use umpire_core::{ApiError, ErrorCode, Value};
-use umpire_pay::{
+use umpire_x402::{
     FailureReason, HEADER_PAYMENT_RESPONSE, HEADER_PAYMENT_SIGNATURE, HEADER_X_PAYMENT,
     HEADER_X_PAYMENT_RESPONSE, PaymentFailure, PaymentPayload, SettlementResponse, decode_header,
     encode_header,

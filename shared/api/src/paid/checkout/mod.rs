@@ -60,8 +60,9 @@ pub use crate::paid::ledger::Prepared;
 use umpire_core::ApiError;
 use umpire_core::product::{Price, REPUTATION_PRICE, Tier};
 use umpire_host::Deadline;
-use umpire_pay::types::{Account, Network};
-use umpire_pay::{PaymentContext, PaymentFailure, SettlementResponse};
+use umpire_pay::PaymentContext;
+use umpire_x402::types::{Account, Network};
+use umpire_x402::{PaymentFailure, SettlementResponse};
 
 use crate::paid::discovery::Listing;
 use crate::paid::ledger::Hold;
@@ -216,7 +217,7 @@ impl Checkout<'_> {
         // say it is valid for ages; both stores keep a number they can write).
         let longest = now
             .saturating_add(self.ctx.requirements.max_timeout_seconds)
-            .saturating_add(umpire_pay::evm::VALID_BEFORE_SLACK_SECS);
+            .saturating_add(umpire_x402::evm::VALID_BEFORE_SLACK_SECS);
         let kept_until = match self.ctx.lands_by() {
             Some(t) => t.min(longest).saturating_add(LANDING_MARGIN_SECS),
             None => now + 2 * u64::from(state.config.in_progress_secs),

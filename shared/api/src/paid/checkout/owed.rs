@@ -9,7 +9,8 @@
 //! gets the secret back by presenting a payment signed now (see `claim::claim`).
 
 use umpire_core::ApiError;
-use umpire_pay::{FailureKind, FailureReason, PaymentContext, PaymentFailure, SettlementResponse};
+use umpire_pay::PaymentContext;
+use umpire_x402::{FailureKind, FailureReason, PaymentFailure, SettlementResponse};
 
 use crate::paid::ledger::{self, Hold, PaymentKey, Prepared, Retake, Running};
 use crate::plumbing::metrics::{self, Metric};

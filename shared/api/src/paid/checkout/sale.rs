@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use umpire_core::{ApiError, ErrorCode};
-use umpire_pay::offers;
-use umpire_pay::rails::{Offer, SolRate};
-use umpire_pay::types::{Account, Network};
-use umpire_pay::{
+use umpire_x402::offers;
+use umpire_x402::rails::{Offer, SolRate};
+use umpire_x402::types::{Account, Network};
+use umpire_x402::{
     FailureKind, FailureReason, PaymentFailure, PaymentRequired, PaymentRequirementsV1,
     ResourceInfo, SettlementResponse,
 };

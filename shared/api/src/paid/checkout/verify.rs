@@ -3,11 +3,12 @@
 //! purchase: the one it already bought for this very request.
 
 use umpire_core::ErrorCode;
-use umpire_pay::rails::{MatchError, Offer};
+use umpire_pay::PaymentContext;
 use umpire_pay::settle::VerifyTimes;
-use umpire_pay::types::Account;
-use umpire_pay::{PaymentContext, PaymentFailure, PaymentRequirements, Rail, SettlementResponse};
 use umpire_store::PaymentState;
+use umpire_x402::rails::{MatchError, Offer};
+use umpire_x402::types::Account;
+use umpire_x402::{PaymentFailure, PaymentRequirements, Rail, SettlementResponse};
 
 use crate::paid::idempotency::{self, Decision};
 use crate::paid::ledger::{self, PaymentKey};

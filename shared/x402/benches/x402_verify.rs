@@ -7,10 +7,10 @@
 use alloy::signers::local::PrivateKeySigner;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};
-use umpire_pay::client::sign_exact_evm;
-use umpire_pay::evm::Eip3009Payment;
-use umpire_pay::types::{EvmExactPayload, Scheme};
-use umpire_pay::{PaymentPayload, PaymentRequired, Rail, RailPricing, decode_header};
+use umpire_x402::client::sign_exact_evm;
+use umpire_x402::evm::Eip3009Payment;
+use umpire_x402::types::{EvmExactPayload, Scheme};
+use umpire_x402::{PaymentPayload, PaymentRequired, Rail, RailPricing, decode_header};
 
 const NOW: u64 = 1_800_000_000;
 
