@@ -18,7 +18,7 @@ use serde_json::json;
 use umpire_blackbox::chain::{
     Devnet, Fault, Mining, RpcProxy, Settlement, buy_v2, sign_payment, sign_payments,
 };
-use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json, post_paid};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json};
 use umpire_core::json::Value;
 use umpire_x402::evm::TransferWithAuthorization;
 
@@ -73,14 +73,12 @@ impl Base {
     }
 
     fn buy(&self, payment: &str, key: &str) -> Reply {
-        post_paid(self.server.addr, "/v1/verdicts/basic", BODY, payment, key)
+        self.server.buy("basic", BODY, payment, key)
     }
 
     fn buy_in_background(&self, payment: &str, key: &str) -> std::thread::JoinHandle<Reply> {
         let (server, payment, key) = (self.server.clone(), payment.to_owned(), key.to_owned());
-        std::thread::spawn(move || {
-            post_paid(server.addr, "/v1/verdicts/basic", BODY, &payment, &key)
-        })
+        std::thread::spawn(move || server.buy("basic", BODY, &payment, &key))
     }
 
     fn charged(&self) -> u128 {
@@ -274,9 +272,8 @@ fn a_bystander_executing_the_authorization_between_our_steps_still_buys_it_once(
     assert_eq!(base.charged(), PRICE_BASIC, "charged once");
 
     // The same authorization buys no other request.
-    let other = post_paid(
-        base.server.addr,
-        "/v1/verdicts/basic",
+    let other = base.server.buy(
+        "basic",
         &BODY.replace("all tests pass", "all tests passed"),
         &payment,
         &key(),
@@ -614,9 +611,7 @@ fn a_transfer_that_would_have_failed_its_estimate_reverts_and_delivers_nothing()
     let payment = sign_payment(&base.devnet, &url, &body);
     let purchase = {
         let (server, body, payment) = (base.server.clone(), body.clone(), payment.clone());
-        std::thread::spawn(move || {
-            post_paid(server.addr, "/v1/verdicts/probe", &body, &payment, &key())
-        })
+        std::thread::spawn(move || server.buy("probe", &body, &payment, &key()))
     };
     page.wait_for_request(Duration::from_secs(30));
     // Verified; now the payer empties the wallet.

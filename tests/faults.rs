@@ -20,10 +20,6 @@ const IN_PROGRESS_SECS: u64 = 8;
 /// roomy enough for a debug build on a loaded machine.
 const BUDGET_MS: &str = "7000";
 
-fn buy(server: &Server, payment: &str, key: &str) -> Reply {
-    post_paid(server.addr, "/v1/verdicts/basic", BODY, payment, key)
-}
-
 fn text(r: &Reply) -> String {
     String::from_utf8_lossy(&r.body).into_owned()
 }
@@ -49,7 +45,7 @@ fn stored_document(server: &Server, purchase: &Value) -> Value {
 fn replay_with_fresh_payment(devnet: &Devnet, server: &Server, key: &str) -> Value {
     let url = format!("http://{}/v1/verdicts/basic", server.addr);
     let fresh = sign_payments(devnet, &url, BODY, 1).remove(0);
-    let r = buy(server, &fresh, key);
+    let r = server.buy("basic", BODY, &fresh, key);
     assert_eq!(r.status, 201, "{}", text(&r));
     assert_eq!(
         r.header("idempotent-replayed"),
@@ -174,7 +170,7 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
     let deadline = crashed_at + Duration::from_secs(IN_PROGRESS_SECS + 10);
     let mut verdict_ids = Vec::new();
     for (payment, key) in payments.iter().zip(&keys) {
-        let r = retry_until_answered(deadline, || buy(&server, payment, key));
+        let r = retry_until_answered(deadline, || server.buy("basic", BODY, payment, key));
         assert_eq!(r.status, 201, "{}", text(&r));
         let purchase = r.json();
         let document = purchase.get("document").cloned().expect("document");
@@ -197,7 +193,7 @@ fn kill_9_in_the_middle_of_purchases_then_restart_loses_no_payment_and_no_docume
                 .to_owned(),
         );
         // Asked again, the purchase replays.
-        let again = buy(&server, payment, key);
+        let again = server.buy("basic", BODY, payment, key);
         assert_eq!(again.status, 201);
         assert_eq!(again.json().get("verdict_id"), purchase.get("verdict_id"));
         assert_eq!(again.json().get("document"), purchase.get("document"));
@@ -253,13 +249,13 @@ impl Shop {
     }
 
     fn buy(&self) -> Reply {
-        buy(&self.server, &self.payment, &self.key)
+        self.server.buy("basic", BODY, &self.payment, &self.key)
     }
 
     /// The purchase in a thread, so the test can act while the server is mid-request.
     fn buy_in_background(&self) -> std::thread::JoinHandle<Reply> {
         let (server, payment, key) = (self.server.clone(), self.payment.clone(), self.key.clone());
-        std::thread::spawn(move || buy(&server, &payment, &key))
+        std::thread::spawn(move || server.buy("basic", BODY, &payment, &key))
     }
 
     /// Buys, taking the store's write lock away just as the purchase sends `method` to
@@ -381,7 +377,12 @@ fn a_settlement_the_server_cannot_see_land_is_delivered_on_the_retry_and_charged
     assert_eq!(shop.charged(), PRICE_BASIC, "charged once");
 
     // Under another key the spent payment buys nothing more: it is that purchase again.
-    let other = buy(&shop.server, &shop.payment, &umpire_host::random_id("lost"));
+    let other = shop.server.buy(
+        "basic",
+        BODY,
+        &shop.payment,
+        &umpire_host::random_id("lost"),
+    );
     assert_eq!(other.status, 201, "{}", text(&other));
     assert_eq!(other.json().get("verdict_id"), purchase.get("verdict_id"));
     assert_eq!(
@@ -426,15 +427,11 @@ fn a_failing_rate_limit_counter_lets_free_requests_through_and_says_so() {
         ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
     ]);
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
-    assert_eq!(
-        server.post_json("/v1/validate", body).status,
-        200,
-        "the one allowed"
-    );
+    assert_eq!(server.validate(body).status, 200, "the one allowed");
     // The counter cannot be written now: the request that would be over the limit is
     // let through uncounted (fail-open), and the metric says so.
     let lock = StoreWriteLock::take(server.data.path());
-    let through = server.post_json("/v1/validate", body);
+    let through = server.validate(body);
     drop(lock);
     assert_eq!(through.status, 200, "{}", text(&through));
     let logs = server.logs();
@@ -443,7 +440,7 @@ fn a_failing_rate_limit_counter_lets_free_requests_through_and_says_so() {
         "logged and counted: {logs}"
     );
     assert_eq!(
-        server.post_json("/v1/validate", body).status,
+        server.validate(body).status,
         429,
         "counted again once the store is back"
     );
@@ -521,7 +518,9 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     // one is public on chain).
     drop(store_lock);
     let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
-    let r = retry_until_answered(deadline, || buy(&shop.server, &shop.payment, &shop.key));
+    let r = retry_until_answered(deadline, || {
+        shop.server.buy("basic", BODY, &shop.payment, &shop.key)
+    });
     assert_eq!(r.status, 201, "{}", text(&r));
     let second = r.json();
     assert_eq!(second.get("verdict_id"), first.get("verdict_id"));
@@ -560,8 +559,7 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
     let url = format!("http://{}/v1/verdicts/sworn", server.addr);
     let payment = sign_payments(&devnet, &url, &body, 1).remove(0);
     let key = umpire_host::random_id("sworn");
-    let send =
-        |server: &Server| post_paid(server.addr, "/v1/verdicts/sworn", &body, &payment, &key);
+    let send = |server: &Server| server.buy("sworn", &body, &payment, &key);
 
     // Killed with the settlement on its way to the chain; it never arrives.
     let addr = server.addr;
@@ -705,7 +703,7 @@ fn an_interrupted_purchase_is_delivered_after_its_authorization_expired() {
     while umpire_host::Clock::system().now() <= expired {
         std::thread::sleep(Duration::from_millis(250));
     }
-    let r = buy(&server, &payment, &key);
+    let r = server.buy("basic", BODY, &payment, &key);
     assert_eq!(r.status, 201, "{}", text(&r));
     let purchase = r.json();
     let proven = replay_with_fresh_payment(&devnet, &server, &key);

@@ -93,7 +93,7 @@ fn paid_and_signed_feedback_is_accepted_once() {
         &merchant,
         "fulfilled",
     );
-    let r = s.post_json("/v1/feedback", &body);
+    let r = s.feedback(&body);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let row = r.json();
     let fb = row.get("feedback").expect("feedback");
@@ -113,11 +113,7 @@ fn paid_and_signed_feedback_is_accepted_once() {
     );
 
     // One feedback per transaction.
-    expect(
-        &s.post_json("/v1/feedback", &body),
-        409,
-        "duplicate_feedback",
-    );
+    expect(&s.feedback(&body), 409, "duplicate_feedback");
 
     // Signed with alloy, both options given; two transfers in one transaction would
     // add up, here one of 0.25.
@@ -130,7 +126,7 @@ fn paid_and_signed_feedback_is_accepted_once() {
         true,
         1200,
     );
-    let r = s.post_json("/v1/feedback", &body);
+    let r = s.feedback(&body);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
     let fb = r.json().get("feedback").cloned().expect("feedback");
     assert_eq!(fb.get("amount_usdc").and_then(Value::as_str), Some("0.25"));
@@ -170,7 +166,7 @@ fn every_refusal_has_its_code() {
     let other_merchant = accounts[6].clone();
     let other_payer = accounts[7].clone();
     let s = server(&devnet, &[]);
-    let post = |body: &str| s.post_json("/v1/feedback", body);
+    let post = |body: &str| s.feedback(body);
 
     let paid = devnet.transfer(&payer, &merchant, ONE_USDC);
     // Wrong signer: a key that is not the payer's.
@@ -567,8 +563,8 @@ fn feedback_is_rate_limited_per_ip() {
         ("UMPIRE_RATE_LIMIT_FEEDBACK", "1"),
     ]);
     let body = r#"{"merchant":"0x1111111111111111111111111111111111111111"}"#;
-    expect(&s.post_json("/v1/feedback", body), 422, "invalid_request");
-    let limited = s.post_json("/v1/feedback", body);
+    expect(&s.feedback(body), 422, "invalid_request");
+    let limited = s.feedback(body);
     expect(&limited, 429, "rate_limited");
     assert!(limited.header("retry-after").is_some());
 }

@@ -154,32 +154,32 @@ fn validate_checks_the_deliverable_against_the_spec() {
 #[test]
 fn validate_refusals_use_the_contract_codes() {
     let s = Server::start();
-    let r = s.post_json("/v1/validate", r#"{"tier":"basic","spec":"#);
+    let r = s.validate(r#"{"tier":"basic","spec":"#);
     assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
     let r = s.post_json(
         "/v1/validate",
         r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1E400}]}}"#,
     );
     assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
-    let r = s.post_json("/v1/validate", r#"{"tier":"gold","spec":{}}"#);
+    let r = s.validate(r#"{"tier":"gold","spec":{}}"#);
     assert_eq!((r.status, r.error_code().as_str()), (404, "unknown_tier"));
-    let r = s.post_json("/v1/validate", r#"["basic"]"#);
+    let r = s.validate(r#"["basic"]"#);
     assert_eq!(
         (r.status, r.error_code().as_str()),
         (422, "invalid_request")
     );
-    let r = s.post_json("/v1/validate", r#"{"spec":{}}"#);
+    let r = s.validate(r#"{"spec":{}}"#);
     assert_eq!(
         (r.status, r.error_code().as_str()),
         (422, "invalid_request")
     );
-    let r = s.post_json("/v1/validate", "");
+    let r = s.validate("");
     assert_eq!((r.status, r.error_code().as_str()), (400, "invalid_json"));
     let huge = format!(
         r#"{{"tier":"basic","spec":{{}},"deliverable":{{"text":"{}"}}}}"#,
         "a".repeat(2 << 20)
     );
-    let r = s.post_json("/v1/validate", &huge);
+    let r = s.validate(&huge);
     assert_eq!(
         (r.status, r.error_code().as_str()),
         (413, "payload_too_large")
@@ -188,12 +188,12 @@ fn validate_refusals_use_the_contract_codes() {
         r#"{{"tier":"basic","spec":{GOOD_SPEC},"deliverable":{{"text":"{}"}}}}"#,
         "a".repeat(205_000)
     );
-    let r = s.post_json("/v1/validate", &big_text);
+    let r = s.validate(&big_text);
     assert!(
         problems(&r.json()).contains(&("deliverable.text".to_owned(), "text_too_large".to_owned()))
     );
     // Every error body has the contract's shape.
-    let body = s.post_json("/v1/validate", "{").json();
+    let body = s.validate("{").json();
     let e = body.get("error").expect("error object");
     for f in ["code", "message", "hint", "docs"] {
         assert!(

@@ -7,14 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use umpire_blackbox::chain::{Devnet, Settlement, sign_payments};
-use umpire_blackbox::{PRICE_BASIC, Reply, Server, post_paid, request};
+use umpire_blackbox::{PRICE_BASIC, Reply, request};
 use umpire_core::json::Value;
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
-
-fn buy(server: &Server, payment: &str, key: &str) -> Reply {
-    post_paid(server.addr, "/v1/verdicts/basic", BODY, payment, key)
-}
 
 /// The verdict id in a purchase's answer body.
 fn verdict_id(body: &[u8]) -> String {
@@ -50,7 +46,7 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
             let (payment, key) = (payments[i % KEYS].clone(), keys[i % KEYS].clone());
             std::thread::spawn(move || {
                 start.wait();
-                (i % KEYS, buy(&server, &payment, &key))
+                (i % KEYS, server.buy("basic", BODY, &payment, &key))
             })
         })
         .collect();
@@ -93,7 +89,7 @@ fn two_hundred_concurrent_paid_requests_over_twenty_keys_settle_twenty_times() {
 
     // Keys whose requests were all in flight get their purchase on a retry.
     for (k, (payment, key)) in payments.iter().zip(&keys).enumerate() {
-        let r = buy(&server, payment, key);
+        let r = server.buy("basic", BODY, payment, key);
         assert_eq!(
             r.status,
             201,
@@ -315,7 +311,7 @@ fn a_hundred_hostile_purchases_end_at_their_limit_while_health_answers() {
             let (server, body) = (server.clone(), body.clone());
             std::thread::spawn(move || {
                 let key = umpire_host::random_id("hostile");
-                post_paid(server.addr, "/v1/verdicts/basic", &body, &payment, &key)
+                server.buy("basic", &body, &payment, &key)
             })
         })
         .collect();

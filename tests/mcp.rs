@@ -215,13 +215,13 @@ fn mcp_calls_count_in_the_mcp_bucket_and_in_their_routes_own() {
         "validate bucket over MCP: {text}"
     );
     assert_eq!(
-        server.post_json("/v1/validate", validate).status,
+        server.validate(validate).status,
         429,
         "HTTP validate counts the MCP calls"
     );
     // Feedback over HTTP uses the shared bucket's one request; over MCP it is refused.
     let feedback = r#"{"merchant":"0x1111111111111111111111111111111111111111","payer":"0x2222222222222222222222222222222222222222","tx_hash":"0x3333333333333333333333333333333333333333333333333333333333333333","outcome":"failed","signature":"0x00"}"#;
-    let http = server.post_json("/v1/feedback", feedback);
+    let http = server.feedback(feedback);
     assert_ne!(http.status, 429);
     let over_mcp = call("submit_feedback", feedback);
     let text = String::from_utf8_lossy(&over_mcp.body).into_owned();

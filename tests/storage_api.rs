@@ -221,9 +221,9 @@ fn free_routes_are_rate_limited_per_ip() {
     start_of_fresh_window();
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
     for i in 0..3 {
-        assert_eq!(s.post_json("/v1/validate", body).status, 200, "request {i}");
+        assert_eq!(s.validate(body).status, 200, "request {i}");
     }
-    let limited = s.post_json("/v1/validate", body);
+    let limited = s.validate(body);
     assert_eq!(
         (limited.status, limited.error_code().as_str()),
         (429, "rate_limited")
@@ -250,7 +250,7 @@ fn free_routes_are_rate_limited_per_ip() {
     assert_eq!(s.get(&q).status, 429);
     // The next window counts afresh.
     start_of_fresh_window();
-    assert_eq!(s.post_json("/v1/validate", body).status, 200);
+    assert_eq!(s.validate(body).status, 200);
     assert_eq!(s.get(&q).status, 200);
 }
 
@@ -262,6 +262,6 @@ fn rate_limits_can_be_switched_off() {
     );
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
     for _ in 0..40 {
-        assert_eq!(s.post_json("/v1/validate", body).status, 200);
+        assert_eq!(s.validate(body).status, 200);
     }
 }

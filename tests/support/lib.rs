@@ -358,6 +358,28 @@ impl Server {
         )
     }
 
+    /// `POST /v1/verdicts/{tier}` as an x402 client sends it: the JSON body, the v2
+    /// payment header and an Idempotency-Key.
+    pub fn buy(&self, tier: &str, body: &str, payment: &str, key: &str) -> Reply {
+        post_paid(
+            self.addr,
+            &format!("/v1/verdicts/{tier}"),
+            body,
+            payment,
+            key,
+        )
+    }
+
+    /// `POST /v1/validate` (free).
+    pub fn validate(&self, body: &str) -> Reply {
+        self.post_json("/v1/validate", body)
+    }
+
+    /// `POST /v1/feedback` (free).
+    pub fn feedback(&self, body: &str) -> Reply {
+        self.post_json("/v1/feedback", body)
+    }
+
     pub fn post_json(&self, path: &str, body: &str) -> Reply {
         request(
             self.addr,
