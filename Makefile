@@ -88,7 +88,7 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	$(LINT)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
-	cargo build --workspace --bins --quiet
+	cargo build --workspace --bins --quiet --features umpire-cli/test-switches,umpire-functions/test-switches
 	cargo build --profile fast -p umpire-cli --quiet
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
 	  infra/local/with-moto.sh $(VENV) \

@@ -129,3 +129,53 @@ fn the_readme_fits_on_a_screen_and_links_every_docs_page() {
         }
     }
 }
+
+/// A release build has no test switches: `umpire serve` (the `fast` build `make test`
+/// and `make run` make, without the test-switches feature) refuses to start with one of
+/// the fetcher's `UMPIRE_TEST_FETCH_*` set, names it, and starts without it. Would
+/// catch: the switches compiled into what we ship, where a mistaken environment turns
+/// the SSRF defence off.
+#[test]
+fn a_release_build_refuses_to_start_with_a_test_switch() {
+    let bin = std::env::var_os("UMPIRE_RELEASE_BIN")
+        .map(PathBuf::from)
+        .expect("UMPIRE_RELEASE_BIN: the release umpire binary (make test builds it)");
+    let data = umpire_blackbox::TempDir::new("release-switch");
+    let serve = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().expect("start umpire serve")
+    };
+    for (name, value) in [
+        ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+        ("UMPIRE_TEST_FETCH_HOSTS", "example.com=127.0.0.1"),
+        ("UMPIRE_TEST_FETCH_ROOTS", "/dev/null"),
+    ] {
+        let out = serve(&[(name, value)])
+            .wait_with_output()
+            .expect("umpire serve exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains("test switch"),
+            "{stderr}"
+        );
+    }
+    // The positive control: the same binary starts without them.
+    let mut child = serve(&[]);
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .expect("the listening line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("umpire listening on "), "{line:?}");
+}

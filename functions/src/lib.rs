@@ -436,9 +436,26 @@ fn payments_for<'a, N: Needs>(
     })
 }
 
+/// Switches that only a local process may take: `UMPIRE_RATE_LIMITS` turns per-IP
+/// limits off for `umpire serve` (benchmarks, tests not about limits); a function
+/// tunes its limits with `UMPIRE_RATE_LIMIT_<BUCKET>` instead. Set on a function, it
+/// stops the cold start with its name. (The fetcher's `UMPIRE_TEST_FETCH_*` are not in
+/// a release build at all: `umpire_fetch::policy::test_switch`.)
+pub fn refuse_local_switches(var: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    const LOCAL_ONLY: &str = "UMPIRE_RATE_LIMITS";
+    match var(LOCAL_ONLY) {
+        Some(v) => Err(format!(
+            "{LOCAL_ONLY}={v} is a switch for a local `umpire serve`, not a function: remove it \
+             (tune a function's limits with UMPIRE_RATE_LIMIT_<BUCKET>)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The state of a function whose route stores nothing: the configuration and the
 /// published keys, no AWS client at all.
 pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Error> {
+    refuse_local_switches(&|name| std::env::var(name).ok())?;
     let config = Config::from_env()?;
     let (signer, retired_keys) = signer_from_env::<N>(None).await?;
     Ok(Published {
@@ -452,6 +469,7 @@ pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Er
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
+    refuse_local_switches(&|name| std::env::var(name).ok())?;
     let config = Config::from_env()?;
     let aws = aws_config_for::<N>()?;
     let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;

@@ -47,7 +47,14 @@ fn validate_a_paid_basic_verdict_and_its_status_through_cargo_lambda_watch() {
             .arg(repo_root().join(".cache/venv"))
             .arg(port.to_string())
             .envs(devnet.server_env(Settlement::SelfSettle))
-            .env("UMPIRE_RATE_LIMITS", "off")
+            // Limits out of the way as a function takes them (a function refuses
+            // UMPIRE_RATE_LIMITS=off, a switch for local runs only).
+            .envs(umpire_core::product::RATE_LIMITS.iter().map(|(bucket, _)| {
+                (
+                    format!("UMPIRE_RATE_LIMIT_{}", bucket.to_ascii_uppercase()),
+                    "100000".to_owned(),
+                )
+            }))
             .current_dir(repo_root())
             .process_group(0)
             .spawn()

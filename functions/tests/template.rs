@@ -465,6 +465,46 @@ fn no_secret_is_in_any_environment() {
     }
 }
 
+/// No function is deployed with a test switch: no `UMPIRE_TEST_*` variable (the
+/// fetcher's are not even in a release build, which refuses them) and no
+/// `UMPIRE_RATE_LIMITS` (limits off: a switch for a local `umpire serve`, which a
+/// function refuses at cold start). Would catch: a test switch added to Globals or to
+/// one function, which would turn the SSRF defence or the per-IP limits off in
+/// production with only a line in a log.
+#[test]
+fn no_function_is_deployed_with_a_test_switch() {
+    let text = std::fs::read_to_string(umpire_blackbox::repo_root().join("template.yaml"))
+        .expect("template.yaml");
+    assert!(
+        !text.contains("UMPIRE_TEST_"),
+        "a test switch in template.yaml"
+    );
+    let t = resolve_template(&[]);
+    let functions = deployed(&t);
+    assert!(
+        functions.len() >= 14,
+        "every function read: {}",
+        functions.len()
+    );
+    for (name, f) in functions {
+        let env = f["environment"].as_object().expect("an environment");
+        assert!(!env.is_empty(), "{name}: its environment is read");
+        for key in env.keys() {
+            assert!(
+                !key.starts_with("UMPIRE_TEST_") && key != "UMPIRE_RATE_LIMITS",
+                "{name}: the test switch {key}"
+            );
+        }
+        let var = |n: &str| env.get(n).map(|v| v.to_string());
+        umpire_functions::refuse_local_switches(&var)
+            .unwrap_or_else(|e| panic!("{name} would not start: {e}"));
+    }
+    // And the cold start's rule refuses the switch when it is there.
+    let off = |n: &str| (n == "UMPIRE_RATE_LIMITS").then(|| "off".to_owned());
+    let refused = umpire_functions::refuse_local_switches(&off).expect_err("refused");
+    assert!(refused.contains("UMPIRE_RATE_LIMITS"), "{refused}");
+}
+
 /// What an operator needs: every function's logs kept a set time, API Gateway's access
 /// logs, tracing, and an alarm on each thing that must be looked at.
 #[test]

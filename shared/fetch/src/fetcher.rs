@@ -224,7 +224,8 @@ impl Fetcher {
         })
     }
 
-    /// The production fetcher, plus the test-only switches a test run may set:
+    /// The production fetcher, plus the test-only switches a test build takes (feature
+    /// `test-switches`; any other build refuses them, see [`crate::policy::test_switch`]):
     /// `UMPIRE_TEST_FETCH_ALLOW` (addresses fetched despite the policy),
     /// `UMPIRE_TEST_FETCH_HOSTS` (name=ip answers), `UMPIRE_TEST_FETCH_ROOTS` (a PEM file
     /// of extra trusted roots). Each one that is set is logged as a warning.
@@ -234,19 +235,19 @@ impl Fetcher {
             tracing::warn!(allow = ?policy.test_allow, "TEST ONLY: the fetch policy admits non-public addresses");
         }
         let mut extra_roots_pem = Vec::new();
-        if let Ok(path) = std::env::var("UMPIRE_TEST_FETCH_ROOTS") {
+        if let Some(path) = crate::policy::test_switch("UMPIRE_TEST_FETCH_ROOTS")? {
             tracing::warn!(path, "TEST ONLY: extra trusted roots for fetches");
             extra_roots_pem.push(
                 std::fs::read(&path).map_err(|e| format!("UMPIRE_TEST_FETCH_ROOTS {path}: {e}"))?,
             );
         }
-        let resolver = match std::env::var("UMPIRE_TEST_FETCH_HOSTS") {
-            Ok(spec) => {
+        let resolver = match crate::policy::test_switch("UMPIRE_TEST_FETCH_HOSTS")? {
+            Some(spec) => {
                 tracing::warn!(hosts = spec, "TEST ONLY: fixed DNS answers for fetches");
                 crate::resolve::StaticResolver::parse(&spec)
                     .map_err(|e| format!("UMPIRE_TEST_FETCH_HOSTS: {e}"))?
             }
-            Err(_) => crate::resolve::StaticResolver::default(),
+            None => crate::resolve::StaticResolver::default(),
         };
         Fetcher::new(
             FetchConfig {

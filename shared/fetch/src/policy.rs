@@ -85,9 +85,10 @@ impl Policy {
         }
     }
 
-    /// Reads `UMPIRE_TEST_FETCH_ALLOW` (comma-separated IP addresses).
+    /// Reads `UMPIRE_TEST_FETCH_ALLOW` (comma-separated IP addresses), a test switch
+    /// (see [`test_switch`]).
     pub fn from_env() -> Result<Policy, String> {
-        let Ok(list) = std::env::var("UMPIRE_TEST_FETCH_ALLOW") else {
+        let Some(list) = test_switch("UMPIRE_TEST_FETCH_ALLOW")? else {
             return Ok(Policy::default());
         };
         let test_allow = list
@@ -101,6 +102,21 @@ impl Policy {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Policy { test_allow })
     }
+}
+
+/// The value of test switch `name` (`UMPIRE_TEST_FETCH_*`), in a build made for tests
+/// (feature `test-switches`). A build without the feature has no test switches: one set
+/// in its environment is an error that names it, so the process refuses to start rather
+/// than run with its SSRF defence quietly in a state nobody chose.
+pub fn test_switch(name: &str) -> Result<Option<String>, String> {
+    let value = std::env::var(name).ok();
+    if cfg!(feature = "test-switches") || value.is_none() {
+        return Ok(value);
+    }
+    Err(format!(
+        "{name} is a test switch, and this build has none (it was built without the \
+         test-switches feature, as every release is): remove {name} from the environment"
+    ))
 }
 
 /// The static production policy: everything that can be judged without resolving the name.
