@@ -1173,6 +1173,47 @@ fn a_purchase_logs_its_span_on_every_line_of_the_paid_path() {
     assert!(!logs.contains(&signature) && !logs.contains(&payment[..40]));
 }
 
+/// A purchased document is kept the contract's 90 days: the answer's `expires_at` is 90
+/// days after the signed document's `issued_at` (the same second, or the next: both
+/// read one clock), and the status route says the same. Would catch: another retention
+/// constant, or a record written with a clock of its own.
+#[test]
+fn a_document_is_kept_ninety_days() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, &[]);
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let bought = post(
+        &server,
+        BODY,
+        &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &key())],
+    );
+    assert_eq!(
+        bought.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&bought.body)
+    );
+    let answer = bought.json();
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).expect(k).to_owned();
+    let time = |t: &str| umpire_core::time::parse_rfc3339(t).expect("RFC 3339");
+    let issued = time(&text(
+        answer.get("document").expect("document"),
+        "issued_at",
+    ));
+    let expires = time(&text(&answer, "expires_at"));
+    let kept = expires - issued;
+    assert!(
+        (90 * 86_400..=90 * 86_400 + 1).contains(&kept),
+        "kept {kept} s, not 90 days"
+    );
+    let status = server.verdict_status(&text(&answer, "verdict_id"), &text(&answer, "secret"));
+    assert_eq!(status.status, 200);
+    assert_eq!(
+        text(&status.json(), "expires_at"),
+        text(&answer, "expires_at")
+    );
+}
+
 /// Logs at debug level over a purchase, a replay and a refused payment never hold the
 /// deliverable, the one-time secret, or the payment's signature.
 #[test]

@@ -434,3 +434,52 @@ fn nothing_of_a_deliverable_outlives_its_verdict() {
         }
     }
 }
+
+/// A sworn purchase whose pass-2 job would not fit a queue message (SQS's 256 KB, less
+/// room for the envelope) is refused before any price is asked, naming the limit, so
+/// nobody pays for a purchase that cannot finish; one a little smaller is offered its
+/// 402. Would catch: the size check dropped or run after payment (the purchase paid,
+/// then pass 2 never queued).
+#[test]
+fn a_sworn_job_too_big_for_the_queue_is_refused_before_payment() {
+    // A rail, so a purchase that fits is priced (the facilitator is never reached
+    // before a payment arrives).
+    let server = Server::start_with(&[
+        (
+            "UMPIRE_EVM_PAY_TO",
+            "0x1111111111111111111111111111111111111111",
+        ),
+        ("UMPIRE_FACILITATOR_URL", "http://127.0.0.1:9"),
+    ]);
+    let body = |blob_bytes: usize| {
+        format!(
+            r#"{{"spec":{{"checks":[{{"type":"json_path","path":"$.blob","op":"exists"}}]}},"deliverable":{{"json":{{"blob":"{}"}}}}}}"#,
+            "a".repeat(blob_bytes)
+        )
+    };
+    let limit = umpire_api::sworn::PASS2_JOB_MAX_BYTES;
+    // The job carries the deliverable sealed and base64-encoded: 4/3 of its bytes.
+    let too_big = server.post_json("/v1/verdicts/sworn", &body(limit * 3 / 4 + 4096));
+    assert_eq!(
+        too_big.status,
+        422,
+        "{} {}",
+        too_big.status,
+        String::from_utf8_lossy(&too_big.body)
+    );
+    assert_eq!(too_big.error_code(), "invalid_request");
+    assert!(
+        too_big.header("payment-required").is_none(),
+        "no price asked"
+    );
+    let message = too_big
+        .json()
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains(&limit.to_string()), "{message}");
+    let fits = server.post_json("/v1/verdicts/sworn", &body(limit * 3 / 4 - 8 * 1024));
+    assert_eq!(fits.status, 402, "{}", String::from_utf8_lossy(&fits.body));
+}

@@ -491,6 +491,68 @@ mod tests {
         );
     }
 
+    /// The EIP-3009 window opens after `validAfter`: an authorization not valid yet (or
+    /// valid only from this very second) is refused with its reason, one valid since a
+    /// second ago passes. Would catch: the `validAfter` check dropped or made `>`.
+    #[test]
+    fn an_authorization_not_valid_yet_is_refused() {
+        let signer = PrivateKeySigner::random();
+        let now = 1_700_000_000;
+        let after = |valid_after: u64| {
+            let mut p = signed(&signer, "1000000", now + 60);
+            p.authorization.valid_after = valid_after.to_string();
+            // Signed again over the new window.
+            let unsigned = Eip3009Payment::parse(&p).expect("parses");
+            let hash = unsigned.signing_hash(&domain(&rail()).expect("domain"));
+            let sig = signer.sign_hash_sync(&hash).expect("signs");
+            p.signature = format!("0x{}", alloy::hex::encode(sig.as_bytes()));
+            Eip3009Payment::parse(&p)
+                .expect("parses")
+                .check_offline(&rail(), &requirements(), now)
+                .map_err(|e| e.reason)
+        };
+        let not_yet = Err("invalid_exact_evm_payload_authorization_valid_after".into());
+        assert_eq!(after(now + 30), not_yet);
+        assert_eq!(after(now), not_yet);
+        assert_eq!(after(now - 1), Ok(()));
+    }
+
+    /// A signature's high-s twin recovers the same signer, and the token refuses it:
+    /// refused here too, before anything is asked of the chain. Would catch: the
+    /// `normalize_s` check dropped (the twin would pass offline and fail on chain).
+    #[test]
+    fn the_high_s_twin_of_a_valid_signature_is_refused() {
+        let signer = PrivateKeySigner::random();
+        let now = 1_700_000_000;
+        let good = signed(&signer, "1000000", now + 60);
+        let p = Eip3009Payment::parse(&good).expect("parses");
+        assert_eq!(p.check_offline(&rail(), &requirements(), now), Ok(()));
+        let sig = p.eoa_signature().expect("an EOA signature");
+        // secp256k1's group order: s and n - s both verify, with the other parity.
+        let n = U256::from_str_radix(
+            "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141",
+            16,
+        )
+        .expect("n");
+        let twin = Signature::new(sig.r(), n - sig.s(), !sig.v());
+        let hash = p.signing_hash(&domain(&rail()).expect("domain"));
+        assert_eq!(
+            twin.recover_address_from_prehash(&hash).ok(),
+            Some(signer.address()),
+            "the twin is a valid signature of the same message"
+        );
+        let malleable = EvmExactPayload {
+            signature: format!("0x{}", alloy::hex::encode(twin.as_bytes())),
+            ..good
+        };
+        let e = Eip3009Payment::parse(&malleable)
+            .expect("parses")
+            .check_offline(&rail(), &requirements(), now)
+            .expect_err("refused");
+        assert_eq!(e.reason, "invalid_exact_evm_payload_signature");
+        assert!(e.message.contains("high s"), "{}", e.message);
+    }
+
     #[test]
     fn malformed_fields_are_named() {
         let signer = PrivateKeySigner::random();
