@@ -160,6 +160,42 @@ fn length_checks() {
     assert!(!judge(r#"{"type":"length","max":17}"#, &d).passed);
 }
 
+/// content_hash on a URL whose body was cut at the read cap fails, naming the cap, even
+/// when the bytes read hash to the expected value: the hash of a body nobody read whole
+/// is unknown. Would catch: a truncated body hashed as if it were the whole (a page
+/// padded past 2 MB after the part that matches would pass).
+#[test]
+fn content_hash_on_a_body_cut_at_the_cap_fails() {
+    let read = vec![b'a'; 1024];
+    let sha = crate::hash::sha256_hex(&read);
+    let spec = parse_spec(
+        &parse_str(&format!(
+            r#"{{"checks":[{{"type":"content_hash","sha256":"{sha}","target":"url","url":"https://x.test/big"}}]}}"#
+        ))
+        .expect("json"),
+        None,
+    )
+    .expect("valid");
+    let whole = FetchedBody {
+        status: 200,
+        body: read.clone(),
+        truncated: false,
+    };
+    assert!(evaluate(&spec.checks[0], &Deliverable::default(), Some(&whole)).passed);
+    let cut = FetchedBody {
+        truncated: true,
+        ..whole
+    };
+    let o = evaluate(&spec.checks[0], &Deliverable::default(), Some(&cut));
+    assert!(!o.passed, "a cut body's hash is unknown");
+    assert!(
+        o.reason
+            .contains(&crate::product::FETCH_READ_CAP_BYTES.to_string()),
+        "{}",
+        o.reason
+    );
+}
+
 #[test]
 fn content_hash_on_text() {
     let d = text("hello");
