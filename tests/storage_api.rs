@@ -1,9 +1,11 @@
 //! Verdict status, find and rate limits over HTTP against `umpire serve` and its
 //! embedded store (seeded through the store itself before the server starts).
 
+use umpire_api::plumbing::limits::RateLimits;
 use umpire_blackbox::{Server, TempDir, request, urlencode};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;
+use umpire_host::Clock;
 use umpire_store::VerdictStore;
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::{VerdictRecord, VerdictStatus};
@@ -198,27 +200,28 @@ async fn find_recovers_sworn_ids_by_exact_match() {
     );
 }
 
-/// The window the test counts in; the contract's is a minute (the default).
-const WINDOW_MS: u64 = 2000;
-
-/// Waits for the start of a fresh window (at most one window), so a burst stays inside it.
-fn start_of_fresh_window() {
-    let into = umpire_host::Clock::system().now_ms() % WINDOW_MS;
-    std::thread::sleep(std::time::Duration::from_millis(WINDOW_MS - into));
+/// A server whose clock is stopped at the start of a minute: its rate-limit windows
+/// (the contract's minute) follow that clock, so no test depends on where the wall
+/// clock sits in a window; `advance` moves to the next.
+fn limited(limits: RateLimits) -> (Server, Clock) {
+    // 2027-01-15T08:00:00Z (a multiple of 60,000 ms): the first millisecond of a minute.
+    const MINUTE_START_MS: u64 = 1_800_000_000_000;
+    const { assert!(MINUTE_START_MS.is_multiple_of(60_000)) };
+    let clock = Clock::stopped_at(MINUTE_START_MS);
+    let server = Server::in_process_with(
+        TempDir::new("limits"),
+        umpire_api::Config {
+            rate_limits: Some(limits),
+            clock: clock.clone(),
+            ..umpire_api::Config::default()
+        },
+    );
+    (server, clock)
 }
 
 #[test]
 fn free_routes_are_rate_limited_per_ip() {
-    let s = Server::start_in(
-        TempDir::new("limits"),
-        &[
-            ("UMPIRE_RATE_LIMITS", "on"),
-            ("UMPIRE_RATE_LIMIT_VALIDATE", "3"),
-            ("UMPIRE_RATE_LIMIT_FIND", "2"),
-            ("UMPIRE_RATE_LIMIT_WINDOW_MS", "2000"),
-        ],
-    );
-    start_of_fresh_window();
+    let (s, clock) = limited(RateLimits::default().with("validate", 3).with("find", 2));
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
     for i in 0..3 {
         assert_eq!(s.validate(body).status, 200, "request {i}");
@@ -232,10 +235,7 @@ fn free_routes_are_rate_limited_per_ip() {
         .header("retry-after")
         .and_then(|v| v.parse().ok())
         .expect("Retry-After");
-    assert!(
-        (1..=2).contains(&retry),
-        "Retry-After {retry}: the rest of a 2 s window, rounded up"
-    );
+    assert_eq!(retry, 60, "Retry-After: the rest of the minute");
     // Other buckets and unlimited routes are unaffected.
     assert_eq!(s.get("/v1/quote").status, 200);
     for _ in 0..10 {
@@ -248,10 +248,40 @@ fn free_routes_are_rate_limited_per_ip() {
     assert_eq!(s.get(&q).status, 200);
     assert_eq!(s.get(&q).status, 200);
     assert_eq!(s.get(&q).status, 429);
-    // The next window counts afresh.
-    start_of_fresh_window();
+    // 59 s on, the same minute still refuses, and says 1 s is left.
+    clock.advance(59);
+    let still = s.validate(body);
+    assert_eq!(still.status, 429);
+    assert_eq!(still.header("retry-after"), Some("1"));
+    // The next minute counts afresh.
+    clock.advance(1);
     assert_eq!(s.validate(body).status, 200);
     assert_eq!(s.get(&q).status, 200);
+}
+
+/// The contract's default limits, over HTTP: 120 quotes and 120 status lookups a minute
+/// from one address (a lookup of an unknown verdict counts like any other), then 429;
+/// the two buckets are counted apart. Would catch: a default changed in the code and
+/// not in the contract, or a route counted in another route's bucket.
+#[test]
+fn the_contracts_default_limits_hold_for_quote_and_status() {
+    let (s, clock) = limited(RateLimits::default());
+    let status = format!("/v1/verdicts/vrd_{}", "0".repeat(32));
+    for (path, limit) in [("/v1/quote", 120), (status.as_str(), 120)] {
+        for i in 0..limit {
+            let r = s.get(path);
+            assert_ne!(r.status, 429, "{path}: request {i} of {limit}");
+        }
+        let over = s.get(path);
+        assert_eq!(
+            (over.status, over.error_code().as_str()),
+            (429, "rate_limited"),
+            "{path}: request {} of {limit}",
+            limit + 1
+        );
+    }
+    clock.advance(60);
+    assert_eq!(s.get("/v1/quote").status, 200);
 }
 
 #[test]

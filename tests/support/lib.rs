@@ -209,6 +209,18 @@ impl Server {
     /// The app in this process, configured as `umpire serve` is with no environment
     /// (rate limits off, as for every test not about them), on the data directory.
     fn in_process(data: TempDir) -> Server {
+        Server::in_process_with(
+            data,
+            umpire_api::Config {
+                rate_limits: None,
+                ..umpire_api::Config::default()
+            },
+        )
+    }
+
+    /// The app in this process with `config` (a test's own limits, or a stopped clock
+    /// its windows follow), on the data directory.
+    pub fn in_process_with(data: TempDir, config: umpire_api::Config) -> Server {
         let dir = data.path().to_owned();
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -219,10 +231,6 @@ impl Server {
                 .build()
                 .expect("tokio runtime");
             rt.block_on(async move {
-                let config = umpire_api::Config {
-                    rate_limits: None,
-                    ..umpire_api::Config::default()
-                };
                 let checker = umpire_checker::PoolConfig {
                     program: umpire_bin(),
                     args: vec![umpire_checker::WORKER_ARG.to_owned()],

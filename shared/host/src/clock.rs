@@ -18,10 +18,16 @@ fn system_unix_ms() -> u64 {
 pub struct Clock {
     /// Seconds added to the system's time; None on the system clock.
     ahead: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// A clock stopped at this unix millisecond (then moved only by `advance`), so a
+    /// test's rate-limit windows do not depend on where the wall clock sits in one.
+    stopped_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Clock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(ms) = self.stopped_ms {
+            return write!(f, "Clock(stopped at {ms} ms + {} s)", self.ahead_secs());
+        }
         match &self.ahead {
             None => f.write_str("Clock(system)"),
             Some(a) => write!(
@@ -43,7 +49,21 @@ impl Clock {
     pub fn adjustable() -> Clock {
         Clock {
             ahead: Some(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0))),
+            stopped_ms: None,
         }
+    }
+
+    /// A clock stopped at `unix_ms`, moved only by [`Clock::advance`]: for tests whose
+    /// windows (rate limits) must not depend on where the wall clock is.
+    pub fn stopped_at(unix_ms: u64) -> Clock {
+        Clock {
+            stopped_ms: Some(unix_ms),
+            ..Clock::adjustable()
+        }
+    }
+
+    fn base_ms(&self) -> u64 {
+        self.stopped_ms.unwrap_or_else(system_unix_ms)
     }
 
     fn ahead_secs(&self) -> u64 {
@@ -62,20 +82,22 @@ impl Clock {
 
     /// Unix seconds.
     pub fn now(&self) -> u64 {
-        (system_unix_ms() / 1000).saturating_add(self.ahead_secs())
+        (self.base_ms() / 1000).saturating_add(self.ahead_secs())
     }
 
     /// Unix milliseconds (rate-limit windows, job delays shorter than a second).
     pub fn now_ms(&self) -> u64 {
-        system_unix_ms().saturating_add(self.ahead_secs().saturating_mul(1000))
+        self.base_ms()
+            .saturating_add(self.ahead_secs().saturating_mul(1000))
     }
 
     /// `budget` from now, its unix seconds read on this clock.
     pub fn deadline(&self, budget: std::time::Duration) -> Deadline {
         let d = Deadline::after(budget);
+        let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
         Deadline {
             at: d.at,
-            unix: d.unix.saturating_add(self.ahead_secs()),
+            unix: self.now_ms().saturating_add(budget_ms).div_ceil(1000),
         }
     }
 }
@@ -162,5 +184,17 @@ mod tests {
         let phase = d.less(Duration::from_secs(1));
         assert!(phase < d && phase.remaining() <= Duration::from_millis(500));
         assert_eq!(Deadline::after(Duration::ZERO).remaining(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_stopped_clock_moves_only_when_advanced() {
+        let c = Clock::stopped_at(1_800_000_000_123);
+        assert_eq!(c.now_ms(), 1_800_000_000_123);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(c.now_ms(), 1_800_000_000_123);
+        c.clone().advance(60);
+        assert_eq!((c.now_ms(), c.now()), (1_800_000_060_123, 1_800_000_060));
+        // Its deadlines' unix seconds read the same clock.
+        assert_eq!(c.deadline(Duration::from_millis(900)).unix(), 1_800_000_062);
     }
 }

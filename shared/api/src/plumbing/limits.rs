@@ -37,6 +37,14 @@ impl RateLimits {
     pub fn limit(&self, bucket: &str) -> Option<u64> {
         self.per_minute.get(bucket).copied()
     }
+
+    /// These limits with `bucket` (one of the contract's) allowing `n` a window.
+    pub fn with(mut self, bucket: &str, n: u64) -> RateLimits {
+        if let Some(limit) = self.per_minute.get_mut(bucket) {
+            *limit = n;
+        }
+        self
+    }
 }
 
 /// Counts a request to a paid route that carries no payment in the `unpaid` bucket: its
