@@ -17,7 +17,7 @@ fn post_mcp(server: &Server, body: &str, headers: &[(&str, &str)]) -> umpire_bla
 }
 
 #[test]
-fn the_official_sdk_client_lists_and_calls_every_tool() {
+fn the_official_sdk_client_lists_every_tool_and_calls_the_free_ones() {
     let server = Server::start();
     // A document signed with the server's own key: judged locally in its data directory.
     let files = TempDir::new("mcp");

@@ -66,6 +66,8 @@ fn a_body_that_never_arrives_in_full_is_refused_with_408() {
     let text = String::from_utf8_lossy(&answer);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("did not arrive within"), "{text}");
+    // The contract's code for it (docs/api.md: 408 invalid_request).
+    assert!(text.contains(r#""code":"invalid_request""#), "{text}");
 }
 
 #[test]

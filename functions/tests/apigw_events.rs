@@ -204,6 +204,7 @@ async fn the_paid_and_feedback_routes_read_their_events() {
     // A purchase with a broken spec: refused with problems before any payment.
     let (status, body, _) = invoke(Route::Buy, "buy_invalid.json").await;
     assert_eq!(status, 422, "{body}");
+    assert_eq!(s(&body, &["error", "code"]), Some("invalid_spec"), "{body}");
     // Feedback with chain reading off: 503 receipts_off, nothing stored.
     let (status, body, _) = invoke(Route::Feedback, "feedback.json").await;
     assert_eq!(status, 503, "{body}");

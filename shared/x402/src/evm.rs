@@ -49,7 +49,7 @@ pub const VALID_BEFORE_MARGIN_SECS: u64 = 6;
 /// client's clock ahead of ours).
 pub const VALID_BEFORE_SLACK_SECS: u64 = 300;
 
-/// How far back [`EvmChain::spent_by`] looks for the transfer that used an
+/// How far back settlement (`umpire_pay::evm::EvmChain::spent_by`) looks for the transfer that used an
 /// authorization: about 5.5 hours of Base blocks, inside the 10,000-block range most
 /// RPC providers allow for `eth_getLogs`.
 pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
