@@ -823,6 +823,49 @@ fn replays_are_rate_limited_per_ip() {
     assert!(limited.header("retry-after").is_some());
 }
 
+/// A lookup by payment counts in the replay bucket whether it finds the purchase or not:
+/// a settled authorization is public on chain, so anyone can rebuild its header and
+/// guess at the request it bought. With the bucket at 2, a guess (another request: the
+/// payment is spent, 402) and the identical request (its purchase again) are answered,
+/// and the next guess is 429. Would catch: misses not counted, which would make
+/// guessing free.
+#[test]
+fn every_lookup_by_payment_counts_hit_or_miss() {
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_RATE_LIMITS", "on"),
+            ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
+            ("UMPIRE_RATE_LIMIT_REPLAY", "2"),
+        ],
+    );
+    let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
+    let pay = [("PAYMENT-SIGNATURE", payment.as_str())];
+    let window = || umpire_host::Clock::system().now_ms() / 3_600_000;
+    let started_in = window();
+    let first = post(&server, BODY, &pay);
+    assert_eq!(
+        first.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    let guess = BODY.replace("# Report", "# Another report");
+    let statuses = [
+        post(&server, &guess, &pay).status,
+        post(&server, BODY, &pay).status,
+        post(&server, &guess, &pay).status,
+    ];
+    if window() != started_in {
+        // The hour turned during the test (about one run in a thousand): counts began
+        // afresh, and the statuses say nothing.
+        eprintln!("the rate-limit window turned mid-test; not judged");
+        return;
+    }
+    assert_eq!(statuses, [402, 201, 429], "a miss, a hit, then limited");
+}
+
 /// A payment header that does not read as a payment is no payment: the request counts
 /// in the unpaid bucket like one without any (its checks and lookups are unpaid work).
 #[test]
