@@ -483,3 +483,66 @@ fn a_sworn_job_too_big_for_the_queue_is_refused_before_payment() {
     let fits = server.post_json("/v1/verdicts/sworn", &body(limit * 3 / 4 - 8 * 1024));
     assert_eq!(fits.status, 402, "{}", String::from_utf8_lossy(&fits.body));
 }
+
+/// Webhook deliveries that get no HTTP answer at all are retried as 5xx ones are: a
+/// receiver that accepts the connection and closes it without a word is tried six times
+/// (the first attempt and five retries) and then given up, and so is a port where
+/// nothing listens. Would catch: a transport error taken as final (no retry) or retried
+/// without end.
+#[test]
+fn webhooks_retry_after_a_hang_up_and_a_refused_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Accepts, counts, and hangs up.
+    let hangup = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hangup_addr = hangup.local_addr().expect("addr");
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in hangup.incoming() {
+            count.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    // Nothing listens here once the listener is dropped.
+    let refused_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let page = Scripted::start(vec![(200, "service up")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+    let body = |hook: std::net::SocketAddr| {
+        format!(
+            r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"ready"}},"webhook_url":"http://{hook}/hook"}}"#,
+            page.addr
+        )
+    };
+    let bought: Vec<_> = [hangup_addr, refused_addr]
+        .into_iter()
+        .map(|hook| {
+            let r = buy_v2(&devnet, &url, &body(hook), Some(&key()));
+            assert_eq!(r.status, 202, "{}", r.body);
+            r.json()
+        })
+        .collect();
+    let delivery = |v: &Value| {
+        server
+            .verdict_status(str_of(v, "verdict_id"), str_of(v, "secret"))
+            .json()
+            .get("webhook_delivery")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    for (v, which) in bought.iter().zip(["hang-up", "refused"]) {
+        wait_for(
+            &format!("the {which} receiver given up"),
+            Duration::from_secs(90),
+            || delivery(v).as_deref() == Some("failed"),
+        );
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        6,
+        "the first attempt and 5 retries, no more"
+    );
+}
