@@ -156,6 +156,41 @@ fn paid_and_signed_feedback_is_accepted_once() {
     );
 }
 
+/// Feedback waits for its payment's confirmations (default 5; 3 here): a transfer in
+/// the latest block is refused, saying how many it has and to retry, and the same body
+/// is accepted once the chain is deep enough. Would catch: the confirmation rule
+/// skipped (every other test runs at 1, where it cannot fail).
+#[test]
+fn feedback_waits_for_its_payments_confirmations() {
+    let devnet = Devnet::start();
+    let payer = devnet.get("payer");
+    let merchant = devnet.accounts()[6].clone();
+    let s = server(&devnet, &[("UMPIRE_FEEDBACK_CONFIRMATIONS", "3")]);
+    let tx = devnet.transfer(&payer, &merchant, ONE_USDC);
+    let body = signed_with_viem(
+        &devnet.get("payer_private_key"),
+        &payer,
+        &tx,
+        &merchant,
+        "fulfilled",
+    );
+    let early = s.feedback(&body);
+    expect(&early, 422, "payment_not_found");
+    let message = early
+        .json()
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("1 of the 3 confirmations"), "{message}");
+    devnet.mine();
+    expect(&s.feedback(&body), 422, "payment_not_found");
+    devnet.mine();
+    let r = s.feedback(&body);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
 #[test]
 fn every_refusal_has_its_code() {
     let devnet = Devnet::start();
