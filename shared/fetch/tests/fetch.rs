@@ -75,6 +75,9 @@ fn answer(mut conn: TcpStream, me: SocketAddr) {
     } else if path == "/slow" {
         std::thread::sleep(Duration::from_secs(3));
         respond(&mut conn, "200 OK", "", b"late");
+    } else if path == "/never" {
+        // Past the fetcher's real deadline (12 s), then nothing anyway.
+        std::thread::sleep(Duration::from_secs(20));
     } else {
         respond(&mut conn, "404 Not Found", "", b"nope");
     }
@@ -402,4 +405,91 @@ async fn webhook_posts_keep_the_policy_and_never_follow_redirects() {
         .await
         .expect_err("rebinding");
     assert!(e.contains("blocked_host"), "{e}");
+}
+
+/// The fetcher as it ships (FetchConfig::default, only the loopback admitted): a server
+/// that never answers is given up at the contract's 12 s, and reported as a timeout.
+/// Would catch: a default deadline changed, or lost (a fetch waiting on a dead server
+/// until the request's budget ends).
+#[tokio::test]
+async fn the_shipped_deadline_is_twelve_seconds() {
+    let addr = serve();
+    let f = Fetcher::new(
+        FetchConfig {
+            policy: Policy {
+                test_allow: vec![addr.ip()],
+            },
+            ..FetchConfig::default()
+        },
+        Arc::new(StaticResolver::default()),
+    )
+    .expect("fetcher");
+    assert_eq!(
+        FetchConfig::default().timeout,
+        Duration::from_secs(umpire_core::product::FETCH_TIMEOUT_SECS)
+    );
+    let started = std::time::Instant::now();
+    let r = f.fetch(&format!("http://{addr}/never")).await;
+    let took = started.elapsed();
+    assert!(r.body.is_none());
+    let e = r.observation.error.expect("timed out");
+    assert!(e.starts_with("timeout"), "{e}");
+    assert!(took >= Duration::from_secs(12), "gave up after {took:?}");
+}
+
+/// The shipped politeness: one host is fetched at most once a second by a process
+/// (three fetches of one host start a second apart), and another host is not held up
+/// by it (its fetch starts at once). Would catch: the interval's default changed, or
+/// kept per process instead of per host (every host serialized behind one another).
+#[tokio::test]
+async fn the_shipped_politeness_is_per_host() {
+    let one = serve();
+    // A second host: another loopback address, where the same kind of server answers.
+    let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let other = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || answer(conn, other));
+        }
+    });
+    let f = Arc::new(
+        Fetcher::new(
+            FetchConfig {
+                policy: Policy {
+                    test_allow: vec![one.ip(), other.ip()],
+                },
+                ..FetchConfig::default()
+            },
+            Arc::new(StaticResolver::default()),
+        )
+        .expect("fetcher"),
+    );
+    assert_eq!(FetchConfig::default().politeness, Duration::from_secs(1));
+    let same = format!("http://{one}/page");
+    let elsewhere = format!("http://{other}/page");
+    let started = std::time::Instant::now();
+    let timed = |url: String| {
+        let f = f.clone();
+        async move {
+            let r = f.fetch(&url).await;
+            assert!(r.body.is_some(), "{url}: {:?}", r.observation.error);
+            started.elapsed()
+        }
+    };
+    let (a, b, c, d) = tokio::join!(
+        timed(same.clone()),
+        timed(same.clone()),
+        timed(same),
+        timed(elsewhere)
+    );
+    let mut one_host = [a, b, c];
+    one_host.sort();
+    assert!(
+        one_host[2] >= Duration::from_secs(2),
+        "three fetches of one host end {one_host:?} after the start: a second apart"
+    );
+    assert!(
+        d < Duration::from_secs(1),
+        "the other host waited {d:?} behind the first"
+    );
 }
