@@ -145,4 +145,70 @@ mod tests {
         let feed = SolPriceFeed::new("http://127.0.0.1:9/v2/prices/SOL-USD/spot").expect("feed");
         assert_eq!(feed.rate(1_700_000_000).await, None);
     }
+
+    /// A local stand-in for the spot-price API: answers each request with the next
+    /// scripted amount (`None`: a 503), counting the requests.
+    fn source(
+        script: Vec<Option<&'static str>>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = asked.clone();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf);
+                let answer = match script.get(n).copied().flatten() {
+                    Some(amount) => {
+                        let body = format!(
+                            r#"{{"data":{{"amount":"{amount}","base":"SOL","currency":"USD"}}}}"#
+                        );
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    }
+                    None => "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
+                };
+                let _ = conn.write_all(answer.as_bytes());
+            }
+        });
+        (format!("http://{addr}/v2/prices/SOL-USD/spot"), asked)
+    }
+
+    /// The cache as the 402 reads it: a rate is reused (no request) until it is
+    /// REFRESH_AFTER_SECS old, then read again; when the source fails, the last rate
+    /// serves until MAX_AGE_SECS and is then dropped (SOL left out of the 402 rather
+    /// than mispriced). Would catch: a cache never refreshed, refreshed on every quote,
+    /// or a stale rate served past its age.
+    #[tokio::test]
+    async fn the_rate_is_refreshed_when_old_and_dropped_when_stale() {
+        let t0 = 1_700_000_000;
+        let (url, asked) = source(vec![Some("150.00"), Some("160.00"), None, None, None]);
+        let feed = SolPriceFeed::new(&url).expect("feed");
+        let asked = || asked.load(std::sync::atomic::Ordering::SeqCst);
+        let rate = |r: Option<SolRate>| r.map(|r| (r.micro_usd_per_sol, r.fetched_at));
+        assert_eq!(rate(feed.rate(t0).await), Some((150_000_000, t0)));
+        assert_eq!(asked(), 1);
+        // Fresh: served from the cache, the source not asked.
+        assert_eq!(
+            rate(feed.rate(t0 + REFRESH_AFTER_SECS - 1).await),
+            Some((150_000_000, t0))
+        );
+        assert_eq!(asked(), 1);
+        // Old enough to refresh: read again.
+        let t1 = t0 + REFRESH_AFTER_SECS;
+        assert_eq!(rate(feed.rate(t1).await), Some((160_000_000, t1)));
+        assert_eq!(asked(), 2);
+        // The source fails: the last rate serves while it is younger than MAX_AGE_SECS...
+        let last = feed.rate(t1 + MAX_AGE_SECS - 1).await;
+        assert_eq!(rate(last), Some((160_000_000, t1)));
+        assert_eq!(asked(), 3, "a refresh was tried");
+        // ...and is dropped at that age.
+        assert_eq!(feed.rate(t1 + MAX_AGE_SECS).await, None);
+        assert_eq!(asked(), 4);
+    }
 }
