@@ -91,3 +91,84 @@ fn a_kept_alive_connection_left_idle_is_closed_after_the_header_timeout() {
         started.elapsed()
     );
 }
+
+/// `umpire serve` holds at most so many connections at once (MAX_CONNECTIONS, 4096, as
+/// it ships; 64 here, the same code): with that many idle sockets open, the next
+/// connection is closed at accept without an answer, so a flood of idle sockets cannot
+/// use up the process's file descriptors; once one of them closes, a new connection is
+/// served again. Would catch: the cap removed or its slots never released.
+#[test]
+fn connections_past_the_cap_are_closed_and_a_freed_slot_serves_again() {
+    assert_eq!(umpire_server::MAX_CONNECTIONS, 4096);
+    const CAP: usize = 64;
+    let data = umpire_blackbox::TempDir::new("cap");
+    let dir = data.path().to_owned();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let config = umpire_api::Config {
+                rate_limits: None,
+                ..umpire_api::Config::default()
+            };
+            let (state, _store) = umpire_server::embedded_state(config, &dir, false, None)
+                .await
+                .expect("state");
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let _ = ready_tx.send(listener.local_addr().expect("addr"));
+            let _ = umpire_server::serve_capped(
+                listener,
+                std::sync::Arc::new(state),
+                std::future::pending::<()>(),
+                CAP,
+            )
+            .await;
+        });
+    });
+    let addr = ready
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the server started");
+    let get = b"GET /healthz HTTP/1.1\r\nHost: umpire\r\n\r\n";
+    let mut idle: Vec<TcpStream> = (0..CAP)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // A request on the last one, answered, proves the server has accepted them all (it
+    // accepts in order).
+    let last = idle.last_mut().expect("connections");
+    last.write_all(get)
+        .expect("a request on the last connection");
+    let mut buf = [0u8; 1024];
+    last.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let n = last.read(&mut buf).expect("answered");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    // One more: closed at accept, no answer.
+    let close = b"GET /healthz HTTP/1.1\r\nHost: umpire\r\nConnection: close\r\n\r\n";
+    let mut over = TcpStream::connect(addr).expect("connect");
+    let _ = over.write_all(close);
+    let answer = read_until_closed(&mut over, Duration::from_secs(10)).expect("closed");
+    assert!(
+        answer.is_empty(),
+        "answered past the cap: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Free a slot; a new connection is served again.
+    drop(idle.swap_remove(0));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again = TcpStream::connect(addr).expect("connect");
+        let _ = again.write_all(close);
+        let answer = read_until_closed(&mut again, Duration::from_secs(10)).expect("closed");
+        if String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot came free");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -196,9 +196,20 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_capped(listener, state, shutdown, MAX_CONNECTIONS).await
+}
+
+/// [`serve`] with at most `max_connections` connections at once (a test reaches a cap
+/// of a few dozen in milliseconds, where [`MAX_CONNECTIONS`] takes seconds to open).
+pub async fn serve_capped(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()>,
+    max_connections: usize,
+) -> std::io::Result<()> {
     tokio::pin!(shutdown);
     let purchases = Arc::new(Purchases::default());
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -217,7 +228,7 @@ pub async fn serve(
             }
         };
         let Ok(slot) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = MAX_CONNECTIONS, "connection limit reached; connection closed");
+            tracing::warn!(%peer, limit = max_connections, "connection limit reached; connection closed");
             continue;
         };
         let _ = stream.set_nodelay(true);
