@@ -179,3 +179,22 @@ fn a_release_build_refuses_to_start_with_a_test_switch() {
     let _ = child.wait();
     assert!(line.starts_with("umpire listening on "), "{line:?}");
 }
+
+/// The emulator's speed-up is faithful: `infra/local/moto_serial.py` serves a later page
+/// of an index Query from the candidates it kept, and must answer every page exactly as
+/// stock moto does (Limit and the 1 MB cut, both directions, a range condition, a
+/// write between two pages). Would catch: a page cache that skips, repeats or keeps
+/// items past a write, which would make the DynamoDB report tests pass on a lie.
+#[test]
+fn moto_serial_pages_like_stock_moto() {
+    let out = Command::new(umpire_blackbox::python())
+        .arg(repo_root().join("infra/local/moto_serial_check.py"))
+        .output()
+        .expect("python (make test's virtualenv)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
