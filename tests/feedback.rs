@@ -176,13 +176,7 @@ fn feedback_waits_for_its_payments_confirmations() {
     );
     let early = s.feedback(&body);
     expect(&early, 422, "payment_not_found");
-    let message = early
-        .json()
-        .get("error")
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let message = early.error_message();
     assert!(message.contains("1 of the 3 confirmations"), "{message}");
     devnet.mine();
     expect(&s.feedback(&body), 422, "payment_not_found");

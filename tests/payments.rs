@@ -786,17 +786,23 @@ fn the_v1_client_buys_with_x_payment() {
     assert_eq!(devnet.balance(&payer), payer0 - PRICE_BASIC);
 }
 
-#[test]
-fn replays_are_rate_limited_per_ip() {
-    let devnet = Devnet::start();
-    let server = devnet.serve(
+/// `umpire serve` selling on `devnet` with rate limits on, an hour's window, and one
+/// bucket's limit set (`var` = `value`).
+fn limited(devnet: &Devnet, var: &str, value: &str) -> Server {
+    devnet.serve(
         Settlement::SelfSettle,
         &[
             ("UMPIRE_RATE_LIMITS", "on"),
             ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
-            ("UMPIRE_RATE_LIMIT_REPLAY", "1"),
+            (var, value),
         ],
-    );
+    )
+}
+
+#[test]
+fn replays_are_rate_limited_per_ip() {
+    let devnet = Devnet::start();
+    let server = limited(&devnet, "UMPIRE_RATE_LIMIT_REPLAY", "1");
     let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
     let idem = key();
     let headers = [
@@ -832,14 +838,7 @@ fn replays_are_rate_limited_per_ip() {
 #[test]
 fn every_lookup_by_payment_counts_hit_or_miss() {
     let devnet = Devnet::start();
-    let server = devnet.serve(
-        Settlement::SelfSettle,
-        &[
-            ("UMPIRE_RATE_LIMITS", "on"),
-            ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
-            ("UMPIRE_RATE_LIMIT_REPLAY", "2"),
-        ],
-    );
+    let server = limited(&devnet, "UMPIRE_RATE_LIMIT_REPLAY", "2");
     let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
     let pay = [("PAYMENT-SIGNATURE", payment.as_str())];
     let window = || umpire_host::Clock::system().now_ms() / 3_600_000;
@@ -871,14 +870,7 @@ fn every_lookup_by_payment_counts_hit_or_miss() {
 #[test]
 fn a_header_that_is_no_payment_counts_as_unpaid() {
     let devnet = Devnet::start();
-    let server = devnet.serve(
-        Settlement::SelfSettle,
-        &[
-            ("UMPIRE_RATE_LIMITS", "on"),
-            ("UMPIRE_RATE_LIMIT_WINDOW_MS", HOUR_WINDOW_MS),
-            ("UMPIRE_RATE_LIMIT_UNPAID", "3"),
-        ],
-    );
+    let server = limited(&devnet, "UMPIRE_RATE_LIMIT_UNPAID", "3");
     // Its own 402 is the first unpaid request.
     let payment = sign_payment(&devnet, &url(&server, "basic"), BODY);
     for name in ["PAYMENT-SIGNATURE", "X-PAYMENT"] {

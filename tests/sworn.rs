@@ -472,13 +472,7 @@ fn a_sworn_job_too_big_for_the_queue_is_refused_before_payment() {
         too_big.header("payment-required").is_none(),
         "no price asked"
     );
-    let message = too_big
-        .json()
-        .get("error")
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let message = too_big.error_message();
     assert!(message.contains(&limit.to_string()), "{message}");
     let fits = server.post_json("/v1/verdicts/sworn", &body(limit * 3 / 4 - 8 * 1024));
     assert_eq!(fits.status, 402, "{}", String::from_utf8_lossy(&fits.body));

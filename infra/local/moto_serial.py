@@ -81,7 +81,7 @@ def index_pages_in_order():
 
     query = Table.query
 
-    def sort_key(table, attrs, values):
+    def sort_key(attrs, values):
         return json.dumps([values.get(a) for a in attrs], sort_keys=True)
 
     def cached_query(self, hash_key, range_comparison, range_objs, limit, exclusive_start_key,
@@ -103,7 +103,7 @@ def index_pages_in_order():
         hit = state["cache"].get(key) if key else None
         if hit is not None and exclusive_start_key is not None:
             candidates, positions, attrs = hit
-            at = positions.get(sort_key(self, attrs, exclusive_start_key))
+            at = positions.get(sort_key(attrs, exclusive_start_key))
             if at is not None:
                 results, size = [], 0
                 last = None
@@ -161,7 +161,7 @@ def index_pages_in_order():
                 ]
             attrs = seen["attrs"]
             positions = {
-                sort_key(self, attrs, {a: i.attrs[a].to_json() for a in attrs if a in i.attrs}): n
+                sort_key(attrs, {a: i.attrs[a].to_json() for a in attrs if a in i.attrs}): n
                 for n, i in enumerate(items)
             }
             state["cache"][key] = (items, positions, attrs)

@@ -462,6 +462,16 @@ impl Reply {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The message of an error body.
+    pub fn error_message(&self) -> String {
+        self.json()
+            .get("error")
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    }
+
     /// The error code of an error body.
     pub fn error_code(&self) -> String {
         self.json()

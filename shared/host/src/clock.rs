@@ -93,10 +93,9 @@ impl Clock {
 
     /// `budget` from now, its unix seconds read on this clock.
     pub fn deadline(&self, budget: std::time::Duration) -> Deadline {
-        let d = Deadline::after(budget);
         let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
         Deadline {
-            at: d.at,
+            at: std::time::Instant::now() + budget,
             unix: self.now_ms().saturating_add(budget_ms).div_ceil(1000),
         }
     }
