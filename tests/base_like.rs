@@ -875,6 +875,47 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
     base.audit();
 }
 
+/// The answer to a whole batch lost for longer than a block: by the time the same bytes
+/// go out again they are mined, and the node calls them "nonce too low". Taken for a
+/// refusal, they would be signed again at new nonces (two more sends, and transactions
+/// that revert); the node knows them by their hash, so each purchase settles on its own.
+#[test]
+fn a_batch_mined_while_its_answer_was_lost_is_not_signed_again() {
+    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
+    let (payments, keys) = (sign_payments(&base.devnet, &base.url(), BODY, 4), keys(4));
+    let Burst {
+        first,
+        rest,
+        paused,
+        sends,
+    } = base.burst(&payments, &keys);
+    // Held past the next 2 s block before the connection closes unanswered.
+    base.proxy.fault_after(
+        "eth_sendRawTransaction",
+        2,
+        Fault::LoseAnswerAfter(Duration::from_millis(2_600)),
+        Some(1),
+    );
+    paused.resume();
+    assert_eq!(first.join().expect("buyer").status, 201);
+    for h in rest {
+        let r = h.join().expect("buyer");
+        assert_eq!(r.status, 201, "{}", text(&r));
+    }
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction") - sends,
+        3 + 3,
+        "the batch and its resend, nothing signed again: {:?}",
+        base.proxy.counts()
+    );
+    assert_eq!(
+        base.charged(),
+        4 * PRICE_BASIC,
+        "each purchase charged once"
+    );
+    base.audit();
+}
+
 /// The answer to a whole batch lost while its transactions went through: the same bytes
 /// go out again as a batch (the node knows them), and every purchase settles once.
 #[test]

@@ -624,6 +624,9 @@ pub enum Fault {
     Delay(Duration),
     /// Forwards the call (it reaches the chain), then closes the connection unanswered.
     LoseAnswer,
+    /// Forwards the call, then holds the connection this long and closes it unanswered
+    /// (the answer lost while the chain goes on: a block may seal meanwhile).
+    LoseAnswerAfter(Duration),
     /// Answers this JSON-RPC error without forwarding.
     Fail(String),
     /// Answers this result without forwarding (a node that lags: `[]` for logs).
@@ -938,6 +941,7 @@ impl ProxyControl {
         }
         let id = call["id"].clone();
         let mut lose = false;
+        let mut lost_after = Duration::ZERO;
         match self.fault_for(&method) {
             Some(Fault::Delay(d)) => std::thread::sleep(d),
             Some(Fault::Fail(message)) => {
@@ -945,6 +949,7 @@ impl ProxyControl {
                     "error": {"code": -32000, "message": message}}));
             }
             Some(Fault::LoseAnswer) => lose = true,
+            Some(Fault::LoseAnswerAfter(d)) => (lose, lost_after) = (true, d),
             Some(Fault::Result(result)) => {
                 return Some(json!({"jsonrpc": "2.0", "id": id, "result": result}));
             }
@@ -959,6 +964,7 @@ impl ProxyControl {
         }
         let mut answer = forward(upstream, call);
         if lose || lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
+            std::thread::sleep(lost_after);
             return None;
         }
         if method == "eth_sendRawTransaction"

@@ -787,6 +787,7 @@ impl EvmChain {
         }
         state.next_nonce = Some(first + signed.len() as u64);
         let mut answers = self.send_raws(&signed).await;
+        let mut resent = false;
         // The whole answer lost: the same bytes again, before any later nonce goes out.
         for _ in 0..RESENDS {
             if !answers
@@ -802,6 +803,21 @@ impl EvmChain {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
             answers = self.send_raws(&signed).await;
+            resent = true;
+        }
+        // A resent transaction the node calls "nonce too low" may be these very bytes,
+        // mined since the lost answer (a block can seal between the two sends): the
+        // node knows it by its hash. Signed again, it would spend a nonce on a revert.
+        if resent {
+            for (b, a) in signed.iter().zip(answers.iter_mut()) {
+                let too_low = a.as_ref().is_err_and(|e| {
+                    e.as_error_resp().is_some()
+                        && e.to_string().to_ascii_lowercase().contains("nonce too low")
+                });
+                if too_low && self.arrived(b).await {
+                    *a = Ok(());
+                }
+            }
         }
         let mut again = Vec::new();
         let mut refused_nonces = Vec::new();
@@ -965,12 +981,7 @@ impl EvmChain {
                     // Its nonce is used: by these very bytes (they arrived), or by
                     // another transaction (they never will). The node knows which.
                     if text.to_ascii_lowercase().contains("nonce too low") {
-                        let found = tokio::time::timeout(
-                            SEND_CALL_TIMEOUT,
-                            self.provider.get_transaction_by_hash(b.hash),
-                        )
-                        .await;
-                        return matches!(found, Ok(Ok(Some(_))));
+                        return self.arrived(b).await;
                     }
                     return false;
                 }
@@ -978,6 +989,16 @@ impl EvmChain {
             }
         }
         false
+    }
+
+    /// Whether the node has the transaction `b` (pending or mined), by its hash.
+    async fn arrived(&self, b: &Broadcast) -> bool {
+        let found = tokio::time::timeout(
+            SEND_CALL_TIMEOUT,
+            self.provider.get_transaction_by_hash(b.hash),
+        )
+        .await;
+        matches!(found, Ok(Ok(Some(_))))
     }
 
     async fn send_raw(&self, raw: &Bytes) -> Result<(), RpcError<TransportErrorKind>> {
