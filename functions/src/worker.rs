@@ -1,7 +1,8 @@
 //! The worker Lambda: SQS delivers a batch of delayed jobs (sworn pass 2, webhook
-//! deliveries); each runs through the same `sworn::run_job` as `umpire serve`'s local
-//! worker. Failures are reported per message (`ReportBatchItemFailures`), so one bad
-//! job does not make SQS redeliver the ones that succeeded.
+//! deliveries); each runs through the same `sworn::run_delivery` as `umpire serve`'s
+//! local worker (a pass-2 job failing its last receive forgets its key before SQS
+//! dead-letters it). Failures are reported per message (`ReportBatchItemFailures`), so
+//! one bad job does not make SQS redeliver the ones that succeeded.
 //!
 //! SQS delivers at least once, and a batch may hold copies of one job: the jobs run
 //! concurrently and rely on `run_job`'s conditional writes, not on the queue, for
@@ -10,17 +11,19 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use umpire_api::AppState;
-use umpire_api::sworn::run_job;
+use umpire_api::sworn::run_delivery;
 use umpire_store::sqs::SqsQueue;
 
 /// Runs one message's job; false when SQS should deliver it again.
 async fn run_message(state: &AppState, message: &SqsMessage) -> bool {
     let id = message.message_id.as_deref().unwrap_or("");
-    let receives = message
+    // Real SQS events always carry it; without it, the first receive is assumed (the
+    // last one's key-shredding is then skipped rather than done early).
+    let receives: u32 = message
         .attributes
         .get("ApproximateReceiveCount")
-        .map(String::as_str)
-        .unwrap_or("?");
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
     let job = match SqsQueue::decode(message.body.as_deref().unwrap_or("")) {
         Ok(job) => job,
         Err(e) => {
@@ -28,7 +31,7 @@ async fn run_message(state: &AppState, message: &SqsMessage) -> bool {
             return false;
         }
     };
-    match run_job(state, &job).await {
+    match run_delivery(state, &job, receives).await {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(message_id = id, receives, kind = job.kind, error = %e, "job failed; SQS will deliver it again");

@@ -192,8 +192,9 @@ fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
     );
     assert_eq!(
         num(&queue["RedrivePolicy"]["maxReceiveCount"]),
-        5,
-        "a job that failed 5 times rests in the dead-letter queue"
+        u64::from(umpire_store::JOB_MAX_RECEIVES),
+        "a job that failed 5 times rests in the dead-letter queue, and the worker knows \
+         which receive is its last"
     );
     let sqs = &worker["sqs"][0];
     assert_eq!(

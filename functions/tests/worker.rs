@@ -44,10 +44,16 @@ enum Runner {
 }
 
 fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
+    // The checker function's binary, as the worker starts it locally.
+    state_checking_with(store, queue, env!("CARGO_BIN_EXE_checker"))
+}
+
+/// A worker whose checker is the program at `checker` (one that cannot start breaks
+/// every pass 2).
+fn state_checking_with(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, checker: &str) -> AppState {
     let check_limit = Duration::from_secs(2);
     let checker = CheckerPool::new(PoolConfig {
-        // The checker function's binary, as the worker starts it locally.
-        program: env!("CARGO_BIN_EXE_checker").into(),
+        program: checker.into(),
         args: vec![WORKER_ARG.to_owned()],
         check_limit,
         max_workers: 4,
@@ -355,6 +361,129 @@ async fn exactly_once(
     pass2
 }
 
+/// Runs one delivery as `runner` runs it (its receive count included); true when done.
+async fn run_delivered(state: &AppState, runner: Runner, d: &umpire_store::Delivery) -> bool {
+    match runner {
+        Runner::Local => sworn::run_delivery(state, &d.job, d.receive_count)
+            .await
+            .is_ok(),
+        Runner::Lambda => {
+            let event: SqsEvent = serde_json::from_value(serde_json::json!({ "Records": [{
+                "messageId": "m",
+                "receiptHandle": d.receipt,
+                "body": SqsQueue::encode(&d.job).expect("encode"),
+                "attributes": {"ApproximateReceiveCount": d.receive_count.to_string()},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+            }]}))
+            .expect("event");
+            handle_batch(state, event)
+                .await
+                .batch_item_failures
+                .is_empty()
+        }
+    }
+}
+
+/// A paid pass 2 whose every run fails (its checker cannot start), received as the
+/// queue hands it out (a 1 s visibility timeout standing in for the queue's own) until
+/// the queue stops handing it out; what succeeded is acknowledged. Its verdict keeps
+/// its key through every failure but the last: then the key goes, before the queue
+/// dead-letters the job. Returns the verdict, the job, and each receive's (count, done).
+async fn failing_pass2(
+    setup: Arc<dyn Store>,
+    store: Arc<dyn Store>,
+    queue: Arc<dyn JobQueue>,
+    runner: Runner,
+    page: &Scripted,
+    hook: &Scripted,
+) -> (String, Job, Vec<(u32, bool)>) {
+    let working = state(store.clone(), queue.clone());
+    let (verdict_id, pass2) = bought(&working, setup.as_ref(), page, hook).await;
+    queue
+        .enqueue(&pass2, Duration::ZERO)
+        .await
+        .expect("enqueue pass 2");
+    let broken = state_checking_with(store.clone(), queue.clone(), "/nonexistent/checker");
+    let mut receives = Vec::new();
+    let mut idle_since = Instant::now();
+    while idle_since.elapsed() < Duration::from_secs(3) {
+        let deliveries = queue.receive(10, 1).await.expect("receive");
+        if deliveries.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        for d in deliveries {
+            let done = run_delivered(&broken, runner, &d).await;
+            let key = broken
+                .store
+                .get_verdict(&verdict_id, umpire_host::Clock::system().now())
+                .await
+                .expect("get")
+                .expect("the verdict stays")
+                .job_key;
+            if done {
+                queue.ack(&d.receipt).await.expect("ack");
+            } else {
+                assert_eq!(
+                    key.is_some(),
+                    d.receive_count < umpire_store::JOB_MAX_RECEIVES,
+                    "the key is kept through every failed receive but the last ({})",
+                    d.receive_count
+                );
+            }
+            receives.push((d.receive_count, done));
+        }
+        idle_since = Instant::now();
+    }
+    let record = broken
+        .store
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
+        .await
+        .expect("get")
+        .expect("verdict");
+    assert_eq!(
+        record.status,
+        VerdictStatus::Pending,
+        "left for an operator"
+    );
+    assert_eq!(record.job_key, None, "no copy of the job opens any more");
+    assert!(hook.received().is_empty(), "no document, no webhook");
+    (verdict_id, pass2, receives)
+}
+
+/// The embedded store has no dead-letter queue: the job failing its fifth receive
+/// forgets its key and comes back; the sixth receive finds the key gone and ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn embedded_store_a_pass2_failing_its_last_receive_is_shredded() {
+    let dir = TempDir::new("worker-sqlite");
+    let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
+    let (page, hook) = (
+        Scripted::start(vec![(200, "service up")]),
+        Scripted::start(vec![(200, "thanks")]),
+    );
+    let (_, _, receives) = failing_pass2(
+        store.clone(),
+        store.clone(),
+        store,
+        Runner::Local,
+        &page,
+        &hook,
+    )
+    .await;
+    assert_eq!(
+        receives,
+        vec![
+            (1, false),
+            (2, false),
+            (3, false),
+            (4, false),
+            (5, false),
+            (6, true)
+        ]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_store_one_document_one_webhook() {
     let dir = TempDir::new("worker-sqlite");
@@ -424,6 +553,99 @@ mod aws {
         }
         let denied = tokio::task::block_in_place(|| stack.denied());
         assert!(denied.is_empty(), "refused: {denied:?}");
+    }
+
+    /// The real route to the dead-letter queue: the worker Lambda fails a paid pass 2 on
+    /// five receives and SQS moves it on the sixth. On the fifth the job's key is
+    /// forgotten, so the copy in the DLQ (kept 14 days) cannot be opened; an operator's
+    /// redrive then ends cleanly (acknowledged, nothing judged or sent) and the verdict
+    /// stays pending for a refund. Without the shredding the key would outlive the job.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_pass2_failing_five_receives_rests_unreadable_in_the_dlq() {
+        let (stack, setup, store, queue) = aws().await;
+        let (page, hook) = (
+            Scripted::start(vec![(200, "service up")]),
+            Scripted::start(vec![(200, "thanks")]),
+        );
+        let (verdict_id, _, receives) = failing_pass2(
+            setup,
+            store.clone(),
+            queue.clone(),
+            Runner::Lambda,
+            &page,
+            &hook,
+        )
+        .await;
+        assert_eq!(
+            receives,
+            (1..=umpire_store::JOB_MAX_RECEIVES)
+                .map(|n| (n, false))
+                .collect::<Vec<_>>(),
+            "five failed receives, then SQS keeps it from the worker"
+        );
+        // SQS moved it to the dead-letter queue; the operator reads it there.
+        let admin = aws_sdk_sqs::Client::new(&stack.admin_config().await);
+        let dlq = stack.name("JobsDeadLetterQueue");
+        let kept = admin
+            .receive_message()
+            .queue_url(&dlq)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .expect("read the DLQ");
+        let [message] = kept.messages() else {
+            panic!("the DLQ holds the job once: {kept:?}");
+        };
+        let body = message.body().expect("body");
+        assert!(body.contains(&verdict_id), "it names its verdict: {body}");
+        assert!(holds_no_deliverable(body.as_bytes()), "{body}");
+        // The operator's redrive (what start-message-move-task does): back to the jobs
+        // queue, out of the DLQ.
+        admin
+            .send_message()
+            .queue_url(stack.name("JobsQueue"))
+            .message_body(body)
+            .send()
+            .await
+            .expect("redrive");
+        admin
+            .delete_message()
+            .queue_url(&dlq)
+            .receipt_handle(message.receipt_handle().expect("handle"))
+            .send()
+            .await
+            .expect("out of the DLQ");
+        let working = state(store.clone(), queue.clone());
+        let fetched = page.received().len();
+        assert_eq!(drain_once(&working, queue.as_ref()).await, 1, "redriven");
+        assert_eq!(page.received().len(), fetched, "nothing judged again");
+        let record = store
+            .get_verdict(&verdict_id, umpire_host::Clock::system().now())
+            .await
+            .expect("get")
+            .expect("verdict");
+        assert_eq!(record.status, VerdictStatus::Pending);
+        assert!(hook.received().is_empty(), "no document, no webhook");
+        let denied = tokio::task::block_in_place(|| stack.denied());
+        assert!(denied.is_empty(), "refused: {denied:?}");
+    }
+
+    /// Receives once (after waiting up to 5 s for something) and runs each job through
+    /// the Lambda handler; each must succeed and is acknowledged. How many there were.
+    async fn drain_once(state: &AppState, queue: &dyn JobQueue) -> usize {
+        let started = Instant::now();
+        loop {
+            let deliveries = queue.receive(10, 30).await.expect("receive");
+            if deliveries.is_empty() && started.elapsed() < Duration::from_secs(5) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            for d in &deliveries {
+                assert!(run_delivered(state, Runner::Lambda, d).await, "done");
+                queue.ack(&d.receipt).await.expect("ack");
+            }
+            return deliveries.len();
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

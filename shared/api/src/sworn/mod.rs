@@ -25,7 +25,7 @@ use umpire_core::product::{Tier, WEBHOOK_MAX_RETRIES};
 use umpire_core::seal::{self, DataKey};
 use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_core::{ApiError, ErrorCode};
-use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
+use umpire_store::{Finalize, JOB_MAX_RECEIVES, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
 
 use crate::AppState;
 use crate::paid::ledger::{PaymentKey, PurchaseOutcome, purchase_outcome};
@@ -169,6 +169,53 @@ pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
             tracing::error!(kind = job.kind, "unknown job kind; dropped");
             Ok(())
         }
+    }
+}
+
+/// Runs a job received for the `receive_count`-th time, as both workers do. A pass-2 job
+/// that fails its last receive ([`JOB_MAX_RECEIVES`]; the queue dead-letters it next)
+/// first forgets its verdict's key: the copy resting in the dead-letter queue (kept 14
+/// days) can no longer be opened, so the deliverable is not kept past the job's last
+/// chance. Its verdict stays pending for an operator (`SwornUnresolved`, logged with the
+/// verdict id); a redrive finds the key gone and ends cleanly. If the key cannot be
+/// forgotten (the store is what fails), the copy stays readable, and a redrive once the
+/// store is back finishes pass 2.
+pub async fn run_delivery(state: &AppState, job: &Job, receive_count: u32) -> Result<(), JobError> {
+    let failed = match run_job(state, job).await {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    if receive_count >= JOB_MAX_RECEIVES
+        && let Ok(Some(SwornJob::Pass2(p))) = SwornJob::parse(job)
+    {
+        shred_dead_letter(state, &p.verdict_id, &failed).await;
+    }
+    Err(failed)
+}
+
+/// Forgets the key of a still-pending verdict whose pass-2 job is being dead-lettered.
+async fn shred_dead_letter(state: &AppState, verdict_id: &str, failed: &JobError) {
+    let now = state.config.clock.now();
+    match state.store.get_verdict(verdict_id, now).await {
+        // Final already (only its webhook failed) or gone: nothing readable remains.
+        Ok(Some(record)) if record.document.is_some() || record.job_key.is_none() => return,
+        Ok(None) => return,
+        _ => {}
+    }
+    match state.store.forget_job_key(verdict_id).await {
+        Ok(()) => {
+            tracing::error!(
+                verdict_id,
+                error = %failed,
+                "pass 2 failed on its last receive: its key is forgotten, so its dead-letter copy cannot be opened; the verdict stays pending for an operator"
+            );
+            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::SwornUnresolved);
+        }
+        Err(e) => tracing::error!(
+            verdict_id,
+            error = %e,
+            "pass 2 failed on its last receive and its key could not be forgotten: its dead-letter copy stays readable (redrive it once the store is back, or purge it)"
+        ),
     }
 }
 
@@ -327,8 +374,8 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     let spec = parse_spec(spec_v, Some(Tier::Sworn))
         .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
     let Some(deliverable) = unseal_deliverable(p, record.job_key.as_deref())? else {
-        // The key is gone (the verdict was finalized or its job given up on in the
-        // meantime): this copy can no longer be read, and is not needed.
+        // The key is gone (the verdict was finalized, or its job given up on or
+        // dead-lettered meanwhile): this copy can no longer be read, and is not needed.
         tracing::warn!(verdict_id, "pass 2 job whose key is gone; dropped");
         return Ok(());
     };
@@ -572,7 +619,7 @@ pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
         match queue.receive(10, 300).await {
             Ok(deliveries) if !deliveries.is_empty() => {
                 for d in deliveries {
-                    match run_job(&state, &d.job).await {
+                    match run_delivery(&state, &d.job, d.receive_count).await {
                         Ok(()) => {
                             if let Err(e) = queue.ack(&d.receipt).await {
                                 tracing::error!(error = %e, "could not acknowledge a job");
