@@ -43,14 +43,21 @@ enum Runner {
     Lambda,
 }
 
+/// The checker function's binary, as the worker starts it locally.
+const CHECKER: &str = env!("CARGO_BIN_EXE_checker");
+
 fn state(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>) -> AppState {
-    // The checker function's binary, as the worker starts it locally.
-    state_checking_with(store, queue, env!("CARGO_BIN_EXE_checker"))
+    state_with(store, queue, CHECKER, FetchConfig::default().timeout)
 }
 
 /// A worker whose checker is the program at `checker` (one that cannot start breaks
-/// every pass 2).
-fn state_checking_with(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, checker: &str) -> AppState {
+/// every pass 2) and whose fetcher (webhooks included) gives up after `fetch_timeout`.
+fn state_with(
+    store: Arc<dyn Store>,
+    queue: Arc<dyn JobQueue>,
+    checker: &str,
+    fetch_timeout: Duration,
+) -> AppState {
     let check_limit = Duration::from_secs(2);
     let checker = CheckerPool::new(PoolConfig {
         program: checker.into(),
@@ -63,6 +70,7 @@ fn state_checking_with(store: Arc<dyn Store>, queue: Arc<dyn JobQueue>, checker:
             policy: Policy {
                 test_allow: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
             },
+            timeout: fetch_timeout,
             ..FetchConfig::default()
         },
         Arc::new(StaticResolver::default()),
@@ -86,7 +94,7 @@ async fn bought(
     state: &AppState,
     setup: &dyn Store,
     page: &Scripted,
-    hook: &Scripted,
+    hook: std::net::SocketAddr,
 ) -> (String, Job) {
     let spec = parse(
         format!(
@@ -104,7 +112,7 @@ async fn bought(
             "deliverable",
         )
         .expect("deliverable"),
-        webhook_url: Some(format!("http://{}/hook", hook.addr)),
+        webhook_url: Some(format!("http://{hook}/hook")),
         job_ref: Some(Value::from("job-once")),
     };
     let pass1 = umpire_api::paid::verdict::judge(state, &purchase)
@@ -283,7 +291,7 @@ async fn exactly_once(
     let page = Scripted::start(vec![(200, "service up")]);
     let hook = Scripted::start(vec![(200, "thanks")]);
     let state = state(store, queue.clone());
-    let (verdict_id, pass2) = bought(&state, setup.as_ref(), &page, &hook).await;
+    let (verdict_id, pass2) = bought(&state, setup.as_ref(), &page, hook.addr).await;
     assert_eq!(pass2.kind, JOB_PASS2);
     // The job carries the deliverable sealed; what an operator needs stays readable.
     assert!(
@@ -399,12 +407,17 @@ async fn failing_pass2(
     hook: &Scripted,
 ) -> (String, Job, Vec<(u32, bool)>) {
     let working = state(store.clone(), queue.clone());
-    let (verdict_id, pass2) = bought(&working, setup.as_ref(), page, hook).await;
+    let (verdict_id, pass2) = bought(&working, setup.as_ref(), page, hook.addr).await;
     queue
         .enqueue(&pass2, Duration::ZERO)
         .await
         .expect("enqueue pass 2");
-    let broken = state_checking_with(store.clone(), queue.clone(), "/nonexistent/checker");
+    let broken = state_with(
+        store.clone(),
+        queue.clone(),
+        "/nonexistent/checker",
+        FetchConfig::default().timeout,
+    );
     let mut receives = Vec::new();
     let mut idle_since = Instant::now();
     while idle_since.elapsed() < Duration::from_secs(3) {
@@ -450,6 +463,70 @@ async fn failing_pass2(
     assert_eq!(record.job_key, None, "no copy of the job opens any more");
     assert!(hook.received().is_empty(), "no document, no webhook");
     (verdict_id, pass2, receives)
+}
+
+/// A webhook receiver that accepts the connection, reads the request and never answers
+/// is retried as a 5xx one is: each attempt ends at the fetcher's deadline (300 ms here,
+/// 12 s in service), the next is queued, and after the sixth the failure is recorded.
+/// Would catch: a timeout taken as final, or retried without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_that_times_out_is_retried_then_given_up() {
+    use std::io::Read as _;
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hook = silent.local_addr().expect("addr");
+    let attempts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    std::thread::spawn(move || {
+        for mut conn in silent.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).is_ok_and(|n| n == 1) {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let attempt = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("x-umpire-delivery-attempt:"))
+                    .and_then(|v| v.trim().parse::<u32>().ok());
+                seen.lock().unwrap_or_else(|p| p.into_inner()).push(attempt);
+                // Never a word back; the connection held well past the deadline.
+                std::thread::sleep(Duration::from_secs(10));
+                drop(conn);
+            });
+        }
+    });
+    let dir = TempDir::new("worker-sqlite");
+    let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
+    let page = Scripted::start(vec![(200, "service up")]);
+    let state = state_with(
+        store.clone(),
+        store.clone(),
+        CHECKER,
+        Duration::from_millis(300),
+    );
+    let (verdict_id, pass2) = bought(&state, store.as_ref(), &page, hook).await;
+    store
+        .enqueue(&pass2, Duration::ZERO)
+        .await
+        .expect("enqueue pass 2");
+    drain(&state, Runner::Local).await;
+    let record = store
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
+        .await
+        .expect("get")
+        .expect("verdict");
+    assert_eq!(record.status, VerdictStatus::Final);
+    assert_eq!(sworn::webhook_status(&record), "failed", "given up");
+    let attempts = attempts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        attempts,
+        (1..=sworn::WEBHOOK_MAX_ATTEMPTS)
+            .map(Some)
+            .collect::<Vec<_>>(),
+        "the first attempt and five retries, each once, no more"
+    );
 }
 
 /// The embedded store has no dead-letter queue: the job failing its fifth receive
