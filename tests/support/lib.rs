@@ -65,8 +65,30 @@ pub fn umpire_bin() -> PathBuf {
 /// taken from the code under test, so a wrong price in the code fails the tests.
 /// A rate-limit window for tests that count to a limit: windows are fixed and aligned,
 /// so with the contract's minute one turning mid-test would reset the count (a flake
-/// seen in faults.rs); an hour makes that rare.
+/// seen in faults.rs). A server started with this window starts only when at least
+/// [`WINDOW_MARGIN`] of the current hour is left ([`clear_of_window_turn`]), so no test
+/// that counts in it sees the hour turn.
 pub const HOUR_WINDOW_MS: &str = "3600000";
+
+/// How much of the hour a test counting in [`HOUR_WINDOW_MS`] may take, at most.
+pub const WINDOW_MARGIN: Duration = Duration::from_secs(120);
+
+/// Waits, if a server about to start with `env` counts in [`HOUR_WINDOW_MS`] and less
+/// than [`WINDOW_MARGIN`] of the hour is left, until the next hour has begun.
+fn clear_of_window_turn(env: &[(&str, &str)]) {
+    if !env
+        .iter()
+        .any(|(k, v)| *k == "UMPIRE_RATE_LIMIT_WINDOW_MS" && *v == HOUR_WINDOW_MS)
+    {
+        return;
+    }
+    const HOUR_MS: u64 = 3_600_000;
+    let left = Duration::from_millis(HOUR_MS - umpire_host::Clock::system().now_ms() % HOUR_MS);
+    if left < WINDOW_MARGIN {
+        eprintln!("waiting {left:?} for the rate-limit hour to turn");
+        std::thread::sleep(left + Duration::from_millis(500));
+    }
+}
 
 pub const PRICE_BASIC: u128 = 1_000_000;
 pub const PRICE_PROBE: u128 = 2_000_000;
@@ -312,6 +334,7 @@ impl Server {
     }
 
     fn spawn_bin(bin: &Path, data: TempDir, env: &[(&str, &str)], stderr: Stdio) -> Server {
+        clear_of_window_turn(env);
         // A server whose issuer is on this machine listens where its issuer says (a
         // sign-in is bound to the issuer's host and port); any other on a free port.
         let addr = env
