@@ -214,11 +214,33 @@ fn every_refusal_has_its_code() {
     .expect("json");
     v["outcome"] = json!("fulfilled");
     expect(&post(&v.to_string()), 401, "bad_signature");
-    // A malformed body names every problem.
+    // A malformed body names every problem: each field once, where it is, in one answer.
+    // Would catch: a parse that stops at the first problem, or one field left unchecked.
     let r = post(
         r#"{"merchant":"0x12","payer":"x","tx_hash":"0x1","outcome":"great","signature":"0x","note":"hi"}"#,
     );
     expect(&r, 422, "invalid_request");
+    let error = r.json().get("error").cloned().expect("error");
+    let field = |p: &Value, k: &str| p.get(k).and_then(Value::as_str).map(str::to_owned);
+    let mut named: Vec<(String, String)> = error
+        .get("problems")
+        .and_then(Value::as_array)
+        .expect("problems")
+        .iter()
+        .filter_map(|p| field(p, "where").zip(field(p, "code")))
+        .collect();
+    named.sort();
+    let expected = [
+        ("merchant", "invalid_value"),
+        ("note", "unknown_field"),
+        ("outcome", "invalid_value"),
+        ("payer", "invalid_value"),
+        ("signature", "invalid_value"),
+        ("tx_hash", "invalid_value"),
+    ]
+    .map(|(w, c)| (w.to_owned(), c.to_owned()));
+    assert_eq!(named, expected, "{error:?}");
+    assert_eq!(r.error_message(), "the feedback has 6 problems");
     // Self feedback.
     expect(
         &post(&signed_with_viem(
