@@ -1,7 +1,9 @@
-//! ERC-8183 evaluation end to end on the devnet: the escrow we wrote from the ERC
-//! (infra/devnet/AgenticCommerce.sol), a client funding a job with 10 test USDC, the
-//! provider submitting its deliverable's hash, and `umpire evaluate` buying the verdict
-//! and completing or rejecting the job with it; `umpire verify --job` audits the result.
+//! ERC-8183 evaluation end to end on the devnet: the escrows we wrote from the ERC
+//! (infra/devnet/AgenticCommerce.sol as the text now stands, with the reference
+//! implementation's getJob layout; AgenticCommerceLegacy.sol as it stood before), a
+//! client funding a job with 10 test USDC, the provider submitting its deliverable's
+//! hash, and `umpire evaluate` buying the verdict and completing or rejecting the job
+//! with it; `umpire verify --job` audits the result.
 
 use serde_json::Value;
 use umpire_blackbox::chain::{Devnet, Settlement, node_json};
@@ -14,20 +16,35 @@ const SPEC: &str = r##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##;
 const GOOD: &str = r##"{"text":"# Report\nall tests green"}"##;
 const BAD: &str = r#"{"text":"draft, not done"}"#;
 
+/// Which of the devnet's escrows a test's jobs live on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum On {
+    /// AgenticCommerce.sol: the ERC's current text, getJob as the reference answers it.
+    Reference,
+    /// AgenticCommerceLegacy.sol: the earlier text, an eight-field getJob.
+    Legacy,
+}
+
 struct World {
     devnet: Devnet,
     server: Server,
     files: TempDir,
+    on: On,
 }
 
 impl World {
     fn start(extra: &[(&str, &str)]) -> World {
+        World::start_on(On::Reference, extra)
+    }
+
+    fn start_on(on: On, extra: &[(&str, &str)]) -> World {
         let devnet = Devnet::start();
         let server = devnet.serve(Settlement::SelfSettle, extra);
         World {
             devnet,
             server,
             files: TempDir::new("escrow"),
+            on,
         }
     }
 
@@ -35,7 +52,18 @@ impl World {
         let devnet = self.devnet.devnet_json();
         let mut all = vec![args[0], "--devnet", &devnet];
         all.extend_from_slice(&args[1..]);
+        if self.on == On::Legacy {
+            all.push("--legacy");
+        }
         node_json("infra/devnet/escrow.mjs", &all)
+    }
+
+    /// The escrow contract the jobs live on.
+    fn contract(&self) -> String {
+        self.devnet.get(match self.on {
+            On::Reference => "escrow",
+            On::Legacy => "escrow_legacy",
+        })
     }
 
     /// The client creates and funds a job for the provider: its id and reference.
@@ -154,11 +182,7 @@ impl World {
 
     /// `umpire evaluate --watch --once` over the devnet's escrow, from block 0.
     fn watch(&self, extra: &[&str]) -> (i32, String, String) {
-        let contract = format!(
-            "eip155:{}:{}",
-            self.devnet.get("chain_id"),
-            self.devnet.get("escrow")
-        );
+        let contract = format!("eip155:{}:{}", self.devnet.get("chain_id"), self.contract());
         let base = format!("http://{}", self.server.addr);
         let rpc = self.devnet.get("rpc_url");
         let key = self.devnet.get("payer_private_key");
@@ -206,7 +230,17 @@ fn json(out: &str) -> Value {
 
 #[test]
 fn a_passing_deliverable_completes_the_job_and_a_second_run_changes_nothing() {
-    let w = World::start(&[]);
+    passing_completes(On::Reference);
+}
+
+/// The same on an escrow whose getJob answers the earlier eight-field layout.
+#[test]
+fn on_a_legacy_escrow_a_passing_deliverable_completes_the_job() {
+    passing_completes(On::Legacy);
+}
+
+fn passing_completes(on: On) {
+    let w = World::start_on(on, &[]);
     let client0 = w.balance("escrow_client");
     let payer0 = w.balance("payer");
     let (id, job) = w.funded_job();
@@ -308,7 +342,16 @@ fn a_passing_deliverable_completes_the_job_and_a_second_run_changes_nothing() {
 
 #[test]
 fn a_failing_deliverable_is_rejected_and_the_client_refunded() {
-    let w = World::start(&[]);
+    failing_rejects(On::Reference);
+}
+
+#[test]
+fn on_a_legacy_escrow_a_failing_deliverable_is_rejected_and_refunded() {
+    failing_rejects(On::Legacy);
+}
+
+fn failing_rejects(on: On) {
+    let w = World::start_on(on, &[]);
     let client0 = w.balance("escrow_client");
     let payer0 = w.balance("payer");
     let (id, job) = w.funded_job();
@@ -592,27 +635,179 @@ fn a_watcher_pays_only_for_its_clients_jobs_at_its_own_tier() {
     assert_eq!(w.show(&dear)["status"], "Submitted");
 }
 
+/// A job past its expiry (and, on an escrow with an evaluation grace period, past that
+/// too) is refused before anything is paid: anyone may claim its refund.
 #[test]
 fn an_expired_job_is_not_evaluated() {
+    for (on, past) in [(On::Legacy, 120), (On::Reference, 3_700)] {
+        let w = World::start_on(on, &[]);
+        let payer0 = w.balance("payer");
+        // The current text wants a job to live at least 5 minutes.
+        let v = w.escrow(&["create", "--expires-in", "360"]);
+        let id = v["job_id"].as_str().expect("id").to_owned();
+        let job = v["job"].as_str().expect("job").to_owned();
+        let spec = w.file("spec.json", SPEC);
+        let good = w.file("good.json", GOOD);
+        w.submit(&id, &good);
+        w.devnet
+            .rpc("evm_increaseTime", serde_json::json!([360 + past]));
+        w.devnet.rpc("evm_mine", serde_json::json!([]));
+        let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains("expired"), "{err}");
+        if on == On::Reference {
+            assert!(err.contains("grace period ended"), "{err}");
+        }
+        assert_eq!(
+            w.balance("payer"),
+            payer0,
+            "nothing paid for an expired job"
+        );
+        assert_eq!(w.show(&id)["status"], "Submitted");
+    }
+}
+
+/// The reference escrow gives a submitted job an hour's evaluation grace past its
+/// expiry (the refund cannot be claimed before): an evaluation that bought its verdict
+/// before the expiry and could not send its decision finishes inside the grace period.
+/// On the legacy escrow, with no grace, the same job is refused as expired. Would catch:
+/// the grace ignored (a paid verdict wasted on a job the escrow still lets us decide).
+#[test]
+fn a_submitted_job_is_decided_in_its_grace_period_where_the_escrow_gives_one() {
+    for on in [On::Reference, On::Legacy] {
+        let w = World::start_on(on, &[]);
+        // An evaluator wallet with no ETH for gas: the verdict is bought, `complete`
+        // cannot be sent.
+        const EVALUATOR_KEY: &str =
+            "0x0000000000000000000000000000000000000000000000000000000000000001";
+        const EVALUATOR: &str = "0x7E5F4552091A69125d5DfCb7b8C2659029395Bdf";
+        let v = w.escrow(&["create", "--evaluator", EVALUATOR, "--expires-in", "360"]);
+        let id = v["job_id"].as_str().expect("id").to_owned();
+        let job = v["job"].as_str().expect("job").to_owned();
+        let spec = w.file("spec.json", SPEC);
+        let good = w.file("good.json", GOOD);
+        w.submit(&id, &good);
+        let as_evaluator = [("UMPIRE_EVALUATOR_KEY", EVALUATOR_KEY)];
+        let (code, out, err) = w.evaluate_as(&job, "basic", &spec, &good, &as_evaluator);
+        assert_eq!(code, 2, "{out}{err}");
+        // Past the expiry, inside the grace period; the evaluator funded.
+        w.devnet.rpc("evm_increaseTime", serde_json::json!([600]));
+        w.devnet.rpc("evm_mine", serde_json::json!([]));
+        w.devnet.rpc(
+            "anvil_setBalance",
+            serde_json::json!([EVALUATOR, "0xDE0B6B3A7640000"]),
+        );
+        let (code, out, err) = w.evaluate_as(&job, "basic", &spec, &good, &as_evaluator);
+        match on {
+            On::Reference => {
+                assert_eq!(code, 0, "{out}{err}");
+                assert_eq!(json(&out)["status"], "Completed");
+                assert_eq!(w.balance("escrow_provider"), BUDGET);
+            }
+            On::Legacy => {
+                assert_eq!(code, 1, "{out}{err}");
+                assert!(err.contains("expired"), "{err}");
+                assert_eq!(w.show(&id)["status"], "Submitted");
+            }
+        }
+    }
+}
+
+/// Fees the reference escrow takes on completion (1% to its treasury, 0.5% to the
+/// evaluator) come out of what the provider is paid; a refund carries none.
+#[test]
+fn fees_come_out_of_a_completion_and_never_out_of_a_refund() {
     let w = World::start(&[]);
+    w.escrow(&["fees", "--platform-bp", "100", "--evaluator-bp", "50"]);
+    let client0 = w.balance("escrow_client");
     let payer0 = w.balance("payer");
-    let v = w.escrow(&["create", "--expires-in", "60"]);
-    let id = v["job_id"].as_str().expect("id").to_owned();
-    let job = v["job"].as_str().expect("job").to_owned();
     let spec = w.file("spec.json", SPEC);
     let good = w.file("good.json", GOOD);
+    let bad = w.file("bad.json", BAD);
+    let (id, job) = w.funded_job();
     w.submit(&id, &good);
-    w.devnet.rpc("evm_increaseTime", serde_json::json!([120]));
-    w.devnet.rpc("evm_mine", serde_json::json!([]));
     let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
-    assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("expired"), "{err}");
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+    let shown = w.show(&id);
+    assert_eq!(
+        shown["provider_balance"],
+        (BUDGET - BUDGET / 100 - BUDGET / 200).to_string()
+    );
+    assert_eq!(shown["treasury_balance"], (BUDGET / 100).to_string());
+    assert_eq!(shown["escrow_balance"], "0");
     assert_eq!(
         w.balance("payer"),
-        payer0,
-        "nothing paid for an expired job"
+        payer0 - PRICE_BASIC + BUDGET / 200,
+        "the evaluator paid for its verdict and earned its fee"
     );
-    assert_eq!(w.show(&id)["status"], "Submitted");
+    let (code, report, err) = w.audit(&out, &job, &good);
+    assert_eq!(code, 0, "{report}{err}");
+
+    let (id, job) = w.funded_job();
+    w.submit(&id, &bad);
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &bad);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json(&out)["status"], "Rejected");
+    assert_eq!(
+        w.balance("escrow_client"),
+        client0 - BUDGET,
+        "the rejected job's budget came back whole"
+    );
+    assert_eq!(w.show(&id)["treasury_balance"], (BUDGET / 100).to_string());
+}
+
+/// A contract that is no ERC-8183 escrow we can read (its getJob answers two numbers) is
+/// refused once, with exit 1 and nothing paid, never "run again later"; the audit fails
+/// it the same way. Would catch: an undecodable answer reported as the chain failing.
+#[test]
+fn a_contract_whose_jobs_cannot_be_read_is_refused_not_retried() {
+    let w = World::start(&[]);
+    // Answers every call with abi.encode(uint256(1), uint256(2)).
+    const TWO_NUMBERS: &str = "0x6001600052600260205260406000f3";
+    let other = "0x00000000000000000000000000000000000bad01";
+    w.devnet
+        .rpc("anvil_setCode", serde_json::json!([other, TWO_NUMBERS]));
+    let job = format!("eip155:{}:{other}:1", w.devnet.get("chain_id"));
+    let payer0 = w.balance("payer");
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("not an ERC-8183 escrow we can read"), "{err}");
+    assert!(!err.contains("run again later"), "{err}");
+    assert_eq!(w.balance("payer"), payer0, "nothing paid");
+
+    // The audit of a genuine evaluation, pointed at that contract, fails on it.
+    let (id, real) = w.funded_job();
+    w.submit(&id, &good);
+    let (code, out, err) = w.evaluate(&real, "basic", &spec, &good);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, report, err) = w.audit(&out, &job, &good);
+    assert_eq!(code, 1, "{report}{err}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l.starts_with("FAIL") && l.contains("not an ERC-8183 escrow we can read")),
+        "{report}"
+    );
+
+    // A watcher over an escrow whose code became that (its events stay on chain) stops
+    // at the first job it reads, exit 1, instead of trying every job at every poll.
+    let (id, _) = w.funded_job();
+    w.submit(&id, &good);
+    let paid = w.balance("payer");
+    w.devnet.rpc(
+        "anvil_setCode",
+        serde_json::json!([w.contract(), TWO_NUMBERS]),
+    );
+    let (code, out, err) = w.watch(&["--any-client"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("not an ERC-8183 escrow we can read") && err.contains("stopping"),
+        "{err}"
+    );
+    assert_eq!(w.balance("payer"), paid, "nothing paid");
 }
 
 #[test]

@@ -1,7 +1,10 @@
-// Deploys the test EIP-3009 token (TestUSDC.sol, compiled with solcjs) and an ERC-8183
-// job escrow paying in it (AgenticCommerce.sol) on a running local chain, mints to the
-// demo payer and the escrow's demo client, and writes devnet.json: everything a server
-// and a client need to buy a verdict offline, and to evaluate an escrowed job with one.
+// Deploys the test EIP-3009 token (TestUSDC.sol, compiled with solcjs) and two ERC-8183
+// job escrows on a running local chain: AgenticCommerce.sol (the ERC as it now stands,
+// `getJob` in the reference implementation's layout; its jobs pay in the test token)
+// and AgenticCommerceLegacy.sol (the earlier text: one token per contract, set to the
+// test token). Mints to the demo payer and the escrows' demo client, and writes
+// devnet.json: everything a server and a client need to buy a verdict offline, and to
+// evaluate an escrowed job with one.
 //
 //   node infra/devnet/deploy.mjs --rpc http://127.0.0.1:8545 --out data/devnet.json
 //     [--name "USD Coin"] [--version 2] [--mint 100000000]
@@ -9,8 +12,9 @@
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator,
 // 5 is a demo merchant for feedback, 6 is the escrow's demo client (it funds jobs) and
-// 7 its demo provider. The demo payer is also the jobs' evaluator: it pays Umpire for
-// the verdict and completes or rejects the job with it.
+// 7 its demo provider, 8 the escrow's fee treasury (0 is the escrow's admin, who sets
+// its fees). The demo payer is also the jobs' evaluator: it pays Umpire for the verdict
+// and completes or rejects the job with it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -56,9 +60,13 @@ const mintHash = await deployer.writeContract({
 });
 await pub.waitForTransactionReceipt({ hash: mintHash });
 
-const escrowArtifact = compile("AgenticCommerce.sol", "AgenticCommerce");
-const escrowHash = await deployer.deployContract({ ...escrowArtifact, args: [asset] });
-const escrow = (await pub.waitForTransactionReceipt({ hash: escrowHash })).contractAddress;
+const deployed = async (file, contract, deployArgs) => {
+  const hash = await deployer.deployContract({ ...compile(file, contract), args: deployArgs });
+  return (await pub.waitForTransactionReceipt({ hash })).contractAddress;
+};
+const escrowTreasury = account(8).address;
+const escrow = await deployed("AgenticCommerce.sol", "AgenticCommerce", [escrowTreasury]);
+const escrowLegacy = await deployed("AgenticCommerceLegacy.sol", "AgenticCommerceLegacy", [asset]);
 const escrowClient = account(6).address;
 const clientMint = await deployer.writeContract({
   address: asset,
@@ -86,6 +94,9 @@ const devnet = {
   facilitator_private_key: privateKey(4),
   merchant: account(5).address,
   escrow,
+  escrow_legacy: escrowLegacy,
+  escrow_admin_private_key: privateKey(0),
+  escrow_treasury: escrowTreasury,
   escrow_client: escrowClient,
   escrow_client_private_key: privateKey(6),
   escrow_client_balance: "100000000",

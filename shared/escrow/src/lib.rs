@@ -5,7 +5,9 @@
 //!   verdict names the job it judged.
 //! - [`Escrow`]: the job, the provider's `submit` commitment and the evaluator's outcome,
 //!   read from the chain (`getJob` and the `JobSubmitted`, `JobCompleted` and
-//!   `JobRejected` events the ERC defines).
+//!   `JobRejected` events the ERC defines). The ERC does not fix `getJob`'s answer, so
+//!   deployments differ: the layouts known to be deployed ([`Layout`]) are told apart
+//!   once per contract, by which one its answer is the exact encoding of.
 //! - [`Escrow::decide`]: `complete` or `reject`, sent with the evaluator's key, waited
 //!   for and checked.
 
@@ -38,7 +40,43 @@ pub fn bytes32_of(hex: &str) -> Option<B256> {
 }
 
 sol! {
+    /// What every ERC-8183 escrow shares: the evaluator's calls and the job's events.
     interface IAgenticCommerce {
+        function complete(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
+        function reject(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
+
+        event JobSubmitted(uint256 indexed jobId, address indexed provider, bytes32 deliverable);
+        event JobCompleted(uint256 indexed jobId, address indexed evaluator, bytes32 reason);
+        event JobRejected(uint256 indexed jobId, address indexed rejector, bytes32 reason);
+    }
+
+    /// `getJob` as the ERC's reference implementation answers it (its published
+    /// deployments, and the devnet's AgenticCommerce.sol): the job's own id first, a
+    /// payment token per job, the provider's ERC-8004 agent id and when it submitted.
+    interface ReferenceEscrow {
+        struct Job {
+            uint256 id;
+            address client;
+            address provider;
+            address evaluator;
+            string description;
+            uint256 budget;
+            uint256 expiredAt;
+            uint8 status;
+            address hook;
+            address paymentToken;
+            uint256 providerAgentId;
+            uint256 submittedAt;
+        }
+
+        function getJob(uint256 jobId) external view returns (Job memory);
+        /// How long after `submit` the refund cannot be claimed, even past `expiredAt`.
+        function EVALUATION_GRACE_PERIOD() external view returns (uint256);
+    }
+
+    /// `getJob` as the ERC's earlier text was implemented (the devnet's
+    /// AgenticCommerceLegacy.sol): eight fields, one payment token for the contract.
+    interface LegacyEscrow {
         struct Job {
             address client;
             address provider;
@@ -51,13 +89,81 @@ sol! {
         }
 
         function getJob(uint256 jobId) external view returns (Job memory);
-        function complete(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
-        function reject(uint256 jobId, bytes32 reason, bytes calldata optParams) external;
-
-        event JobSubmitted(uint256 indexed jobId, address indexed provider, bytes32 deliverable);
-        event JobCompleted(uint256 indexed jobId, address indexed evaluator, bytes32 reason);
-        event JobRejected(uint256 indexed jobId, address indexed rejector, bytes32 reason);
     }
+}
+
+/// The `getJob` layouts the evaluator reads, in the order they are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The ERC's reference implementation (twelve fields, a token per job).
+    Reference,
+    /// The earlier text's (eight fields).
+    Legacy,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Reference => "reference (12 fields)",
+            Layout::Legacy => "legacy (8 fields)",
+        }
+    }
+
+    /// The job in `answer` (getJob's return data), if `answer` is exactly this layout's
+    /// encoding of one: decoded strictly and encoded back to the same bytes, so an
+    /// answer in another layout (whose words could happen to decode) is never taken
+    /// for this one.
+    fn read(self, answer: &[u8]) -> Option<RawJob> {
+        match self {
+            Layout::Reference => {
+                let j = ReferenceEscrow::getJobCall::abi_decode_returns_validate(answer).ok()?;
+                if ReferenceEscrow::getJobCall::abi_encode_returns(&j) != answer {
+                    return None;
+                }
+                Some(RawJob {
+                    client: j.client,
+                    provider: j.provider,
+                    evaluator: j.evaluator,
+                    description: j.description,
+                    budget: j.budget,
+                    expired_at: j.expiredAt,
+                    status: j.status,
+                    payment_token: Some(j.paymentToken),
+                    submitted_at: Some(j.submittedAt),
+                })
+            }
+            Layout::Legacy => {
+                let j = LegacyEscrow::getJobCall::abi_decode_returns_validate(answer).ok()?;
+                if LegacyEscrow::getJobCall::abi_encode_returns(&j) != answer {
+                    return None;
+                }
+                Some(RawJob {
+                    client: j.client,
+                    provider: j.provider,
+                    evaluator: j.evaluator,
+                    description: j.description,
+                    budget: j.budget,
+                    expired_at: j.expiredAt,
+                    status: j.status,
+                    payment_token: None,
+                    submitted_at: None,
+                })
+            }
+        }
+    }
+}
+
+/// A job as some layout's `getJob` answered it, its status not yet checked.
+struct RawJob {
+    client: Address,
+    provider: Address,
+    evaluator: Address,
+    description: String,
+    budget: U256,
+    expired_at: U256,
+    status: u8,
+    payment_token: Option<Address>,
+    submitted_at: Option<U256>,
 }
 
 /// One RPC call may take this long.
@@ -110,7 +216,7 @@ impl Status {
     }
 }
 
-/// A job as `getJob` returns it.
+/// A job as `getJob` returns it, whatever the layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     pub client: Address,
@@ -120,6 +226,23 @@ pub struct Job {
     pub budget: U256,
     pub expired_at: U256,
     pub status: Status,
+    /// The job's own token (the reference layout); `None` where the contract has one.
+    pub payment_token: Option<Address>,
+    /// When the provider submitted (the reference layout; 0 before it did).
+    pub submitted_at: Option<U256>,
+}
+
+impl Job {
+    /// From when anyone may claim the job's refund: its expiry, or for a submitted job
+    /// on an escrow with an evaluation grace period, the end of that period if later.
+    pub fn refundable_at(&self, grace_period: U256) -> U256 {
+        match self.submitted_at {
+            Some(at) if self.status == Status::Submitted && !grace_period.is_zero() => {
+                self.expired_at.max(at.saturating_add(grace_period))
+            }
+            _ => self.expired_at,
+        }
+    }
 }
 
 /// The provider's `submit`: its commitment to the work.
@@ -171,6 +294,12 @@ pub enum EscrowError {
     /// the job twice (the second one reverting, and costing gas).
     #[error("a transaction from the evaluator {0} is still pending; wait for it, then run again")]
     Pending(Address),
+    /// The contract's `getJob` answers in none of the layouts known to be deployed:
+    /// asking again will not change that.
+    #[error(
+        "not an ERC-8183 escrow we can read: {0}'s getJob answers in neither the reference implementation's layout nor the earlier eight-field one (docs/erc8183.md)"
+    )]
+    Unreadable(Address),
 }
 
 impl EscrowError {
@@ -217,6 +346,8 @@ pub struct Escrow {
     contract: Address,
     evaluator: Option<Address>,
     lookback_blocks: u64,
+    /// The contract's `getJob` layout and grace period, found by the first job read.
+    layout: std::sync::OnceLock<(Layout, U256)>,
 }
 
 impl Escrow {
@@ -265,6 +396,7 @@ impl Escrow {
             contract: on.contract,
             evaluator,
             lookback_blocks: DEFAULT_LOOKBACK_BLOCKS,
+            layout: std::sync::OnceLock::new(),
         })
     }
 
@@ -308,14 +440,45 @@ impl Escrow {
         }
     }
 
+    /// The job, read with the contract's layout (found by the first read: see
+    /// [`Layout::read`]).
     pub async fn job(&self, id: U256) -> Result<Job, EscrowError> {
-        // getJob reverts for a job that does not exist (or answers a zeroed one).
-        let Ok(j) = self
-            .call("getJob", &IAgenticCommerce::getJobCall { jobId: id }, None)
-            .await?
-        else {
-            return Err(EscrowError::UnknownJob(id));
+        const WHAT: &str = "getJob";
+        // Every layout's getJob has the same selector: one call, read by each layout.
+        let input = ReferenceEscrow::getJobCall { jobId: id }.abi_encode();
+        let tx = TransactionRequest::default()
+            .with_to(self.contract)
+            .with_input(input);
+        let answer = match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
+            Ok(Ok(out)) => out,
+            // A revert: no such job (the earlier layout's contracts revert for one).
+            Ok(Err(e)) if is_revert(&e) => return Err(EscrowError::UnknownJob(id)),
+            Ok(Err(e)) => return Err(rpc(WHAT)(e.to_string())),
+            Err(_) => {
+                return Err(rpc(WHAT)(format!(
+                    "no answer within {} s",
+                    RPC_TIMEOUT.as_secs()
+                )));
+            }
         };
+        let j = match self.layout.get() {
+            Some((layout, _)) => layout.read(&answer),
+            None => {
+                let found = [Layout::Reference, Layout::Legacy]
+                    .into_iter()
+                    .find_map(|l| l.read(&answer).map(|j| (l, j)));
+                match found {
+                    Some((layout, j)) => {
+                        let grace = self.grace_period(layout).await?;
+                        let _ = self.layout.set((layout, grace));
+                        Some(j)
+                    }
+                    None => None,
+                }
+            }
+        }
+        .ok_or(EscrowError::Unreadable(self.contract))?;
+        // A job that does not exist answers zeroed in the reference layout.
         if j.evaluator == Address::ZERO {
             return Err(EscrowError::UnknownJob(id));
         }
@@ -325,14 +488,42 @@ impl Escrow {
             evaluator: j.evaluator,
             description: j.description,
             budget: j.budget,
-            expired_at: j.expiredAt,
+            expired_at: j.expired_at,
             status: Status::from_u8(j.status).ok_or_else(|| {
                 EscrowError::Config(format!(
                     "the contract reports status {}, which ERC-8183 does not define",
                     j.status
                 ))
             })?,
+            payment_token: j.payment_token,
+            submitted_at: j.submitted_at,
         })
+    }
+
+    /// The contract's layout, once a job was read.
+    pub fn layout(&self) -> Option<Layout> {
+        self.layout.get().map(|(l, _)| *l)
+    }
+
+    /// The evaluation grace period (0 if the contract has none), once a job was read.
+    pub fn grace(&self) -> U256 {
+        self.layout.get().map_or(U256::ZERO, |(_, g)| *g)
+    }
+
+    /// A reference-layout contract's `EVALUATION_GRACE_PERIOD`, or 0 where it has none
+    /// (the ERC text does not require one).
+    async fn grace_period(&self, layout: Layout) -> Result<U256, EscrowError> {
+        if layout != Layout::Reference {
+            return Ok(U256::ZERO);
+        }
+        Ok(self
+            .call(
+                "EVALUATION_GRACE_PERIOD",
+                &ReferenceEscrow::EVALUATION_GRACE_PERIODCall {},
+                None,
+            )
+            .await?
+            .unwrap_or(U256::ZERO))
     }
 
     /// The latest block's timestamp (a job expires by the chain's clock).
@@ -535,5 +726,118 @@ impl Escrow {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(description: &str) -> Vec<u8> {
+        ReferenceEscrow::getJobCall::abi_encode_returns(&ReferenceEscrow::Job {
+            id: U256::from(7),
+            client: Address::repeat_byte(1),
+            provider: Address::repeat_byte(2),
+            evaluator: Address::repeat_byte(3),
+            description: description.into(),
+            budget: U256::from(10_000_000),
+            expiredAt: U256::from(1_800_000_000),
+            status: 2,
+            hook: Address::ZERO,
+            paymentToken: Address::repeat_byte(4),
+            providerAgentId: U256::ZERO,
+            submittedAt: U256::from(1_799_999_000),
+        })
+    }
+
+    fn legacy(description: &str, budget: u64) -> Vec<u8> {
+        LegacyEscrow::getJobCall::abi_encode_returns(&LegacyEscrow::Job {
+            client: Address::repeat_byte(1),
+            provider: Address::repeat_byte(2),
+            evaluator: Address::repeat_byte(3),
+            description: description.into(),
+            budget: U256::from(budget),
+            expiredAt: U256::from(1_800_000_000),
+            status: 2,
+            hook: Address::ZERO,
+        })
+    }
+
+    /// Each layout's answer is read by that layout only, whatever its description,
+    /// including the legacy answer whose budget sits where the reference keeps its
+    /// description's offset (384 = 12 words), the closest the two come to each other.
+    #[test]
+    fn each_answer_is_read_by_its_own_layout_only() {
+        for text in ["", "a brief", &"x".repeat(100)] {
+            let r = reference(text);
+            assert!(Layout::Reference.read(&r).is_some());
+            assert!(Layout::Legacy.read(&r).is_none(), "{text:?}");
+            for budget in [10_000_000, 384, 256] {
+                let l = legacy(text, budget);
+                assert!(Layout::Legacy.read(&l).is_some());
+                assert!(Layout::Reference.read(&l).is_none(), "{text:?} {budget}");
+            }
+        }
+        // A job that does not exist: the reference answers it zeroed.
+        let zeroed = ReferenceEscrow::getJobCall::abi_encode_returns(&ReferenceEscrow::Job {
+            id: U256::ZERO,
+            client: Address::ZERO,
+            provider: Address::ZERO,
+            evaluator: Address::ZERO,
+            description: String::new(),
+            budget: U256::ZERO,
+            expiredAt: U256::ZERO,
+            status: 0,
+            hook: Address::ZERO,
+            paymentToken: Address::ZERO,
+            providerAgentId: U256::ZERO,
+            submittedAt: U256::ZERO,
+        });
+        assert!(Layout::Reference.read(&zeroed).is_some());
+        assert!(Layout::Legacy.read(&zeroed).is_none());
+        // Two numbers are no job at all.
+        let mut two = vec![0u8; 64];
+        two[31] = 1;
+        two[63] = 2;
+        assert!(Layout::Reference.read(&two).is_none());
+        assert!(Layout::Legacy.read(&two).is_none());
+    }
+
+    #[test]
+    fn the_refund_waits_for_the_grace_period_of_a_submitted_job() {
+        let job = |status, submitted_at: Option<u64>| Job {
+            client: Address::ZERO,
+            provider: Address::ZERO,
+            evaluator: Address::ZERO,
+            description: String::new(),
+            budget: U256::ZERO,
+            expired_at: U256::from(1_000),
+            status,
+            payment_token: None,
+            submitted_at: submitted_at.map(U256::from),
+        };
+        let hour = U256::from(3_600);
+        assert_eq!(
+            job(Status::Submitted, Some(900)).refundable_at(hour),
+            U256::from(4_500)
+        );
+        // Submitted long before its expiry: the expiry is later.
+        assert_eq!(
+            job(Status::Submitted, Some(10)).refundable_at(U256::from(60)),
+            U256::from(1_000)
+        );
+        // No grace period, no submission time (legacy), or not submitted: the expiry.
+        assert_eq!(
+            job(Status::Submitted, Some(900)).refundable_at(U256::ZERO),
+            U256::from(1_000)
+        );
+        assert_eq!(
+            job(Status::Submitted, None).refundable_at(hour),
+            U256::from(1_000)
+        );
+        assert_eq!(
+            job(Status::Funded, Some(0)).refundable_at(hour),
+            U256::from(1_000)
+        );
     }
 }

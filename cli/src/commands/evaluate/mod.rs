@@ -246,6 +246,9 @@ enum Step {
     Wait(String),
     /// The spending budget is spent: nothing was paid, and no more will be.
     Stop(String),
+    /// The contract cannot be evaluated at all (its jobs are unreadable): nothing was
+    /// paid, and asking again will not change it (exit 1; a watch stops).
+    Unusable(String),
 }
 
 /// A refusal on our side of the evaluation (exit 1), explained.
@@ -258,7 +261,9 @@ fn no(message: impl std::fmt::Display, hint: &str) -> Step {
 }
 
 fn chain_step(e: EscrowError) -> Step {
-    if e.is_transient() {
+    if matches!(e, EscrowError::Unreadable(_)) {
+        Step::Unusable(format!("escrow: {e}"))
+    } else if e.is_transient() {
         Step::Again(format!("escrow: {e}"))
     } else {
         no(format!("escrow: {e}"), "")
@@ -360,6 +365,13 @@ async fn evaluate(api: &Api, args: EvaluateArgs) -> Result<ExitCode, Local> {
             Ok(
                 match ev.judge(&job_ref, tier, spec, deliverable_json).await {
                     Step::Done(code) => code,
+                    Step::Unusable(why) => {
+                        eprintln!("umpire evaluate: {why}");
+                        eprintln!(
+                            "  what to do: nothing was paid; check the contract address, or evaluate this escrow's jobs another way"
+                        );
+                        ExitCode::from(1)
+                    }
                     Step::Again(why) | Step::Wait(why) | Step::Stop(why) => {
                         eprintln!("umpire evaluate: {why}");
                         eprintln!(
@@ -536,11 +548,19 @@ impl Evaluator<'_> {
                 "run again after the provider's submit (JobSubmitted); nothing was paid",
             ));
         }
+        // Past its expiry a job's refund can be claimed by anyone, unless the escrow
+        // gives a submitted job an evaluation grace period (the reference one does).
         let now = self.escrow.chain_time().await.map_err(chain_step)?;
-        if U256::from(now) >= job.expired_at {
+        let refundable_at = job.refundable_at(self.escrow.grace());
+        if U256::from(now) >= refundable_at {
+            let grace = if refundable_at > job.expired_at {
+                format!(" and its evaluation grace period ended at {refundable_at}")
+            } else {
+                String::new()
+            };
             return Err(no(
                 format!(
-                    "job {job_ref} expired at {} (chain time {now}): anyone may claim its refund, so no verdict is bought for it",
+                    "job {job_ref} expired at {}{grace} (chain time {now}): anyone may claim its refund, so no verdict is bought for it",
                     job.expired_at
                 ),
                 "nothing was paid; the client can call claimRefund",

@@ -298,6 +298,13 @@ pub(super) async fn watch(
                     );
                     return Ok(ExitCode::from(BUDGET_SPENT));
                 }
+                Step::Unusable(why) => {
+                    eprintln!(
+                        "{why}; stopping: nothing was paid, and no job of {} can be read",
+                        ev.on
+                    );
+                    return Ok(ExitCode::from(1));
+                }
                 Step::Wait(why) => {
                     eprintln!("job {}: {why}; it waits", ev.on.job(id));
                     again.push(id);
