@@ -875,7 +875,8 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
     base.audit();
 }
 
-/// The answer to a whole batch lost for longer than a block: by the time the same bytes
+/// The answer to a whole batch lost for longer than a block (3.5 s, so a 2 s block seals
+/// meanwhile even a second late): by the time the same bytes
 /// go out again they are mined, and the node calls them "nonce too low". Taken for a
 /// refusal, they would be signed again at new nonces (two more sends, and transactions
 /// that revert); the node knows them by their hash, so each purchase settles on its own.
@@ -893,7 +894,7 @@ fn a_batch_mined_while_its_answer_was_lost_is_not_signed_again() {
     base.proxy.fault_after(
         "eth_sendRawTransaction",
         2,
-        Fault::LoseAnswerAfter(Duration::from_millis(2_600)),
+        Fault::LoseAnswerAfter(Duration::from_millis(3_500)),
         Some(1),
     );
     paused.resume();

@@ -1,7 +1,7 @@
 //! The worker Lambda: SQS delivers a batch of delayed jobs (sworn pass 2, webhook
-//! deliveries); each runs through the same `sworn::run_delivery` as `umpire serve`'s
-//! local worker (a pass-2 job failing its last receive forgets its key before SQS
-//! dead-letters it). Failures are reported per message (`ReportBatchItemFailures`), so
+//! deliveries); each runs through `sworn::run_delivery`, the same job code as
+//! `umpire serve`'s local worker, and a pass-2 job failing its last receive forgets its
+//! key before SQS dead-letters it. Failures are reported per message (`ReportBatchItemFailures`), so
 //! one bad job does not make SQS redeliver the ones that succeeded.
 //!
 //! SQS delivers at least once, and a batch may hold copies of one job: the jobs run

@@ -372,9 +372,8 @@ async fn exactly_once(
 /// Runs one delivery as `runner` runs it (its receive count included); true when done.
 async fn run_delivered(state: &AppState, runner: Runner, d: &umpire_store::Delivery) -> bool {
     match runner {
-        Runner::Local => sworn::run_delivery(state, &d.job, d.receive_count)
-            .await
-            .is_ok(),
+        // As `umpire serve`'s worker runs it (no dead-letter queue, no last receive).
+        Runner::Local => run_job(state, &d.job).await.is_ok(),
         Runner::Lambda => {
             let event: SqsEvent = serde_json::from_value(serde_json::json!({ "Records": [{
                 "messageId": "m",
@@ -395,9 +394,8 @@ async fn run_delivered(state: &AppState, runner: Runner, d: &umpire_store::Deliv
 
 /// A paid pass 2 whose every run fails (its checker cannot start), received as the
 /// queue hands it out (a 1 s visibility timeout standing in for the queue's own) until
-/// the queue stops handing it out; what succeeded is acknowledged. Its verdict keeps
-/// its key through every failure but the last: then the key goes, before the queue
-/// dead-letters the job. Returns the verdict, the job, and each receive's (count, done).
+/// the queue stops handing it out, or `most` times; what succeeded is acknowledged.
+/// Returns the verdict, the job, and each receive's (count, done, key still there).
 async fn failing_pass2(
     setup: Arc<dyn Store>,
     store: Arc<dyn Store>,
@@ -405,7 +403,8 @@ async fn failing_pass2(
     runner: Runner,
     page: &Scripted,
     hook: &Scripted,
-) -> (String, Job, Vec<(u32, bool)>) {
+    most: usize,
+) -> (String, Job, Vec<(u32, bool, bool)>) {
     let working = state(store.clone(), queue.clone());
     let (verdict_id, pass2) = bought(&working, setup.as_ref(), page, hook.addr).await;
     queue
@@ -420,7 +419,7 @@ async fn failing_pass2(
     );
     let mut receives = Vec::new();
     let mut idle_since = Instant::now();
-    while idle_since.elapsed() < Duration::from_secs(3) {
+    while idle_since.elapsed() < Duration::from_secs(3) && receives.len() < most {
         let deliveries = queue.receive(10, 1).await.expect("receive");
         if deliveries.is_empty() {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -428,39 +427,20 @@ async fn failing_pass2(
         }
         for d in deliveries {
             let done = run_delivered(&broken, runner, &d).await;
-            let key = broken
+            let record = broken
                 .store
                 .get_verdict(&verdict_id, umpire_host::Clock::system().now())
                 .await
                 .expect("get")
-                .expect("the verdict stays")
-                .job_key;
+                .expect("the verdict stays");
+            assert_eq!(record.status, VerdictStatus::Pending, "never finished");
             if done {
                 queue.ack(&d.receipt).await.expect("ack");
-            } else {
-                assert_eq!(
-                    key.is_some(),
-                    d.receive_count < umpire_store::JOB_MAX_RECEIVES,
-                    "the key is kept through every failed receive but the last ({})",
-                    d.receive_count
-                );
             }
-            receives.push((d.receive_count, done));
+            receives.push((d.receive_count, done, record.job_key.is_some()));
         }
         idle_since = Instant::now();
     }
-    let record = broken
-        .store
-        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
-        .await
-        .expect("get")
-        .expect("verdict");
-    assert_eq!(
-        record.status,
-        VerdictStatus::Pending,
-        "left for an operator"
-    );
-    assert_eq!(record.job_key, None, "no copy of the job opens any more");
     assert!(hook.received().is_empty(), "no document, no webhook");
     (verdict_id, pass2, receives)
 }
@@ -529,36 +509,45 @@ async fn a_webhook_that_times_out_is_retried_then_given_up() {
     );
 }
 
-/// The embedded store has no dead-letter queue: the job failing its fifth receive
-/// forgets its key and comes back; the sixth receive finds the key gone and ends it.
+/// The embedded store has no dead-letter queue, so nothing to shred: a failing pass 2
+/// keeps coming back with its key, past the receive that would dead-letter it on SQS,
+/// and would still finish once its cause is fixed. Would catch: the local worker giving
+/// a paid verdict up after a few minutes of trouble.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_store_a_pass2_failing_its_last_receive_is_shredded() {
+async fn embedded_store_keeps_a_failing_pass2_and_its_key() {
     let dir = TempDir::new("worker-sqlite");
     let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
     let (page, hook) = (
         Scripted::start(vec![(200, "service up")]),
         Scripted::start(vec![(200, "thanks")]),
     );
-    let (_, _, receives) = failing_pass2(
+    let most = umpire_store::JOB_MAX_RECEIVES as usize + 2;
+    let (verdict_id, _, receives) = failing_pass2(
         store.clone(),
         store.clone(),
-        store,
+        store.clone(),
         Runner::Local,
         &page,
         &hook,
+        most,
     )
     .await;
     assert_eq!(
         receives,
-        vec![
-            (1, false),
-            (2, false),
-            (3, false),
-            (4, false),
-            (5, false),
-            (6, true)
-        ]
+        (1..=most as u32)
+            .map(|n| (n, false, true))
+            .collect::<Vec<_>>()
     );
+    // Fixed: the next receive finishes it.
+    let working = state(store.clone(), store.clone());
+    drain(&working, Runner::Local).await;
+    let record = store
+        .get_verdict(&verdict_id, umpire_host::Clock::system().now())
+        .await
+        .expect("get")
+        .expect("verdict");
+    assert_eq!(record.status, VerdictStatus::Final);
+    assert_eq!(record.job_key, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -651,13 +640,14 @@ mod aws {
             Runner::Lambda,
             &page,
             &hook,
+            10,
         )
         .await;
+        // The key kept through every failed receive but the last, and gone after it.
+        let last = umpire_store::JOB_MAX_RECEIVES;
         assert_eq!(
             receives,
-            (1..=umpire_store::JOB_MAX_RECEIVES)
-                .map(|n| (n, false))
-                .collect::<Vec<_>>(),
+            (1..=last).map(|n| (n, false, n < last)).collect::<Vec<_>>(),
             "five failed receives, then SQS keeps it from the worker"
         );
         // SQS moved it to the dead-letter queue; the operator reads it there.

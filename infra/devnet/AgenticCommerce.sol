@@ -15,9 +15,11 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 ///   optParams)`); an optional ERC-8004 agent id for the provider.
 /// - Optional fees, in basis points, taken only on completion: a platform fee to a
 ///   treasury and an evaluator fee to the job's evaluator (set by the admin).
-/// - An evaluation grace period: once the provider has submitted, the refund cannot be
-///   claimed until `submittedAt + EVALUATION_GRACE_PERIOD`, even past `expiredAt`, so a
-///   late submission still gets its evaluation.
+/// - The reference implementation's evaluation grace period (not in the ERC's text,
+///   which lets the refund be claimed from `expiredAt`): once the provider has
+///   submitted, the refund cannot be claimed until `submittedAt +
+///   EVALUATION_GRACE_PERIOD`, even past `expiredAt`, so a late submission still gets
+///   its evaluation.
 /// - The non-hooked kernel the ERC calls fully compliant: `createJob` refuses any hook
 ///   but address(0); `optParams` are accepted and, with no hook, ignored.
 contract AgenticCommerce is ReentrancyGuard {

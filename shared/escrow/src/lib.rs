@@ -450,6 +450,11 @@ impl Escrow {
             .with_to(self.contract)
             .with_input(input);
         let answer = match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
+            // Nothing at all: a node behind the block that created the contract (a
+            // load-balanced RPC can be) answers so; the contract itself never does.
+            Ok(Ok(out)) if out.is_empty() => {
+                return Err(rpc(WHAT)("an empty answer; the node may be behind".into()));
+            }
             Ok(Ok(out)) => out,
             // A revert: no such job (the earlier layout's contracts revert for one).
             Ok(Err(e)) if is_revert(&e) => return Err(EscrowError::UnknownJob(id)),

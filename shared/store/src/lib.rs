@@ -480,11 +480,11 @@ pub trait JobQueue: Send + Sync {
     async fn ack(&self, receipt: &str) -> Result<()>;
 }
 
-/// SQS's longest message delay.
-/// Receives of a job before the queue dead-letters it (the jobs queue's
-/// `maxReceiveCount`; a template test holds the two equal). The worker acts on the last
-/// one: a pass-2 job failing it forgets its key first (`sworn::run_delivery`).
+/// Receives of a job before SQS dead-letters it (the jobs queue's `maxReceiveCount`; a
+/// template test holds the two equal). The worker Lambda acts on the last one: a pass-2
+/// job failing it forgets its key first (`sworn::run_delivery`).
 pub const JOB_MAX_RECEIVES: u32 = 5;
 
+/// SQS's longest message delay.
 pub const MAX_DELAY_SECS: u32 = umpire_core::platform::SQS_MAX_DELAY_SECS;
 pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(MAX_DELAY_SECS as u64);

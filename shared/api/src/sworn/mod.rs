@@ -172,14 +172,19 @@ pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
     }
 }
 
-/// Runs a job received for the `receive_count`-th time, as both workers do. A pass-2 job
-/// that fails its last receive ([`JOB_MAX_RECEIVES`]; the queue dead-letters it next)
-/// first forgets its verdict's key: the copy resting in the dead-letter queue (kept 14
-/// days) can no longer be opened, so the deliverable is not kept past the job's last
-/// chance. Its verdict stays pending for an operator (`SwornUnresolved`, logged with the
-/// verdict id); a redrive finds the key gone and ends cleanly. If the key cannot be
-/// forgotten (the store is what fails), the copy stays readable, and a redrive once the
-/// store is back finishes pass 2.
+/// Runs a job SQS delivered for the `receive_count`-th time (the worker Lambda). A
+/// pass-2 job that fails its last receive ([`JOB_MAX_RECEIVES`]; SQS dead-letters it
+/// next) first forgets its verdict's key: the copy resting in the dead-letter queue
+/// (kept 14 days) can no longer be opened, so the deliverable is not kept past the job's
+/// last chance. Its verdict stays pending for an operator (`SwornUnresolved`, logged
+/// with the verdict id); a redrive finds the key gone and ends cleanly. Not covered: a
+/// failure that never returns here (the function timing out or crashing on that
+/// receive) dead-letters the copy with its key, as does a store that cannot forget it;
+/// a redrive of such a copy finishes pass 2.
+///
+/// `umpire serve`'s worker runs [`run_job`] instead: the embedded store has no
+/// dead-letter queue, and its failing jobs come back every 5 minutes for as long as
+/// they fail, key and all.
 pub async fn run_delivery(state: &AppState, job: &Job, receive_count: u32) -> Result<(), JobError> {
     let failed = match run_job(state, job).await {
         Ok(()) => return Ok(()),
@@ -619,7 +624,7 @@ pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
         match queue.receive(10, 300).await {
             Ok(deliveries) if !deliveries.is_empty() => {
                 for d in deliveries {
-                    match run_delivery(&state, &d.job, d.receive_count).await {
+                    match run_job(&state, &d.job).await {
                         Ok(()) => {
                             if let Err(e) = queue.ack(&d.receipt).await {
                                 tracing::error!(error = %e, "could not acknowledge a job");

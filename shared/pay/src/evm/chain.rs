@@ -808,14 +808,24 @@ impl EvmChain {
         // A resent transaction the node calls "nonce too low" may be these very bytes,
         // mined since the lost answer (a block can seal between the two sends): the
         // node knows it by its hash. Signed again, it would spend a nonce on a revert.
+        // Not found (or not answered) is no proof it never landed (another node of a
+        // load-balanced RPC may not have it yet): its outcome is unknown, as a lost
+        // answer's is, and a later settlement's check of it re-signs one that never
+        // will ([`EvmChain::stale`]).
         if resent {
             for (b, a) in signed.iter().zip(answers.iter_mut()) {
                 let too_low = a.as_ref().is_err_and(|e| {
                     e.as_error_resp().is_some()
                         && e.to_string().to_ascii_lowercase().contains("nonce too low")
                 });
-                if too_low && self.arrived(b).await {
-                    *a = Ok(());
+                if too_low {
+                    *a = if self.arrived(b).await {
+                        Ok(())
+                    } else {
+                        Err(TransportErrorKind::custom_str(
+                            "resent after a lost answer; its nonce is used and the node does not find it by hash",
+                        ))
+                    };
                 }
             }
         }
