@@ -12,8 +12,10 @@
 // Accounts are anvil's well-known test mnemonic: 0 deploys, 1 is the demo payer,
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator,
 // 5 is a demo merchant for feedback, 6 is the escrow's demo client (it funds jobs) and
-// 7 its demo provider, 8 the escrow's fee treasury (0 is the escrow's admin, who sets
-// its fees). The demo payer is also the jobs' evaluator: it pays Umpire for the verdict
+// 7 its demo provider (and the demo ERC-8004 agent's owner), 8 the escrow's fee
+// treasury (0 is the escrow's admin, who sets its fees), 9 Umpire's ERC-8004 validator.
+// The ERC-8004 Identity and Validation registries (IdentityRegistry.sol,
+// ValidationRegistry.sol) are deployed too. The demo payer is also the jobs' evaluator: it pays Umpire for the verdict
 // and completes or rejects the job with it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -67,6 +69,9 @@ const deployed = async (file, contract, deployArgs) => {
 const escrowTreasury = account(8).address;
 const escrow = await deployed("AgenticCommerce.sol", "AgenticCommerce", [escrowTreasury]);
 const escrowLegacy = await deployed("AgenticCommerceLegacy.sol", "AgenticCommerceLegacy", [asset]);
+// ERC-8004: agents' identities, and validation requests answered by Umpire's validator.
+const identityRegistry = await deployed("IdentityRegistry.sol", "IdentityRegistry", []);
+const validationRegistry = await deployed("ValidationRegistry.sol", "ValidationRegistry", [identityRegistry]);
 const escrowClient = account(6).address;
 const clientMint = await deployer.writeContract({
   address: asset,
@@ -103,6 +108,12 @@ const devnet = {
   escrow_provider: account(7).address,
   escrow_provider_private_key: privateKey(7),
   evaluator: payer,
+  identity_registry: identityRegistry,
+  validation_registry: validationRegistry,
+  validator: account(9).address,
+  validator_private_key: privateKey(9),
+  agent_owner: account(7).address,
+  agent_owner_private_key: privateKey(7),
   note: "Local test chain only: these keys are anvil's public test mnemonic. Never send real funds to them.",
 };
 mkdirSync(path.dirname(path.resolve(args.out)), { recursive: true });
