@@ -45,9 +45,19 @@ fn refused(devnet: &Devnet, args: &[&str], error: &str) {
 #[test]
 fn a_request_is_answered_only_by_the_validator_it_names() {
     let devnet = Devnet::start();
-    let agent = ok(&devnet, &["register", "--uri", "https://agent.example/registration.json"]);
+    let agent = ok(
+        &devnet,
+        &[
+            "register",
+            "--uri",
+            "https://agent.example/registration.json",
+        ],
+    );
     let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
-    assert_eq!(agent["owner"].as_str(), Some(devnet.get("agent_owner").as_str()));
+    assert_eq!(
+        agent["owner"].as_str(),
+        Some(devnet.get("agent_owner").as_str())
+    );
     let hash = format!("0x{}", "ab".repeat(32));
     let request = [
         "request",
@@ -97,18 +107,38 @@ fn a_request_is_answered_only_by_the_validator_it_names() {
     let (done, _, err) = respond("100", "umpire:sworn:pass1", None);
     assert!(done, "{err}");
     let status = ok(&devnet, &["status", "--request-hash", &hash]);
-    assert_eq!(status["validator"].as_str(), Some(devnet.get("validator").as_str()));
+    assert_eq!(
+        status["validator"].as_str(),
+        Some(devnet.get("validator").as_str())
+    );
     assert_eq!(status["agent_id"], agent_id.as_str());
-    assert_eq!((status["response"].as_u64(), status["tag"].as_str()), (Some(100), Some("umpire:sworn:pass1")));
+    assert_eq!(
+        (status["response"].as_u64(), status["tag"].as_str()),
+        (Some(100), Some("umpire:sworn:pass1"))
+    );
     let (done, _, err) = respond("0", "umpire:sworn", None);
     assert!(done, "{err}");
     let status = ok(
         &devnet,
-        &["status", "--request-hash", &hash, "--agent-id", &agent_id, "--tag", "umpire:sworn"],
+        &[
+            "status",
+            "--request-hash",
+            &hash,
+            "--agent-id",
+            &agent_id,
+            "--tag",
+            "umpire:sworn",
+        ],
     );
-    assert_eq!((status["response"].as_u64(), status["tag"].as_str()), (Some(0), Some("umpire:sworn")));
+    assert_eq!(
+        (status["response"].as_u64(), status["tag"].as_str()),
+        (Some(0), Some("umpire:sworn"))
+    );
     assert_eq!(status["response_hash"], format!("0x{}", "ef".repeat(32)));
-    assert_eq!(status["summary"], serde_json::json!({"count": 1, "average": 0}));
+    assert_eq!(
+        status["summary"],
+        serde_json::json!({"count": 1, "average": 0})
+    );
     // An unknown request has no status.
     let (done, _, err) = validation(&devnet, &["status", "--request-hash", &other]);
     assert!(!done && err.contains("UnknownRequest"), "{err}");
