@@ -876,51 +876,27 @@ fn a_refusal_in_the_middle_of_a_batch_leaves_no_gap_behind_it() {
 }
 
 /// The answer to a whole batch lost for longer than a block (3.5 s, so a 2 s block seals
-/// meanwhile even a second late): by the time the same bytes
-/// go out again they are mined, and the node calls them "nonce too low". Taken for a
-/// refusal, they would be signed again at new nonces (two more sends, and transactions
-/// that revert); the node knows them by their hash, so each purchase settles on its own.
+/// meanwhile even a second late): by the time the same bytes go out again they are
+/// mined, and the node calls them "nonce too low". Taken for a refusal, they would be
+/// signed again at new nonces (two more sends, and transactions that revert); the node
+/// knows them by their hash, so each purchase settles on its own.
 #[test]
 fn a_batch_mined_while_its_answer_was_lost_is_not_signed_again() {
-    let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
-    let (payments, keys) = (sign_payments(&base.devnet, &base.url(), BODY, 4), keys(4));
-    let Burst {
-        first,
-        rest,
-        paused,
-        sends,
-    } = base.burst(&payments, &keys);
-    // Held past the next 2 s block before the connection closes unanswered.
-    base.proxy.fault_after(
-        "eth_sendRawTransaction",
-        2,
-        Fault::LoseAnswerAfter(Duration::from_millis(3_500)),
-        Some(1),
-    );
-    paused.resume();
-    assert_eq!(first.join().expect("buyer").status, 201);
-    for h in rest {
-        let r = h.join().expect("buyer");
-        assert_eq!(r.status, 201, "{}", text(&r));
-    }
-    assert_eq!(
-        base.proxy.calls_of("eth_sendRawTransaction") - sends,
-        3 + 3,
-        "the batch and its resend, nothing signed again: {:?}",
-        base.proxy.counts()
-    );
-    assert_eq!(
-        base.charged(),
-        4 * PRICE_BASIC,
-        "each purchase charged once"
-    );
-    base.audit();
+    lost_batch_answer(Fault::LoseAnswerAfter(Duration::from_millis(3_500)));
 }
 
 /// The answer to a whole batch lost while its transactions went through: the same bytes
 /// go out again as a batch (the node knows them), and every purchase settles once.
 #[test]
 fn a_batch_whose_answer_is_lost_is_sent_again_and_charges_each_once() {
+    lost_batch_answer(Fault::LoseAnswer);
+}
+
+/// Four purchases at once, the first held at its send; in the batch of the other three,
+/// the second call goes through and its answer is lost (`fault`), which loses the batch's
+/// whole answer. The batch goes out once more, nothing is signed again, and every
+/// purchase is charged once.
+fn lost_batch_answer(fault: Fault) {
     let base = Base::open(Mining::Every(Duration::from_secs(2)), &[]);
     let (payments, keys) = (sign_payments(&base.devnet, &base.url(), BODY, 4), keys(4));
     let Burst {
@@ -929,10 +905,8 @@ fn a_batch_whose_answer_is_lost_is_sent_again_and_charges_each_once() {
         paused,
         sends,
     } = base.burst(&payments, &keys);
-    // The held call passes; in the batch, the second call goes through and its answer
-    // is lost, which loses the batch's whole answer.
     base.proxy
-        .fault_after("eth_sendRawTransaction", 2, Fault::LoseAnswer, Some(1));
+        .fault_after("eth_sendRawTransaction", 2, fault, Some(1));
     paused.resume();
     assert_eq!(first.join().expect("buyer").status, 201);
     for h in rest {
@@ -943,7 +917,7 @@ fn a_batch_whose_answer_is_lost_is_sent_again_and_charges_each_once() {
     assert_eq!(
         base.proxy.calls_of("eth_sendRawTransaction") - sends,
         3 + 3,
-        "{:?}",
+        "the batch and its resend, nothing signed again: {:?}",
         base.proxy.counts()
     );
     assert_eq!(

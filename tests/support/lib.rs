@@ -82,8 +82,8 @@ fn clear_of_window_turn(env: &[(&str, &str)]) {
     {
         return;
     }
-    const HOUR_MS: u64 = 3_600_000;
-    let left = Duration::from_millis(HOUR_MS - umpire_host::Clock::system().now_ms() % HOUR_MS);
+    let hour_ms: u64 = HOUR_WINDOW_MS.parse().expect("a number of milliseconds");
+    let left = Duration::from_millis(hour_ms - umpire_host::Clock::system().now_ms() % hour_ms);
     if left < WINDOW_MARGIN {
         eprintln!("waiting {left:?} for the rate-limit hour to turn");
         std::thread::sleep(left + Duration::from_millis(500));

@@ -115,42 +115,37 @@ impl Layout {
     /// for this one.
     fn read(self, answer: &[u8]) -> Option<RawJob> {
         match self {
-            Layout::Reference => {
-                let j = ReferenceEscrow::getJobCall::abi_decode_returns_validate(answer).ok()?;
-                if ReferenceEscrow::getJobCall::abi_encode_returns(&j) != answer {
-                    return None;
-                }
-                Some(RawJob {
-                    client: j.client,
-                    provider: j.provider,
-                    evaluator: j.evaluator,
-                    description: j.description,
-                    budget: j.budget,
-                    expired_at: j.expiredAt,
-                    status: j.status,
-                    payment_token: Some(j.paymentToken),
-                    submitted_at: Some(j.submittedAt),
-                })
-            }
-            Layout::Legacy => {
-                let j = LegacyEscrow::getJobCall::abi_decode_returns_validate(answer).ok()?;
-                if LegacyEscrow::getJobCall::abi_encode_returns(&j) != answer {
-                    return None;
-                }
-                Some(RawJob {
-                    client: j.client,
-                    provider: j.provider,
-                    evaluator: j.evaluator,
-                    description: j.description,
-                    budget: j.budget,
-                    expired_at: j.expiredAt,
-                    status: j.status,
-                    payment_token: None,
-                    submitted_at: None,
-                })
-            }
+            Layout::Reference => exactly::<ReferenceEscrow::getJobCall>(answer).map(|j| RawJob {
+                client: j.client,
+                provider: j.provider,
+                evaluator: j.evaluator,
+                description: j.description,
+                budget: j.budget,
+                expired_at: j.expiredAt,
+                status: j.status,
+                payment_token: Some(j.paymentToken),
+                submitted_at: Some(j.submittedAt),
+            }),
+            Layout::Legacy => exactly::<LegacyEscrow::getJobCall>(answer).map(|j| RawJob {
+                client: j.client,
+                provider: j.provider,
+                evaluator: j.evaluator,
+                description: j.description,
+                budget: j.budget,
+                expired_at: j.expiredAt,
+                status: j.status,
+                payment_token: None,
+                submitted_at: None,
+            }),
         }
     }
+}
+
+/// What `answer` returns for `C`, if it is exactly `C`'s encoding of it: decoded
+/// strictly, and encoded back to the same bytes.
+fn exactly<C: SolCall>(answer: &[u8]) -> Option<C::Return> {
+    let decoded = C::abi_decode_returns_validate(answer).ok()?;
+    (C::abi_encode_returns(&decoded) == answer).then_some(decoded)
 }
 
 /// A job as some layout's `getJob` answered it, its status not yet checked.
@@ -411,24 +406,22 @@ impl Escrow {
         self.evaluator
     }
 
-    /// `eth_call` of `call` on the contract, from `from` when given. A revert is
-    /// `Ok(Err(message))`: the contract's answer, not the RPC's failure.
-    async fn call<C: SolCall>(
+    /// `eth_call` of `input` on the contract, from `from` when given: its raw answer. A
+    /// revert is `Ok(Err(message))`: the contract's answer, not the RPC's failure.
+    async fn call_raw(
         &self,
         what: &'static str,
-        call: &C,
+        input: Vec<u8>,
         from: Option<Address>,
-    ) -> Result<Result<C::Return, String>, EscrowError> {
+    ) -> Result<Result<Bytes, String>, EscrowError> {
         let mut tx = TransactionRequest::default()
             .with_to(self.contract)
-            .with_input(call.abi_encode());
+            .with_input(input);
         if let Some(from) = from {
             tx = tx.with_from(from);
         }
         match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
-            Ok(Ok(out)) => C::abi_decode_returns(&out)
-                .map(Ok)
-                .map_err(|e| rpc(what)(format!("undecodable answer: {e}"))),
+            Ok(Ok(out)) => Ok(Ok(out)),
             // A revert is the contract's answer; any other error answer (a rate limit,
             // a missing block) is the RPC's failure.
             Ok(Err(e)) if is_revert(&e) => Ok(Err(e.to_string())),
@@ -440,31 +433,36 @@ impl Escrow {
         }
     }
 
+    /// [`Escrow::call_raw`] of `call`, its answer decoded.
+    async fn call<C: SolCall>(
+        &self,
+        what: &'static str,
+        call: &C,
+        from: Option<Address>,
+    ) -> Result<Result<C::Return, String>, EscrowError> {
+        match self.call_raw(what, call.abi_encode(), from).await? {
+            Ok(out) => C::abi_decode_returns(&out)
+                .map(Ok)
+                .map_err(|e| rpc(what)(format!("undecodable answer: {e}"))),
+            Err(revert) => Ok(Err(revert)),
+        }
+    }
+
     /// The job, read with the contract's layout (found by the first read: see
     /// [`Layout::read`]).
     pub async fn job(&self, id: U256) -> Result<Job, EscrowError> {
         const WHAT: &str = "getJob";
         // Every layout's getJob has the same selector: one call, read by each layout.
         let input = ReferenceEscrow::getJobCall { jobId: id }.abi_encode();
-        let tx = TransactionRequest::default()
-            .with_to(self.contract)
-            .with_input(input);
-        let answer = match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
+        let answer = match self.call_raw(WHAT, input, None).await? {
             // Nothing at all: a node behind the block that created the contract (a
             // load-balanced RPC can be) answers so; the contract itself never does.
-            Ok(Ok(out)) if out.is_empty() => {
+            Ok(out) if out.is_empty() => {
                 return Err(rpc(WHAT)("an empty answer; the node may be behind".into()));
             }
-            Ok(Ok(out)) => out,
+            Ok(out) => out,
             // A revert: no such job (the earlier layout's contracts revert for one).
-            Ok(Err(e)) if is_revert(&e) => return Err(EscrowError::UnknownJob(id)),
-            Ok(Err(e)) => return Err(rpc(WHAT)(e.to_string())),
-            Err(_) => {
-                return Err(rpc(WHAT)(format!(
-                    "no answer within {} s",
-                    RPC_TIMEOUT.as_secs()
-                )));
-            }
+            Err(_) => return Err(EscrowError::UnknownJob(id)),
         };
         let j = match self.layout.get() {
             Some((layout, _)) => layout.read(&answer),
