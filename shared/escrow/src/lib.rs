@@ -11,17 +11,17 @@
 //! - [`Escrow::decide`]: `complete` or `reject`, sent with the evaluator's key, waited
 //!   for and checked.
 
+mod contract;
 mod job_ref;
+pub mod validation;
 
 pub use job_ref::{ContractRef, JobRef, JobRefError};
+pub use validation::{Registry, RequestStatus, Response, ValidationRef, ValidationRefError};
 
-use std::time::Duration;
+use contract::Contract;
 
-use alloy::eips::BlockNumberOrTag;
-use alloy::network::{EthereumWallet, TransactionBuilder};
 use alloy::primitives::{Address, B256, Bytes, U256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::rpc::types::{Filter, Log, TransactionRequest};
+use alloy::rpc::types::{Filter, Log};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::sol;
 use alloy::sol_types::{SolCall, SolEvent};
@@ -161,12 +161,7 @@ struct RawJob {
     submitted_at: Option<U256>,
 }
 
-/// One RPC call may take this long.
-const RPC_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a `complete`/`reject` transaction may take to be mined.
-const RECEIPT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Blocks per `eth_getLogs` call: the range most RPC providers allow.
-const LOG_CHUNK_BLOCKS: u64 = 10_000;
+use contract::LOG_CHUNK_BLOCKS;
 /// How far back events are looked for: about 11 days of Base blocks.
 pub const DEFAULT_LOOKBACK_BLOCKS: u64 = 500_000;
 
@@ -285,9 +280,9 @@ pub enum EscrowError {
     UnknownJob(U256),
     #[error("the chain refused {what}: {message}")]
     Refused { what: &'static str, message: String },
-    /// A transaction from the evaluator is not mined yet: sending another could decide
-    /// the job twice (the second one reverting, and costing gas).
-    #[error("a transaction from the evaluator {0} is still pending; wait for it, then run again")]
+    /// A transaction from our key (the evaluator's, the validator's) is not mined yet:
+    /// sending another could act twice (the second one reverting, or answering twice).
+    #[error("a transaction from {0} (our key) is still pending; wait for it, then run again")]
     Pending(Address),
     /// The contract's `getJob` answers in none of the layouts known to be deployed:
     /// asking again will not change that.
@@ -304,32 +299,9 @@ impl EscrowError {
     }
 }
 
-/// Whether an RPC error is the EVM's revert (JSON-RPC code 3, revert data, or a node's
-/// "execution reverted" message), not a failure of the node itself.
-fn is_revert(e: &alloy::transports::RpcError<alloy::transports::TransportErrorKind>) -> bool {
-    e.as_error_resp().is_some_and(|r| {
-        r.code == 3 || r.as_revert_data().is_some() || r.message.contains("revert")
-    })
-}
+use contract::rpc;
 
-fn rpc(what: &'static str) -> impl Fn(String) -> EscrowError {
-    move |message| EscrowError::Rpc { what, message }
-}
-
-async fn timed<T, E: std::fmt::Display>(
-    what: &'static str,
-    f: impl std::future::IntoFuture<Output = Result<T, E>>,
-) -> Result<T, EscrowError> {
-    match tokio::time::timeout(RPC_TIMEOUT, f.into_future()).await {
-        Ok(r) => r.map_err(|e| rpc(what)(e.to_string())),
-        Err(_) => Err(rpc(what)(format!(
-            "no answer within {} s",
-            RPC_TIMEOUT.as_secs()
-        ))),
-    }
-}
-
-fn decode<E: SolEvent>(log: &Log) -> Result<E, EscrowError> {
+pub(crate) fn decode<E: SolEvent>(log: &Log) -> Result<E, EscrowError> {
     E::decode_log(&log.inner)
         .map(|e| e.data)
         .map_err(|e| rpc("decoding an event")(format!("{}: {e}", E::SIGNATURE)))
@@ -337,9 +309,7 @@ fn decode<E: SolEvent>(log: &Log) -> Result<E, EscrowError> {
 
 /// One ERC-8183 contract on one chain, read (and, with an evaluator key, written).
 pub struct Escrow {
-    provider: DynProvider,
-    contract: Address,
-    evaluator: Option<Address>,
+    contract: Contract,
     lookback_blocks: u64,
     /// The contract's `getJob` layout and grace period, found by the first job read.
     layout: std::sync::OnceLock<(Layout, U256)>,
@@ -352,44 +322,8 @@ impl Escrow {
         on: &ContractRef,
         evaluator: Option<PrivateKeySigner>,
     ) -> Result<Escrow, EscrowError> {
-        let url: alloy::transports::http::reqwest::Url = rpc_url
-            .parse()
-            .map_err(|e| EscrowError::Config(format!("RPC URL {rpc_url:?}: {e}")))?;
-        let (provider, evaluator) = match evaluator {
-            Some(signer) => {
-                let address = signer.address();
-                let p = ProviderBuilder::new()
-                    .wallet(EthereumWallet::from(signer))
-                    .connect_http(url)
-                    .erased();
-                (p, Some(address))
-            }
-            None => (ProviderBuilder::new().connect_http(url).erased(), None),
-        };
-        let served = timed("eth_chainId", provider.get_chain_id()).await?;
-        if served != on.chain_id {
-            return Err(EscrowError::Config(format!(
-                "the RPC serves chain {served}, the escrow is on chain {}",
-                on.chain_id
-            )));
-        }
-        // Once, here: an address with no code answers every call with nothing, which
-        // would read as "no such job" for every job.
-        let code = timed(
-            "eth_getCode",
-            provider.get_code_at(on.contract).into_future(),
-        )
-        .await?;
-        if code.is_empty() {
-            return Err(EscrowError::Config(format!(
-                "no contract at {} on chain {}",
-                on.contract, on.chain_id
-            )));
-        }
         Ok(Escrow {
-            provider,
-            contract: on.contract,
-            evaluator,
+            contract: Contract::connect(rpc_url, on, evaluator).await?,
             lookback_blocks: DEFAULT_LOOKBACK_BLOCKS,
             layout: std::sync::OnceLock::new(),
         })
@@ -403,49 +337,7 @@ impl Escrow {
 
     /// The evaluator's address, when connected with its key.
     pub fn evaluator(&self) -> Option<Address> {
-        self.evaluator
-    }
-
-    /// `eth_call` of `input` on the contract, from `from` when given: its raw answer. A
-    /// revert is `Ok(Err(message))`: the contract's answer, not the RPC's failure.
-    async fn call_raw(
-        &self,
-        what: &'static str,
-        input: Vec<u8>,
-        from: Option<Address>,
-    ) -> Result<Result<Bytes, String>, EscrowError> {
-        let mut tx = TransactionRequest::default()
-            .with_to(self.contract)
-            .with_input(input);
-        if let Some(from) = from {
-            tx = tx.with_from(from);
-        }
-        match tokio::time::timeout(RPC_TIMEOUT, self.provider.call(tx)).await {
-            Ok(Ok(out)) => Ok(Ok(out)),
-            // A revert is the contract's answer; any other error answer (a rate limit,
-            // a missing block) is the RPC's failure.
-            Ok(Err(e)) if is_revert(&e) => Ok(Err(e.to_string())),
-            Ok(Err(e)) => Err(rpc(what)(e.to_string())),
-            Err(_) => Err(rpc(what)(format!(
-                "no answer within {} s",
-                RPC_TIMEOUT.as_secs()
-            ))),
-        }
-    }
-
-    /// [`Escrow::call_raw`] of `call`, its answer decoded.
-    async fn call<C: SolCall>(
-        &self,
-        what: &'static str,
-        call: &C,
-        from: Option<Address>,
-    ) -> Result<Result<C::Return, String>, EscrowError> {
-        match self.call_raw(what, call.abi_encode(), from).await? {
-            Ok(out) => C::abi_decode_returns(&out)
-                .map(Ok)
-                .map_err(|e| rpc(what)(format!("undecodable answer: {e}"))),
-            Err(revert) => Ok(Err(revert)),
-        }
+        self.contract.sender()
     }
 
     /// The job, read with the contract's layout (found by the first read: see
@@ -454,7 +346,7 @@ impl Escrow {
         const WHAT: &str = "getJob";
         // Every layout's getJob has the same selector: one call, read by each layout.
         let input = ReferenceEscrow::getJobCall { jobId: id }.abi_encode();
-        let answer = match self.call_raw(WHAT, input, None).await? {
+        let answer = match self.contract.call_raw(WHAT, input, None).await? {
             // Nothing at all: a node behind the block that created the contract (a
             // load-balanced RPC can be) answers so; the contract itself never does.
             Ok(out) if out.is_empty() => {
@@ -480,7 +372,7 @@ impl Escrow {
                 }
             }
         }
-        .ok_or(EscrowError::Unreadable(self.contract))?;
+        .ok_or(EscrowError::Unreadable(self.contract.address()))?;
         // A job that does not exist answers zeroed in the reference layout.
         if j.evaluator == Address::ZERO {
             return Err(EscrowError::UnknownJob(id));
@@ -520,6 +412,7 @@ impl Escrow {
             return Ok(U256::ZERO);
         }
         Ok(self
+            .contract
             .call(
                 "EVALUATION_GRACE_PERIOD",
                 &ReferenceEscrow::EVALUATION_GRACE_PERIODCall {},
@@ -531,44 +424,22 @@ impl Escrow {
 
     /// The latest block's timestamp (a job expires by the chain's clock).
     pub async fn chain_time(&self) -> Result<u64, EscrowError> {
-        let block = timed(
-            "eth_getBlockByNumber",
-            self.provider
-                .get_block_by_number(BlockNumberOrTag::Latest)
-                .into_future(),
-        )
-        .await?
-        .ok_or_else(|| rpc("eth_getBlockByNumber")("no latest block".into()))?;
-        Ok(block.header.timestamp)
+        self.contract.chain_time().await
     }
 
     /// The job's latest log of any of `events`, looking back in chunks.
     async fn latest_log(&self, events: &[B256], id: U256) -> Result<Option<Log>, EscrowError> {
-        let head = timed("eth_blockNumber", self.provider.get_block_number()).await?;
-        let floor = head.saturating_sub(self.lookback_blocks);
-        let mut to = head;
-        loop {
-            let from = to.saturating_sub(LOG_CHUNK_BLOCKS - 1).max(floor);
-            let filter = Filter::new()
-                .address(self.contract)
-                .event_signature(events.to_vec())
-                .topic1(id)
-                .from_block(from)
-                .to_block(to);
-            let logs = timed("eth_getLogs", self.provider.get_logs(&filter)).await?;
-            if let Some(last) = logs.into_iter().next_back() {
-                return Ok(Some(last));
-            }
-            if from <= floor {
-                return Ok(None);
-            }
-            to = from - 1;
-        }
+        let filter = Filter::new().event_signature(events.to_vec()).topic1(id);
+        Ok(self
+            .contract
+            .logs_back(filter, self.lookback_blocks, true)
+            .await?
+            .pop())
     }
 
     /// The latest block number.
     pub async fn head(&self) -> Result<u64, EscrowError> {
-        timed("eth_blockNumber", self.provider.get_block_number()).await
+        self.contract.head().await
     }
 
     /// The ids of jobs submitted in blocks `from..=to`, in the order they were.
@@ -578,11 +449,10 @@ impl Escrow {
         while start <= to {
             let end = start.saturating_add(LOG_CHUNK_BLOCKS - 1).min(to);
             let filter = Filter::new()
-                .address(self.contract)
                 .event_signature(IAgenticCommerce::JobSubmitted::SIGNATURE_HASH)
                 .from_block(start)
                 .to_block(end);
-            for log in timed("eth_getLogs", self.provider.get_logs(&filter)).await? {
+            for log in self.contract.logs(filter).await? {
                 let e = IAgenticCommerce::JobSubmitted::decode_log(&log.inner)
                     .map_err(|e| rpc("JobSubmitted")(e.to_string()))?;
                 ids.push(e.jobId);
@@ -651,84 +521,21 @@ impl Escrow {
         decision: Decision,
         reason: B256,
     ) -> Result<B256, EscrowError> {
-        let from = self
-            .evaluator
-            .ok_or_else(|| EscrowError::Config("no evaluator key to sign with".into()))?;
-        let what = decision.name();
-        let (simulated, input) = match decision {
-            Decision::Complete => {
-                let c = IAgenticCommerce::completeCall {
-                    jobId: id,
-                    reason,
-                    optParams: Bytes::new(),
-                };
-                (
-                    self.call(what, &c, Some(from)).await?.map(drop),
-                    c.abi_encode(),
-                )
+        let input = match decision {
+            Decision::Complete => IAgenticCommerce::completeCall {
+                jobId: id,
+                reason,
+                optParams: Bytes::new(),
             }
-            Decision::Reject => {
-                let c = IAgenticCommerce::rejectCall {
-                    jobId: id,
-                    reason,
-                    optParams: Bytes::new(),
-                };
-                (
-                    self.call(what, &c, Some(from)).await?.map(drop),
-                    c.abi_encode(),
-                )
+            .abi_encode(),
+            Decision::Reject => IAgenticCommerce::rejectCall {
+                jobId: id,
+                reason,
+                optParams: Bytes::new(),
             }
+            .abi_encode(),
         };
-        if let Err(message) = simulated {
-            return Err(EscrowError::Refused { what, message });
-        }
-        let pending = timed(
-            "eth_getTransactionCount",
-            self.provider.get_transaction_count(from).pending(),
-        )
-        .await?;
-        let mined = timed(
-            "eth_getTransactionCount",
-            self.provider.get_transaction_count(from).latest(),
-        )
-        .await?;
-        if pending > mined {
-            return Err(EscrowError::Pending(from));
-        }
-        let tx = TransactionRequest::default()
-            .with_from(from)
-            .with_to(self.contract)
-            .with_input(input);
-        let pending = timed(what, self.provider.send_transaction(tx)).await?;
-        let hash = *pending.tx_hash();
-        let receipt = tokio::time::timeout(RECEIPT_TIMEOUT, self.receipt(hash))
-            .await
-            .map_err(|_| {
-                rpc(what)(format!(
-                    "transaction {hash} was not mined within {} s; run again to see whether it landed",
-                    RECEIPT_TIMEOUT.as_secs()
-                ))
-            })?;
-        if !receipt.status() {
-            return Err(EscrowError::Refused {
-                what,
-                message: format!("transaction {hash} reverted"),
-            });
-        }
-        Ok(hash)
-    }
-
-    /// Polls for a receipt, quickly at first (a local chain mines at once), then at
-    /// most every second; the caller bounds the wait.
-    async fn receipt(&self, hash: B256) -> alloy::rpc::types::TransactionReceipt {
-        let mut pause = Duration::from_millis(20);
-        loop {
-            if let Ok(Some(receipt)) = self.provider.get_transaction_receipt(hash).await {
-                return receipt;
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
-        }
+        self.contract.send(decision.name(), input).await
     }
 }
 
