@@ -143,3 +143,370 @@ fn a_request_is_answered_only_by_the_validator_it_names() {
     let (done, _, err) = validation(&devnet, &["status", "--request-hash", &other]);
     assert!(!done && err.contains("UnknownRequest"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------
+// Umpire as the validator: a purchase naming a request is checked before payment, and
+// its verdict answers the request on chain.
+
+use base64::Engine as _;
+use umpire_blackbox::chain::{Bought, Fault, RpcProxy, Settlement, buy_v2};
+use umpire_blackbox::{Server, TempDir, run_umpire};
+
+const SPEC: &str = r##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##;
+const GOOD: &str = r##"{"text":"# Report\nall tests green"}"##;
+const BAD: &str = r#"{"text":"draft, not done"}"#;
+
+struct Validator {
+    devnet: Devnet,
+    server: Server,
+    agent_id: String,
+    files: TempDir,
+}
+
+impl Validator {
+    /// The devnet, and `umpire serve` answering its Validation Registry with the
+    /// devnet's validator key, read and answered through `rpc` (the node by default).
+    fn start(extra: &[(&str, &str)]) -> Validator {
+        let devnet = Devnet::start();
+        Validator::serve_on(devnet, None, extra)
+    }
+
+    fn serve_on(devnet: Devnet, rpc: Option<&str>, extra: &[(&str, &str)]) -> Validator {
+        let registry = format!(
+            "eip155:{}:{}",
+            devnet.get("chain_id"),
+            devnet.get("validation_registry")
+        );
+        let rpc = rpc.map_or_else(|| devnet.get("rpc_url"), str::to_owned);
+        let key = devnet.get("validator_private_key");
+        let mut env = vec![
+            ("UMPIRE_VALIDATION_REGISTRY", registry.as_str()),
+            ("UMPIRE_VALIDATION_RPC_URL", rpc.as_str()),
+            ("UMPIRE_VALIDATOR_KEY_HEX", key.as_str()),
+            ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "100"),
+            ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
+        ];
+        env.extend_from_slice(extra);
+        let server = devnet.serve(Settlement::SelfSettle, &env);
+        let agent = ok(
+            &devnet,
+            &[
+                "register",
+                "--uri",
+                "https://agent.example/registration.json",
+            ],
+        );
+        let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
+        Validator {
+            devnet,
+            server,
+            agent_id,
+            files: TempDir::new("validator"),
+        }
+    }
+
+    /// The agent's owner asks `validator` (Umpire's by default) to validate the work
+    /// in a request file holding `file`, put on chain as a data: URI. The reference a
+    /// purchase names it by, and its hash.
+    fn request(&self, file: &str, validator: Option<&str>) -> (String, String) {
+        let hash = format!("{}", alloy::primitives::keccak256(file.as_bytes()));
+        let uri = format!(
+            "data:application/json;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(file)
+        );
+        let mut args = vec![
+            "request",
+            "--agent-id",
+            &self.agent_id,
+            "--request-uri",
+            &uri,
+            "--request-hash",
+            &hash,
+        ];
+        if let Some(v) = validator {
+            args.extend(["--validator", v]);
+        }
+        ok(&self.devnet, &args);
+        let reference = format!(
+            "erc8004:eip155:{}:{}:{hash}",
+            self.devnet.get("chain_id"),
+            self.devnet.get("validation_registry")
+        );
+        (reference, hash)
+    }
+
+    fn buy(&self, tier: &str, spec: &str, deliverable: &str, reference: &str) -> Bought {
+        let body =
+            format!(r#"{{"spec":{spec},"deliverable":{deliverable},"job_ref":"{reference}"}}"#);
+        let url = format!("http://{}/v1/verdicts/{tier}", self.server.addr);
+        buy_v2(&self.devnet, &url, &body, None)
+    }
+
+    fn status(&self, hash: &str) -> Value {
+        ok(&self.devnet, &["status", "--request-hash", hash])
+    }
+
+    /// The request's status once its latest answer is tagged `tag`.
+    fn answered(&self, hash: &str, tag: &str) -> Value {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let s = self.status(hash);
+            if s["tag"] == tag {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no answer tagged {tag}: {s}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
+    fn payer_balance(&self) -> u128 {
+        self.devnet.balance(&self.devnet.get("payer"))
+    }
+}
+
+fn request_file(spec: &str, deliverable: &str) -> String {
+    format!(r#"{{"spec":{spec},"deliverable":{deliverable}}}"#)
+}
+
+fn payload_sha256(bought: &Bought) -> String {
+    let doc = bought.json();
+    let hash = doc
+        .get("document")
+        .and_then(|d| d.get("signature"))
+        .and_then(|s| s.get("payload_sha256"))
+        .and_then(umpire_core::Value::as_str)
+        .expect("payload_sha256")
+        .to_owned();
+    format!("0x{hash}")
+}
+
+#[test]
+fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
+    let v = Validator::start(&[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let status = v.answered(&hash, "umpire:basic");
+    assert_eq!(status["response"], 100);
+    assert_eq!(
+        status["response_hash"].as_str(),
+        Some(payload_sha256(&bought).as_str())
+    );
+    assert_eq!(
+        status["validator"].as_str(),
+        Some(v.devnet.get("validator").as_str())
+    );
+    // The registration file names the validator and the registry.
+    let reg = v.server.get("/.well-known/agent-registration.json").json();
+    let text = String::from_utf8_lossy(&reg.to_canonical_vec()).into_owned();
+    assert!(
+        text.contains("eip155:8004#registration-v1") || text.contains("#registration-v1"),
+        "{text}"
+    );
+    let validator = reg
+        .get("services")
+        .and_then(umpire_core::Value::as_array)
+        .and_then(|s| {
+            s.iter()
+                .find(|s| s.get("name").and_then(umpire_core::Value::as_str) == Some("validator"))
+        })
+        .and_then(|s| s.get("endpoint").and_then(umpire_core::Value::as_str))
+        .expect("a validator service")
+        .rsplit(':')
+        .next()
+        .expect("address")
+        .to_owned();
+    assert_eq!(
+        validator.to_lowercase(),
+        v.devnet.get("validator").to_lowercase()
+    );
+    // The document is public at the answer's responseURI, without the secret.
+    let id = bought
+        .json()
+        .get("verdict_id")
+        .and_then(umpire_core::Value::as_str)
+        .expect("id")
+        .to_owned();
+    let public = v.server.get(&format!("/v1/verdicts/{id}"));
+    assert_eq!(
+        public.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&public.body)
+    );
+    assert_eq!(public.json().get("document"), bought.json().get("document"));
+    // An auditor checks the answer against the document; a tampered one fails.
+    let key = v.files.write(
+        "key.json",
+        &v.server.get("/.well-known/umpire-key.json").body,
+    );
+    let key = key.to_string_lossy().into_owned();
+    let doc = v
+        .files
+        .write("doc.json", bought.body.as_bytes())
+        .to_string_lossy()
+        .into_owned();
+    let rpc = v.devnet.get("rpc_url");
+    let audit = |doc: &str| {
+        run_umpire(
+            &[
+                "verify",
+                doc,
+                "--key",
+                &key,
+                "--validation",
+                &reference,
+                "--rpc",
+                &rpc,
+                "--validator",
+                &validator,
+            ],
+            &[],
+        )
+    };
+    let (code, out, err) = audit(&doc);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("ok   response_hash"), "{out}");
+    let tampered = bought.body.replace("\"pass\"", "\"fail\"");
+    let tampered = v
+        .files
+        .write("tampered.json", tampered.as_bytes())
+        .to_string_lossy()
+        .into_owned();
+    let (code, out, _) = audit(&tampered);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn a_failing_verdict_answers_its_request_with_0() {
+    let v = Validator::start(&[]);
+    let (reference, hash) = v.request(&request_file(SPEC, BAD), None);
+    let bought = v.buy("basic", SPEC, BAD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let status = v.answered(&hash, "umpire:basic");
+    assert_eq!(status["response"], 0);
+    assert_eq!(
+        status["response_hash"].as_str(),
+        Some(payload_sha256(&bought).as_str())
+    );
+}
+
+#[test]
+fn a_sworn_verdict_answers_provisionally_after_pass_1_then_finally() {
+    let v = Validator::start(&[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("sworn", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 202, "{}", bought.body);
+    let last = v.answered(&hash, "umpire:sworn");
+    assert_eq!(last["response"], 100);
+    // Both answers are on chain, provisional first.
+    let logs = v.devnet.rpc(
+        "eth_getLogs",
+        serde_json::json!([{
+            "address": v.devnet.get("validation_registry"),
+            "fromBlock": "0x0",
+            "topics": [null, null, null, hash],
+        }]),
+    );
+    let answered = format!(
+        "{}",
+        alloy::primitives::keccak256(
+            "ValidationResponse(address,uint256,bytes32,uint8,string,bytes32,string)"
+        )
+    );
+    let logs: Vec<&serde_json::Value> = logs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["topics"][0] == answered.as_str())
+        .collect();
+    let answers = logs.len();
+    assert_eq!(answers, 2, "provisional and final: {logs:?}");
+    let first = logs[0]["data"].as_str().unwrap_or_default();
+    let provisional_hex = alloy::hex::encode("umpire:sworn:provisional");
+    assert!(first.contains(&provisional_hex), "{first}");
+}
+
+#[test]
+fn a_purchase_whose_spec_or_deliverable_differs_from_the_request_is_refused_before_payment() {
+    let v = Validator::start(&[]);
+    let (reference, _) = v.request(&request_file(SPEC, GOOD), None);
+    let before = v.payer_balance();
+    let other_spec = r##"{"checks":[{"type":"regex","pattern":"^# Rep"}]}"##;
+    let refused = v.buy("basic", other_spec, GOOD, &reference);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("spec differs"), "{}", refused.body);
+    let refused = v.buy("basic", SPEC, BAD, &reference);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        refused.body.contains("deliverable differs"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(v.payer_balance(), before, "nothing was charged");
+}
+
+#[test]
+fn a_request_naming_another_validator_is_refused_before_payment() {
+    let v = Validator::start(&[]);
+    let stranger = v.devnet.get("agent_owner");
+    let (reference, _) = v.request(&request_file(SPEC, GOOD), Some(&stranger));
+    let before = v.payer_balance();
+    let refused = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("not Umpire's"), "{}", refused.body);
+    // And a request that does not exist at all.
+    let unknown = format!(
+        "erc8004:eip155:{}:{}:0x{}",
+        v.devnet.get("chain_id"),
+        v.devnet.get("validation_registry"),
+        "77".repeat(32)
+    );
+    let refused = v.buy("basic", SPEC, GOOD, &unknown);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        refused.body.contains("no validation request"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(v.payer_balance(), before, "nothing was charged");
+}
+
+#[test]
+fn a_second_purchase_for_an_answered_request_is_refused_before_payment() {
+    let v = Validator::start(&[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    assert_eq!(v.buy("basic", SPEC, GOOD, &reference).status, 201);
+    v.answered(&hash, "umpire:basic");
+    let before = v.payer_balance();
+    let again = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("already_created"), "{}", again.body);
+    assert_eq!(v.payer_balance(), before, "nothing was charged");
+}
+
+#[test]
+fn posting_survives_the_rpc_refusing_its_first_two_attempts() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    proxy.fault(
+        "eth_sendRawTransaction",
+        Fault::Fail("the RPC is overloaded".into()),
+        Some(2),
+    );
+    let v = Validator::serve_on(devnet, Some(&proxy.url), &[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let status = v.answered(&hash, "umpire:basic");
+    assert_eq!(status["response"], 100);
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        3,
+        "two refused, one sent"
+    );
+}

@@ -10,8 +10,9 @@ use umpire_core::signer::{PublicKey, Signer, keys_from_document};
 use umpire_core::spec::parse_deliverable;
 use umpire_server::datadir::{default_data_dir, load_signer};
 
+use alloy::primitives::Address;
 use umpire_core::document::Step;
-use umpire_escrow::{Escrow, EscrowError, JobRef, Status};
+use umpire_escrow::{Escrow, EscrowError, JobRef, Registry, Status, ValidationRef};
 
 use super::{fail, read_json};
 use umpire_escrow::{bytes32_hex, bytes32_of};
@@ -94,26 +95,55 @@ pub struct Verify {
     /// payload_sha256. Needs --rpc.
     #[arg(long, requires = "rpc")]
     job: Option<String>,
-    /// The RPC of the job's chain.
-    #[arg(long, requires = "job")]
+    /// An ERC-8004 validation request the document answers
+    /// (erc8004:eip155:CHAIN:REGISTRY:REQUEST_HASH): also check that the document names
+    /// it, that the request names the validator Umpire publishes, and that the
+    /// validator's final answer on chain is the verdict (100 pass, 0 fail) with the
+    /// document's payload_sha256 as responseHash. Needs --rpc.
+    #[arg(long, requires = "rpc", conflicts_with = "job")]
+    validation: Option<String>,
+    /// The validator address to expect (default: the one the document's issuer
+    /// publishes at /.well-known/agent-registration.json).
+    #[arg(long, requires = "validation")]
+    validator: Option<String>,
+    /// The RPC of the job's (or the registry's) chain.
+    #[arg(long)]
     rpc: Option<String>,
 }
 
 impl Verify {
     pub async fn run(self) -> ExitCode {
-        let job = self
-            .job
-            .zip(self.rpc)
-            .map(|(job, rpc)| JobCheck { job, rpc });
+        let on_chain = match (self.job, self.validation, self.rpc) {
+            (Some(job), None, Some(rpc)) => Some(OnChain::Job(JobCheck { job, rpc })),
+            (None, Some(reference), Some(rpc)) => Some(OnChain::Validation {
+                reference,
+                rpc,
+                validator: self.validator,
+            }),
+            (None, None, Some(_)) => {
+                return fail(2, "--rpc goes with --job or --validation");
+            }
+            _ => None,
+        };
         run(
             &self.doc,
             self.key.as_deref(),
             self.deliverable.as_deref(),
             self.data_dir,
-            job,
+            on_chain,
         )
         .await
     }
+}
+
+/// What on chain the document is checked against.
+enum OnChain {
+    Job(JobCheck),
+    Validation {
+        reference: String,
+        rpc: String,
+        validator: Option<String>,
+    },
 }
 
 async fn run(
@@ -121,7 +151,7 @@ async fn run(
     key: Option<&str>,
     deliverable: Option<&Path>,
     data_dir: Option<PathBuf>,
-    job: Option<JobCheck>,
+    on_chain: Option<OnChain>,
 ) -> ExitCode {
     let doc = match read_json(doc) {
         Ok(d) => d,
@@ -150,11 +180,18 @@ async fn run(
         Err(e) => return fail(2, &e),
     };
     let mut steps = umpire_core::document::verify(&doc, &keys, deliverable.as_ref());
-    if let Some(check) = job {
-        match job_steps(&doc, &check).await {
-            Ok(more) => steps.extend(more),
-            Err(e) => return fail(2, &e),
-        }
+    let more = match &on_chain {
+        None => Ok(Vec::new()),
+        Some(OnChain::Job(check)) => job_steps(&doc, check).await,
+        Some(OnChain::Validation {
+            reference,
+            rpc,
+            validator,
+        }) => validation_steps(&doc, reference, rpc, validator.as_deref()).await,
+    };
+    match more {
+        Ok(more) => steps.extend(more),
+        Err(e) => return fail(2, &e),
     }
     for s in &steps {
         println!(
@@ -289,6 +326,154 @@ async fn job_steps(doc: &Value, check: &JobCheck) -> Result<Vec<Step>, String> {
             format!(
                 "the job is {} and has no complete or reject on chain yet",
                 state.status.name()
+            ),
+        ),
+    }
+    Ok(steps)
+}
+
+/// The validator address the document's issuer publishes in its ERC-8004 registration
+/// file (the `validator` service's endpoint, `eip155:<chain>:<address>`).
+async fn published_validator(doc: &Value) -> Result<Address, String> {
+    let issuer = doc
+        .get("issuer")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let url = format!(
+        "{}/.well-known/agent-registration.json",
+        issuer.trim_end_matches('/')
+    );
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(format!(
+            "the document names no http(s) issuer to ask for its validator ({issuer:?}); pass --validator"
+        ));
+    }
+    let body = fetch_key_document(&url).await?;
+    let file = parse(&body).map_err(|e| format!("{url}: {e}"))?;
+    file.get("services")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|s| s.get("name").and_then(Value::as_str) == Some("validator"))
+        .and_then(|s| s.get("endpoint").and_then(Value::as_str))
+        .and_then(|e| e.rsplit(':').next())
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("{url} lists no validator; pass --validator"))
+}
+
+/// The auditor's check of an answered ERC-8004 validation request: the document names
+/// the request, the request names the validator Umpire publishes, and that validator's
+/// final answer on chain is the document's verdict with its payload_sha256.
+async fn validation_steps(
+    doc: &Value,
+    reference: &str,
+    rpc: &str,
+    validator: Option<&str>,
+) -> Result<Vec<Step>, String> {
+    use umpire_escrow::validation::{FAILED, PASSED, final_tag};
+    let reference: ValidationRef = reference
+        .parse()
+        .map_err(|e| format!("--validation: {e}"))?;
+    let expected: Address = match validator {
+        Some(v) => v
+            .parse()
+            .map_err(|_| format!("--validator {v:?} is not an address"))?,
+        None => published_validator(doc).await?,
+    };
+    let registry = Registry::connect(rpc, &reference.registry, None)
+        .await
+        .map_err(|e| format!("registry: {e}"))?;
+    let mut steps = Vec::new();
+    let mut step = |name: &'static str, ok: bool, detail: String| {
+        steps.push(Step { name, ok, detail });
+    };
+    let text = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or("");
+    let named = text("job_ref").parse::<ValidationRef>().ok();
+    step(
+        "job_ref",
+        named == Some(reference) && text("job_ref").starts_with("erc8004:"),
+        if named == Some(reference) {
+            format!("the document names request {reference}")
+        } else {
+            format!(
+                "the document's job_ref is {:?}, not {reference}",
+                text("job_ref")
+            )
+        },
+    );
+    let hash = reference.request_hash;
+    let Some(status) = registry
+        .status(hash)
+        .await
+        .map_err(|e| format!("registry: {e}"))?
+    else {
+        step(
+            "request",
+            false,
+            "the registry holds no such request".into(),
+        );
+        return Ok(steps);
+    };
+    step(
+        "validator",
+        status.validator == expected,
+        format!(
+            "the request names validator {}; Umpire's is {expected}",
+            status.validator
+        ),
+    );
+    let payload = doc
+        .get("signature")
+        .and_then(|s| s.get("payload_sha256"))
+        .and_then(Value::as_str)
+        .and_then(bytes32_of);
+    let want = match text("verdict") {
+        "pass" => PASSED,
+        _ => FAILED,
+    };
+    let tag = final_tag(text("tier"));
+    let answers = registry
+        .responses(hash)
+        .await
+        .map_err(|e| format!("registry: {e}"))?;
+    let answer = answers
+        .iter()
+        .rev()
+        .find(|r| r.validator == expected && r.tag == tag);
+    match answer {
+        Some(a) => {
+            step(
+                "response_hash",
+                Some(a.response_hash) == payload,
+                if Some(a.response_hash) == payload {
+                    format!(
+                        "the answer's responseHash {} is the document's payload_sha256",
+                        bytes32_hex(&a.response_hash)
+                    )
+                } else {
+                    format!(
+                        "the answer's responseHash is {}, not the document's payload_sha256",
+                        bytes32_hex(&a.response_hash)
+                    )
+                },
+            );
+            step(
+                "response",
+                a.response == want,
+                format!(
+                    "the answer is {} under tag {}; the verdict is {} ({want})",
+                    a.response,
+                    a.tag,
+                    text("verdict")
+                ),
+            );
+        }
+        None => step(
+            "response",
+            false,
+            format!(
+                "no answer tagged {tag} from {expected} on chain (latest status: {} under {:?})",
+                status.response, status.tag
             ),
         ),
     }

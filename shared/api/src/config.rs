@@ -36,6 +36,8 @@ pub struct Config {
     /// count as anchored (docs/reputation.md). `UMPIRE_REPUTATION_ANCHORS`, comma
     /// separated; by default this deployment's own EVM `pay_to` addresses.
     pub reputation_anchors: Vec<String>,
+    /// Where this deployment answers ERC-8004 validation requests (None: nowhere).
+    pub validator: Option<crate::erc8004::ValidatorConfig>,
 }
 
 /// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
@@ -64,6 +66,7 @@ impl Default for Config {
             request_budget: DEFAULT_REQUEST_BUDGET,
             clock: umpire_host::Clock::system(),
             reputation_anchors: Vec::new(),
+            validator: None,
         }
     }
 }
@@ -221,6 +224,7 @@ impl Config {
             problem: e.problem,
         })?;
         c.reputation_anchors = anchors_from_env(&c.rails)?;
+        c.validator = crate::erc8004::ValidatorConfig::from_env()?;
         c.check_budget()?;
         Ok(c)
     }

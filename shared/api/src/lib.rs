@@ -3,6 +3,7 @@
 //! routes in one process), so both answer byte for byte alike.
 
 pub mod config;
+pub mod erc8004;
 pub mod free;
 pub mod mcp;
 pub mod merchant;
@@ -66,6 +67,9 @@ pub struct AppState {
     pub feedback_chain: Option<Arc<umpire_chain::FeedbackChain>>,
     /// Where the MCP endpoint's paid tools send their purchases; None: not offered.
     pub paid_routes: Option<Arc<dyn mcp::PaidRoutes>>,
+    /// The ERC-8004 Validation Registry this deployment answers on (with the
+    /// validator's key where answers are posted); None: it answers none.
+    pub validation: Option<Arc<umpire_escrow::Registry>>,
 }
 
 /// What the routes that store nothing read (health, the key document, the verify
@@ -159,7 +163,12 @@ impl AppState {
             fetcher: None,
             feedback_chain: None,
             paid_routes: None,
+            validation: None,
         }
+    }
+
+    pub fn with_validation(self, validation: Option<Arc<umpire_escrow::Registry>>) -> AppState {
+        AppState { validation, ..self }
     }
 
     pub fn with_store(self, store: Arc<dyn Store>) -> AppState {
@@ -257,5 +266,6 @@ pub async fn handle_route(state: &AppState, route: Route, req: Request) -> Respo
         Route::Mcp => mcp::mcp(state, &req).await,
         Route::OpenApi => handlers::openapi(),
         Route::VerifyPage => handlers::verify_page(state),
+        Route::AgentRegistration => handlers::agent_registration(state),
     }
 }

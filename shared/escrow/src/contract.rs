@@ -240,9 +240,13 @@ impl Contract {
         if pending > mined {
             return Err(EscrowError::Pending(from));
         }
+        // The nonce is the chain's, every time: a provider's own count would move on
+        // past a send the node refused, and every later transaction would wait behind
+        // the gap, never mined.
         let tx = TransactionRequest::default()
             .with_from(from)
             .with_to(self.address)
+            .with_nonce(mined)
             .with_input(input);
         let pending = timed(what, self.provider.send_transaction(tx)).await?;
         let hash = *pending.tx_hash();

@@ -61,6 +61,17 @@ pub async fn embedded_state(
         .map(umpire_chain::FeedbackChain::new)
         .transpose()?
         .map(Arc::new);
+    // One process checks requests and posts answers: the registry with the key.
+    let key = umpire_api::erc8004::key_from_env().map_err(|e| e.to_string())?;
+    if config.validator.is_some() && key.is_none() {
+        return Err(format!(
+            "UMPIRE_VALIDATION_REGISTRY is set, so {} must be too: this process posts the answers",
+            umpire_api::erc8004::KEY_HEX_ENV
+        ));
+    }
+    let validation = umpire_api::erc8004::connect(&config, key)
+        .await?
+        .map(Arc::new);
     let state = AppState::new(config, Arc::new(signer), store.clone())
         .with_checker(checker)
         .with_queue(Some(store.clone()))
@@ -68,7 +79,8 @@ pub async fn embedded_state(
         .with_sol_price(sol_price)
         .with_fetcher(Some(fetcher))
         .with_feedback_chain(feedback_chain)
-        .with_paid_routes(Some(Arc::new(umpire_api::mcp::InProcess)));
+        .with_paid_routes(Some(Arc::new(umpire_api::mcp::InProcess)))
+        .with_validation(validation);
     Ok((state, store))
 }
 

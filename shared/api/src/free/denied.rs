@@ -6,7 +6,7 @@ use umpire_store::VerdictRecord;
 use crate::AppState;
 
 /// Verdict ids as minted: `vrd_` and 32 lowercase hex digits.
-fn is_verdict_id(id: &str) -> bool {
+pub(crate) fn is_verdict_id(id: &str) -> bool {
     id.strip_prefix("vrd_")
         .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }

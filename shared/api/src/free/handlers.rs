@@ -63,6 +63,15 @@ pub fn key(state: &impl Keys) -> Response {
     )
 }
 
+/// `/.well-known/agent-registration.json`: Umpire as an ERC-8004 agent (its endpoints,
+/// x402 support, and the validator it answers validation requests with).
+pub fn agent_registration(state: &impl Keys) -> Response {
+    respond::cache(
+        respond::json(200, &crate::erc8004::registration(state.config())),
+        "public, max-age=300",
+    )
+}
+
 /// The refusal of a deployment that has no signing key yet: nothing to publish, nothing
 /// to sign with, nothing charged.
 pub fn not_keyed() -> ApiError {

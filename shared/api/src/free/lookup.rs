@@ -47,6 +47,11 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, Denied> 
         .or_else(|| query_param(req, "secret"))
         .filter(|s| !s.is_empty())
     else {
+        // A verdict bought to answer an ERC-8004 validation request is public: its
+        // buyer chose a public registry, whose answer links here (responseURI).
+        if let Some(rec) = public_verdict(state, id).await? {
+            return Ok(public_body(&status_body(&rec)?));
+        }
         return Err(Denied::Challenging(ApiError::new(
             ErrorCode::InvalidRequest,
             "the verdict's secret (or a proof from the wallet that paid) is required",
@@ -58,6 +63,40 @@ async fn status_inner(state: &AppState, req: &Request) -> Result<Value, Denied> 
         return Err(not_found().into());
     }
     Ok(status_body(&rec)?)
+}
+
+/// The verdict `id`, if its signed document answers a validation request (its
+/// `job_ref` names one); None for every other verdict, whether it exists or not.
+async fn public_verdict(
+    state: &AppState,
+    id: &str,
+) -> Result<Option<umpire_store::VerdictRecord>, Denied> {
+    if !crate::free::denied::is_verdict_id(id) {
+        return Ok(None);
+    }
+    let now = state.config.clock.now();
+    let rec = match state.store.get_verdict(id, now).await {
+        Ok(Some(rec)) => rec,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(crate::internal(e).into()),
+    };
+    let public = rec
+        .document
+        .as_deref()
+        .and_then(|t| parse(t.as_bytes()).ok())
+        .and_then(|d| d.get("job_ref").and_then(Value::as_str).map(str::to_owned))
+        .is_some_and(|r| r.starts_with(umpire_escrow::validation::VALIDATION_REF_PREFIX));
+    Ok(public.then_some(rec))
+}
+
+/// The public view of a verdict: what its status read shows, less the webhook's fate
+/// (the buyer's business).
+fn public_body(full: &Value) -> Value {
+    let mut v = full.clone();
+    if let Value::Object(o) = &mut v {
+        o.remove("webhook_delivery");
+    }
+    v.with("public", true)
 }
 
 /// What a verdict's status read shows.

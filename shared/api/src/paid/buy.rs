@@ -81,6 +81,10 @@ async fn purchase_of(
         Ok::<_, ApiError>(DropOffThread::new(purchase))
     })
     .await?;
+    // A validation request named in job_ref: checked on chain (and its request file
+    // read) within the same share of the budget as the lookups.
+    let until = state.config.clock.deadline(state.config.request_budget / 4);
+    crate::erc8004::check_before_payment(state, &purchase, until).await?;
     if tier == Tier::Sworn && state.queue.is_none() {
         return Err(ApiError::new(
             ErrorCode::Unavailable,
@@ -217,6 +221,15 @@ impl Paid<'_, '_> {
         let prepared = self.prepared(201, &body, Some(record));
         let settlement = self.checkout.settle(&prepared).await?;
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
+        if let Some(document) = body.get("document") {
+            crate::erc8004::queue_answer(
+                self.state,
+                self.verdict_id,
+                purchase.job_ref.as_ref(),
+                crate::erc8004::Answer::final_for(document, purchase.tier),
+            )
+            .await;
+        }
         Ok((prepared, settlement))
     }
 
@@ -296,6 +309,13 @@ impl Paid<'_, '_> {
             }
         };
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
+        crate::erc8004::queue_answer(
+            self.state,
+            self.verdict_id,
+            purchase.job_ref.as_ref(),
+            crate::erc8004::Answer::provisional(umpire_core::document::verdict_passed(results)),
+        )
+        .await;
         Ok((prepared, settlement))
     }
 

@@ -38,6 +38,14 @@ pub enum Metric {
     /// An HTTP function answered 500 (our own failure, not a refusal): recorded per
     /// function version, so a rollout's new version that fails is rolled back.
     Internal5xx,
+    /// An ERC-8004 validation answer was posted on chain.
+    ValidationPosted,
+    /// An ERC-8004 validation answer could not be queued, or was given up on after its
+    /// retries: a paid verdict whose request shows no answer. Alarm on it.
+    ValidationFailed,
+    /// The validator's gas balance is below `UMPIRE_VALIDATOR_LOW_GAS_WEI`: answers
+    /// will stop being posted when it runs out. Alarm on it.
+    ValidatorGasLow,
 }
 
 impl Metric {
@@ -52,6 +60,9 @@ impl Metric {
             Metric::SwornUnresolved => "SwornUnresolved",
             Metric::NotKeyed => "NotKeyed",
             Metric::Internal5xx => "Internal5xx",
+            Metric::ValidationPosted => "ValidationsPosted",
+            Metric::ValidationFailed => "ValidationFailures",
+            Metric::ValidatorGasLow => "ValidatorGasLow",
         }
     }
 }

@@ -23,6 +23,8 @@ pub enum Route {
     OpenApi,
     /// `GET /verify`: a self-contained page that runs the verification recipe.
     VerifyPage,
+    /// `GET /.well-known/agent-registration.json`: Umpire as an ERC-8004 agent.
+    AgentRegistration,
 }
 
 /// (method, path, route): the routing table, also what `not_found` lists.
@@ -39,6 +41,11 @@ pub const TABLE: &[(&str, &str, Route)] = &[
     ("POST", "/mcp", Route::Mcp),
     ("GET", "/openapi.json", Route::OpenApi),
     ("GET", "/verify", Route::VerifyPage),
+    (
+        "GET",
+        "/.well-known/agent-registration.json",
+        Route::AgentRegistration,
+    ),
 ];
 
 /// Whether a concrete path matches a table path (`{id}` matches one segment).

@@ -9,6 +9,7 @@ use umpire_store::Job;
 
 pub const JOB_PASS2: &str = "sworn.pass2";
 pub const JOB_WEBHOOK: &str = "sworn.webhook";
+pub const JOB_VALIDATION: &str = "erc8004.respond";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum SwornJob {
@@ -16,6 +17,8 @@ pub enum SwornJob {
     Pass2(Box<Pass2Job>),
     /// One attempt at delivering a final document to its webhook.
     Webhook(WebhookJob),
+    /// One attempt at posting a verdict's answer to an ERC-8004 validation request.
+    Validation(ValidationJob),
 }
 
 /// How a pass-2 job carries the deliverable.
@@ -50,6 +53,57 @@ pub struct Pass2Job {
     pub hops: u64,
 }
 
+/// The answer to post for one verdict (see `crate::erc8004`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationJob {
+    pub verdict_id: String,
+    /// The purchase's `job_ref`: `erc8004:eip155:<chain>:<registry>:<requestHash>`.
+    pub reference: String,
+    /// 100 (pass) or 0 (fail).
+    pub response: u8,
+    pub response_uri: String,
+    /// The document's `payload_sha256` (64 hex); None for a provisional answer.
+    pub response_hash: Option<String>,
+    pub tag: String,
+    /// 1-based.
+    pub attempt: u32,
+}
+
+impl ValidationJob {
+    fn from_value(p: &Value) -> Result<ValidationJob, String> {
+        Ok(ValidationJob {
+            verdict_id: required_text(p, "verdict_id")?,
+            reference: required_text(p, "reference")?,
+            response: p
+                .get("response")
+                .and_then(Value::as_u64)
+                .and_then(|r| u8::try_from(r).ok())
+                .filter(|r| *r <= 100)
+                .ok_or("validation job has no response in 0..=100")?,
+            response_uri: required_text(p, "response_uri")?,
+            response_hash: text(p, "response_hash"),
+            tag: required_text(p, "tag")?,
+            attempt: p
+                .get("attempt")
+                .and_then(Value::as_u64)
+                .and_then(|a| u32::try_from(a).ok())
+                .filter(|a| *a >= 1)
+                .ok_or("validation job has no valid attempt number")?,
+        })
+    }
+
+    fn to_value(&self) -> Value {
+        Value::object()
+            .with("verdict_id", self.verdict_id.as_str())
+            .with("reference", self.reference.as_str())
+            .with("response", u64::from(self.response))
+            .with("response_uri", self.response_uri.as_str())
+            .with("response_hash", self.response_hash.clone())
+            .with("tag", self.tag.as_str())
+            .with("attempt", u64::from(self.attempt))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookJob {
     pub verdict_id: String,
@@ -63,6 +117,7 @@ impl SwornJob {
         let parsed = match job.kind.as_str() {
             JOB_PASS2 => SwornJob::Pass2(Box::new(Pass2Job::from_value(&payload(job)?)?)),
             JOB_WEBHOOK => SwornJob::Webhook(WebhookJob::from_value(&payload(job)?)?),
+            JOB_VALIDATION => SwornJob::Validation(ValidationJob::from_value(&payload(job)?)?),
             _ => return Ok(None),
         };
         Ok(Some(parsed))
@@ -73,6 +128,7 @@ impl SwornJob {
         let (kind, payload) = match self {
             SwornJob::Pass2(j) => (JOB_PASS2, j.to_value()),
             SwornJob::Webhook(j) => (JOB_WEBHOOK, j.to_value()),
+            SwornJob::Validation(j) => (JOB_VALIDATION, j.to_value()),
         };
         Job {
             kind: kind.into(),

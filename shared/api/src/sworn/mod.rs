@@ -32,7 +32,7 @@ use crate::paid::ledger::{PaymentKey, PurchaseOutcome, purchase_outcome};
 use crate::paid::purchase::Purchase;
 use crate::paid::verdict;
 
-mod job;
+pub(crate) mod job;
 
 pub use job::{JOB_PASS2, JOB_WEBHOOK};
 
@@ -165,6 +165,11 @@ pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
     match SwornJob::parse(job).map_err(retry)? {
         Some(SwornJob::Pass2(p)) => run_pass2(state, &p).instrument(span(&p.verdict_id)).await,
         Some(SwornJob::Webhook(w)) => run_webhook(state, &w).instrument(span(&w.verdict_id)).await,
+        Some(SwornJob::Validation(v)) => {
+            crate::erc8004::run_post(state, &v)
+                .instrument(span(&v.verdict_id))
+                .await
+        }
         None => {
             tracing::error!(kind = job.kind, "unknown job kind; dropped");
             Ok(())
@@ -456,6 +461,25 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
             );
         }
         Finalize::NotFound => return Ok(()),
+    }
+    // The standing document's answer (ours, or the first worker's: both post the
+    // same one, and posting is idempotent on the request and tag).
+    if crate::erc8004::named_request(&purchase).is_some() {
+        let standing = match state.store.get_verdict(verdict_id, now).await {
+            Ok(Some(VerdictRecord {
+                document: Some(text),
+                ..
+            })) => parse(text.as_bytes()).ok(),
+            _ => None,
+        };
+        let standing = standing.unwrap_or(document);
+        crate::erc8004::queue_answer(
+            state,
+            verdict_id,
+            purchase.job_ref.as_ref(),
+            crate::erc8004::Answer::final_for(&standing, Tier::Sworn),
+        )
+        .await;
     }
     schedule_webhook(
         state,
