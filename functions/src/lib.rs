@@ -74,6 +74,11 @@ impl Role {
         )
     }
 
+    /// Purchases check the validation request they name; the worker posts answers.
+    pub const fn validates(self) -> bool {
+        matches!(self, Role::Api(Route::Buy) | Role::Worker)
+    }
+
     /// Feedback proofs read the chain; reports name it.
     pub const fn reads_chain(self) -> bool {
         matches!(
@@ -153,7 +158,15 @@ pub mod fns {
     use umpire_api::{AppState, Published, Route, mcp};
 
     api_function!(Health, Health, Published, |s, r| handlers::health(s));
-    api_function!(Key, Key, Published, |s, r| handlers::key(s));
+    // The key function serves both .well-known documents: the verification keys and
+    // the ERC-8004 registration file (both published, neither stored).
+    api_function!(Key, Key, Published, |s, r| {
+        if r.uri().path().ends_with("/agent-registration.json") {
+            handlers::agent_registration(s)
+        } else {
+            handlers::key(s)
+        }
+    });
     api_function!(Quote, Quote, AppState, |s, r| handlers::quote(s, &r).await);
     api_function!(Validate, Validate, AppState, |s, r| handlers::validate(
         s, &r
@@ -217,10 +230,11 @@ pub const SIGNING_KEY_ENV: &str = "UMPIRE_SIGNING_KEY_ARN";
 /// Variables whose values are secrets. A function is given the secret's ARN in
 /// `<NAME>_SECRET` and reads the value from Secrets Manager once, at cold start, so the
 /// value never sits in its configuration (readable with lambda:GetFunctionConfiguration).
-pub const SECRET_VARS: [&str; 3] = [
+pub const SECRET_VARS: [&str; 4] = [
     "UMPIRE_FACILITATOR_AUTH",
     "UMPIRE_FEEDBACK_RPC_URL",
     "UMPIRE_SOLANA_RPC_URL",
+    "UMPIRE_VALIDATION_RPC_URL",
 ];
 
 /// The function's variables as its configuration reads them: its environment, with the
@@ -242,7 +256,7 @@ impl Vars {
 /// Reads every secret this function was given, once; only functions that take payments
 /// or read the chain have any, and link the Secrets Manager client.
 fn secrets_for<'a, N: Needs>(aws: Option<&'a umpire_aws::SdkConfig>) -> Part<'a, Vars> {
-    if const { !(N::ROLE.sells() || N::ROLE.reads_chain()) } {
+    if const { !(N::ROLE.sells() || N::ROLE.reads_chain() || N::ROLE.validates()) } {
         return ready_part(Vars::default());
     }
     Box::pin(async move {
@@ -470,7 +484,7 @@ pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Er
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
     refuse_local_switches(&|name| std::env::var(name).ok())?;
-    let config = Config::from_env()?;
+    let mut config = Config::from_env()?;
     let aws = aws_config_for::<N>()?;
     let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;
     let checker = checker_for::<N>(aws.as_ref(), &config).await?;
@@ -513,6 +527,13 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
             .into());
         }
     };
+    // The registry's RPC is a secret (it may carry an API key).
+    if let Some(v) = config.validator.as_mut()
+        && let Some(url) = vars.get("UMPIRE_VALIDATION_RPC_URL")
+    {
+        v.rpc_url = Some(url);
+    }
+    let validation = validation_for::<N>(aws.as_ref(), &config).await?;
     // The MCP function's paid tools invoke the paid routes' own functions.
     let paid_routes: Option<Arc<dyn umpire_api::mcp::PaidRoutes>> = match &aws {
         Some(aws) if const { matches!(N::ROLE, Role::Api(Route::Mcp)) } => {
@@ -529,7 +550,66 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
         .with_sol_price(sol_price)
         .with_fetcher(fetcher)
         .with_feedback_chain(feedback_chain)
-        .with_paid_routes(paid_routes))
+        .with_paid_routes(paid_routes)
+        .with_validation(validation))
+}
+
+/// The sealed validator key (`umpire keygen --validator` prints it), base64.
+pub const VALIDATOR_CIPHERTEXT_ENV: &str = "UMPIRE_VALIDATOR_KEY_CIPHERTEXT";
+
+/// The ERC-8004 registry this function reads (purchases) or answers on (the worker,
+/// with the validator's key opened by KMS), when the deployment answers one.
+fn validation_for<'a, N: Needs>(
+    aws: Option<&'a umpire_aws::SdkConfig>,
+    config: &'a Config,
+) -> Part<'a, Option<Arc<umpire_escrow::Registry>>> {
+    if const { !N::ROLE.validates() } {
+        return ready_part(None);
+    }
+    if config.validator.is_none() {
+        return ready_part(None);
+    }
+    Box::pin(async move {
+        let key = if matches!(N::ROLE, Role::Worker) {
+            validator_key(aws).await?
+        } else {
+            None
+        };
+        Ok(umpire_api::erc8004::connect(config, key)
+            .await?
+            .map(Arc::new))
+    })
+}
+
+/// The worker's validator key: sealed (`UMPIRE_VALIDATOR_KEY_CIPHERTEXT`, opened with
+/// the signing key's KMS key under its own encryption context), or plain for local
+/// runs (`UMPIRE_VALIDATOR_KEY_HEX`).
+async fn validator_key(
+    aws: Option<&umpire_aws::SdkConfig>,
+) -> Result<Option<alloy::signers::local::PrivateKeySigner>, lambda_http::Error> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    match (var(VALIDATOR_CIPHERTEXT_ENV), aws) {
+        (Some(sealed), Some(aws)) => {
+            let key_id = var(SIGNING_KEY_ENV).ok_or_else(|| {
+                format!("{SIGNING_KEY_ENV} is not set: name the KMS key the validator key is sealed under")
+            })?;
+            let bytes = umpire_keys::open_secret(
+                &aws_sdk_kms::Client::new(&for_service(aws, Service::Kms)),
+                &key_id,
+                &sealed,
+                umpire_keys::Purpose::ValidatorKey,
+            )
+            .await?;
+            let key = alloy::signers::local::PrivateKeySigner::from_bytes(&bytes.into())
+                .map_err(|e| format!("the sealed validator key is not a secp256k1 key: {e}"))?;
+            Ok(Some(key))
+        }
+        (Some(_), None) => Err(format!(
+            "{VALIDATOR_CIPHERTEXT_ENV} is set, but this function has no KMS client"
+        )
+        .into()),
+        (None, _) => Ok(umpire_api::erc8004::key_from_env()?),
+    }
 }
 
 /// The caller's IP as API Gateway saw it (`requestContext.http.sourceIp`); headers

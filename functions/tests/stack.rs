@@ -682,3 +682,173 @@ fn surplus(stack: &LocalStack) -> String {
     }
     lines.join("\n")
 }
+
+/// ERC-8004 on AWS: the validator's key sealed under the stack's KMS key by `umpire
+/// keygen --validator` (the operator seals; only the worker's role may open it), the
+/// registration file served by the key function, a purchase naming a validation request
+/// checked by the verdicts function on chain (its RPC read from a secret), and the
+/// answer posted by the worker from the queue, each under its own role.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_validation_answer_is_posted_by_the_worker_under_its_own_role() {
+    use alloy::primitives::keccak256;
+    use base64::Engine as _;
+    use umpire_blackbox::chain::{Devnet, FACILITATOR_TOKEN, Facilitator, buy_v2, node_json};
+    use umpire_blackbox::stack::OPERATOR;
+    let devnet = Devnet::start();
+    let facilitator = Facilitator::start_with(&devnet, None, None);
+    let params = vec![
+        ("EvmPayTo".to_owned(), devnet.get("pay_to")),
+        ("EvmNetwork".to_owned(), devnet.get("network")),
+        ("FacilitatorUrl".to_owned(), facilitator.url.clone()),
+    ];
+    let env = vec![
+        ("UMPIRE_EVM_ASSET".to_owned(), devnet.get("asset")),
+        ("UMPIRE_EVM_ASSET_NAME".to_owned(), devnet.get("asset_name")),
+        (
+            "UMPIRE_EVM_ASSET_VERSION".to_owned(),
+            devnet.get("asset_version"),
+        ),
+        ("UMPIRE_WEBHOOK_RETRY_BASE_MS".to_owned(), "100".to_owned()),
+    ];
+    let secrets = vec![
+        (
+            "FacilitatorAuthSecretArn".to_owned(),
+            format!("Bearer {FACILITATOR_TOKEN}"),
+        ),
+        (
+            "ValidationRpcUrlSecretArn".to_owned(),
+            devnet.get("rpc_url"),
+        ),
+    ];
+    let mut stack = tokio::task::block_in_place(|| {
+        LocalStack::start(StackOptions {
+            params,
+            secrets,
+            env: env.clone(),
+            ..StackOptions::default()
+        })
+    });
+    // The operator seals a new validator key under the stack's key, and funds it.
+    let kms_key = stack.name("SigningKey");
+    let operator: Vec<(String, String)> = stack.sdk_env(OPERATOR);
+    let operator: Vec<(&str, &str)> = operator
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (code, out, err) = umpire_blackbox::run_umpire(
+        &["keygen", "--validator", "--kms-key-id", &kms_key],
+        &operator,
+    );
+    assert_eq!(code, 0, "{err}");
+    let printed = |name: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("keygen printed no {name}: {out}"))
+            .to_owned()
+    };
+    let (ciphertext, validator) = (
+        printed("ValidatorKeyCiphertext"),
+        printed("ValidatorAddress"),
+    );
+    devnet.rpc(
+        "anvil_setBalance",
+        serde_json::json!([validator, "0x8AC7230489E80000"]),
+    );
+    let registry = format!(
+        "eip155:{}:{}",
+        devnet.get("chain_id"),
+        devnet.get("validation_registry")
+    );
+    tokio::task::block_in_place(|| {
+        stack.redeploy(
+            &[
+                ("ValidationRegistry", registry.as_str()),
+                ("ValidatorAddress", validator.as_str()),
+                ("ValidatorKeyCiphertext", ciphertext.as_str()),
+            ],
+            &env,
+        )
+    });
+    let api = stack.api.expect("api");
+    // The registration file names the validator.
+    let reg = tokio::task::block_in_place(|| get(&stack, "/.well-known/agent-registration.json"));
+    assert_eq!(reg.status, 200);
+    assert!(
+        String::from_utf8_lossy(&reg.body)
+            .to_lowercase()
+            .contains(&validator.to_lowercase()),
+        "{}",
+        String::from_utf8_lossy(&reg.body)
+    );
+    // An agent asks Umpire's validator to check its report.
+    let dn = devnet.devnet_json();
+    let agent = node_json(
+        "infra/devnet/validation.mjs",
+        &[
+            "register",
+            "--devnet",
+            &dn,
+            "--uri",
+            "https://agent.example/a.json",
+        ],
+    );
+    let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
+    let spec = r##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##;
+    let deliverable = r##"{"text":"# Report\nall green"}"##;
+    let file = format!(r#"{{"spec":{spec},"deliverable":{deliverable}}}"#);
+    let hash = format!("{}", keccak256(file.as_bytes()));
+    let uri = format!(
+        "data:application/json;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&file)
+    );
+    node_json(
+        "infra/devnet/validation.mjs",
+        &[
+            "request",
+            "--devnet",
+            &dn,
+            "--agent-id",
+            &agent_id,
+            "--request-uri",
+            &uri,
+            "--request-hash",
+            &hash,
+            "--validator",
+            &validator,
+        ],
+    );
+    let body = format!(
+        r#"{{"spec":{spec},"deliverable":{deliverable},"job_ref":"erc8004:{registry}:{hash}"}}"#
+    );
+    let bought = tokio::task::block_in_place(|| {
+        buy_v2(
+            &devnet,
+            &format!("http://{api}/v1/verdicts/basic"),
+            &body,
+            Some(&key()),
+        )
+    });
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        let s = node_json(
+            "infra/devnet/validation.mjs",
+            &["status", "--devnet", &dn, "--request-hash", &hash],
+        );
+        if s["tag"] == "umpire:basic" {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no answer posted: {s}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert_eq!(status["response"], 100);
+    assert_eq!(
+        status["validator"].as_str().map(str::to_lowercase),
+        Some(validator.to_lowercase())
+    );
+    assert_nothing_denied(&stack);
+}

@@ -302,15 +302,33 @@ fn only_signing_functions_may_open_the_sealed_seed() {
     let t = resolve_template(&[]);
     let policy = &resource(&t, "SigningKey")["Properties"]["KeyPolicy"]["Statement"];
     let statements = policy.as_array().expect("key policy statements");
-    let decrypters: Vec<&Json> = statements
+    let all_decrypters: Vec<&Json> = statements
         .iter()
         .filter(|s| s.to_string().contains("kms:Decrypt") || s["Action"] == "kms:*")
         .collect();
     assert_eq!(
-        decrypters.len(),
-        1,
-        "one statement grants Decrypt: {policy}"
+        all_decrypters.len(),
+        2,
+        "two statements grant Decrypt, the seed's and the validator key's: {policy}"
     );
+    // The validator's key: the worker alone, with its own context.
+    let validator: Vec<&&Json> = all_decrypters
+        .iter()
+        .filter(|s| s.to_string().contains("umpire-validator-key"))
+        .collect();
+    assert_eq!(validator.len(), 1, "{policy}");
+    assert!(
+        validator[0]["Principal"]["AWS"]
+            .to_string()
+            .contains("WorkerFunctionRole")
+            && !validator[0]["Principal"]["AWS"].is_array(),
+        "only the worker opens the validator key: {}",
+        validator[0]
+    );
+    let decrypters: Vec<&Json> = all_decrypters
+        .into_iter()
+        .filter(|s| !s.to_string().contains("umpire-validator-key"))
+        .collect();
     let principals = decrypters[0]["Principal"]["AWS"].to_string();
     for role in [
         "VerdictsFunctionRole",
@@ -394,11 +412,22 @@ fn the_account_keeps_administering_the_signing_key() {
 fn no_secret_is_in_any_environment() {
     let arn =
         |name: &str| format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{name}-AbCdEf");
-    let (auth, rpc, solana) = (arn("auth"), arn("rpc"), arn("solana"));
+    let (auth, rpc, solana, validation) =
+        (arn("auth"), arn("rpc"), arn("solana"), arn("validation"));
     let t = resolve_template(&[
         ("FacilitatorAuthSecretArn", &auth),
         ("FeedbackRpcUrlSecretArn", &rpc),
         ("SolanaRpcUrlSecretArn", &solana),
+        (
+            "ValidationRegistry",
+            "eip155:8453:0x0000000000000000000000000000000000008004",
+        ),
+        (
+            "ValidatorAddress",
+            "0x0000000000000000000000000000000000000009",
+        ),
+        ("ValidatorKeyCiphertext", "c2VhbGVk"),
+        ("ValidationRpcUrlSecretArn", &validation),
     ]);
     for (name, f) in deployed(&t) {
         for var in umpire_functions::SECRET_VARS {
@@ -412,6 +441,7 @@ fn no_secret_is_in_any_environment() {
             let secret = match var {
                 "UMPIRE_FACILITATOR_AUTH" => &auth,
                 "UMPIRE_SOLANA_RPC_URL" => &solana,
+                "UMPIRE_VALIDATION_RPC_URL" => &validation,
                 _ => &rpc,
             };
             assert!(
@@ -429,6 +459,7 @@ fn no_secret_is_in_any_environment() {
         (&auth, vec!["ReputationFunction", "VerdictsFunction"]),
         (&rpc, vec!["FeedbackFunction", "McpFunction"]),
         (&solana, vec!["ReputationFunction", "VerdictsFunction"]),
+        (&validation, vec!["VerdictsFunction", "WorkerFunction"]),
     ] {
         let got: Vec<&str> = deployed(&t)
             .into_iter()

@@ -15,11 +15,42 @@ pub struct Keygen {
     /// The KMS key: id, ARN or alias (the stack's SigningKeyId output).
     #[arg(long)]
     kms_key_id: String,
+    /// Make the ERC-8004 validator's key instead: a fresh secp256k1 key sealed under
+    /// the same KMS key (encryption context purpose=umpire-validator-key, which only
+    /// the worker may decrypt), printed as ValidatorKeyCiphertext and ValidatorAddress.
+    /// Fund the address with a little ETH for gas.
+    #[arg(long)]
+    validator: bool,
 }
 
 impl Keygen {
     pub async fn run(self) -> ExitCode {
-        run(&self.kms_key_id).await
+        if self.validator {
+            validator(&self.kms_key_id).await
+        } else {
+            run(&self.kms_key_id).await
+        }
+    }
+}
+
+async fn validator(kms_key_id: &str) -> ExitCode {
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let kms = aws_sdk_kms::Client::new(&aws);
+    let signer = alloy::signers::local::PrivateKeySigner::random();
+    let secret: [u8; 32] = signer.credential().to_bytes().into();
+    match umpire_keys::seal_secret(&kms, kms_key_id, secret, umpire_keys::Purpose::ValidatorKey)
+        .await
+    {
+        Ok(ciphertext) => {
+            println!("ValidatorKeyCiphertext={ciphertext}");
+            println!("ValidatorAddress={}", signer.address());
+            eprintln!(
+                "umpire: new validator {} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrl, and send the address a little ETH for gas (docs/erc8004.md).",
+                signer.address()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(1, &e.to_string()),
     }
 }
 

@@ -14,6 +14,26 @@ use umpire_core::signer::{LocalSigner, PublicKey, Signer as _, key_id_for};
 pub const ENCRYPTION_CONTEXT_KEY: &str = "purpose";
 pub const ENCRYPTION_CONTEXT_VALUE: &str = "umpire-signing-seed";
 
+/// What a sealed secret is for: each opens only under its own encryption context, and
+/// the key policy names who may open which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The Ed25519 signing seed (every signing function).
+    SigningSeed,
+    /// The ERC-8004 validator's secp256k1 key (the worker alone).
+    ValidatorKey,
+}
+
+impl Purpose {
+    /// The `purpose` encryption context value.
+    pub const fn context(self) -> &'static str {
+        match self {
+            Purpose::SigningSeed => ENCRYPTION_CONTEXT_VALUE,
+            Purpose::ValidatorKey => "umpire-validator-key",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     #[error("the sealed signing seed is not base64: {0}")]
@@ -23,7 +43,7 @@ pub enum KeyError {
         action: &'static str,
         message: String,
     },
-    #[error("the decrypted seed has {0} bytes; an Ed25519 seed has 32")]
+    #[error("the decrypted secret has {0} bytes; a sealed seed or key has 32")]
     WrongLength(usize),
     #[error(
         "the sealed seed opens to key {opened}, but UMPIRE_SIGNING_PUBLIC_KEY names {expected}: deploy the ciphertext and public key that `umpire keygen` printed together"
@@ -43,25 +63,35 @@ pub async fn seal(
     kms_key_id: &str,
     seed: [u8; 32],
 ) -> Result<Sealed, KeyError> {
+    Ok(Sealed {
+        ciphertext_base64: seal_secret(kms, kms_key_id, seed, Purpose::SigningSeed).await?,
+        public_key: PublicKey::of(&LocalSigner::from_seed(seed)),
+    })
+}
+
+/// Encrypts a 32-byte secret under the KMS key for `purpose`: its ciphertext, base64.
+pub async fn seal_secret(
+    kms: &aws_sdk_kms::Client,
+    kms_key_id: &str,
+    secret: [u8; 32],
+    purpose: Purpose,
+) -> Result<String, KeyError> {
     let out = kms
         .encrypt()
         .key_id(kms_key_id)
-        .plaintext(aws_sdk_kms::primitives::Blob::new(seed.to_vec()))
-        .encryption_context(ENCRYPTION_CONTEXT_KEY, ENCRYPTION_CONTEXT_VALUE)
+        .plaintext(aws_sdk_kms::primitives::Blob::new(secret.to_vec()))
+        .encryption_context(ENCRYPTION_CONTEXT_KEY, purpose.context())
         .send()
         .await
         .map_err(|e| KeyError::Kms {
-            action: "encrypt the seed",
+            action: "encrypt the secret",
             message: aws_sdk_kms::error::DisplayErrorContext(e).to_string(),
         })?;
     let blob = out.ciphertext_blob().ok_or(KeyError::Kms {
-        action: "encrypt the seed",
+        action: "encrypt the secret",
         message: "no ciphertext in the answer".into(),
     })?;
-    Ok(Sealed {
-        ciphertext_base64: B64.encode(blob.as_ref()),
-        public_key: PublicKey::of(&LocalSigner::from_seed(seed)),
-    })
+    Ok(B64.encode(blob.as_ref()))
 }
 
 /// Decrypts a sealed seed into a signer, with the key it was sealed under named
@@ -72,6 +102,18 @@ pub async fn open(
     key_id: &str,
     ciphertext_base64: &str,
 ) -> Result<LocalSigner, KeyError> {
+    open_secret(kms, key_id, ciphertext_base64, Purpose::SigningSeed)
+        .await
+        .map(LocalSigner::from_seed)
+}
+
+/// Decrypts a 32-byte secret sealed for `purpose` under the KMS key `key_id`.
+pub async fn open_secret(
+    kms: &aws_sdk_kms::Client,
+    key_id: &str,
+    ciphertext_base64: &str,
+    purpose: Purpose,
+) -> Result<[u8; 32], KeyError> {
     let blob = B64
         .decode(ciphertext_base64.trim())
         .map_err(|e| KeyError::NotBase64(e.to_string()))?;
@@ -79,18 +121,17 @@ pub async fn open(
         .decrypt()
         .key_id(key_id)
         .ciphertext_blob(aws_sdk_kms::primitives::Blob::new(blob))
-        .encryption_context(ENCRYPTION_CONTEXT_KEY, ENCRYPTION_CONTEXT_VALUE)
+        .encryption_context(ENCRYPTION_CONTEXT_KEY, purpose.context())
         .send()
         .await
         .map_err(|e| KeyError::Kms {
-            action: "decrypt the signing seed",
+            action: "decrypt the sealed secret",
             message: aws_sdk_kms::error::DisplayErrorContext(e).to_string(),
         })?;
     let plain = out.plaintext().map(|b| b.as_ref()).unwrap_or_default();
-    let seed: [u8; 32] = plain
+    plain
         .try_into()
-        .map_err(|_| KeyError::WrongLength(plain.len()))?;
-    Ok(LocalSigner::from_seed(seed))
+        .map_err(|_| KeyError::WrongLength(plain.len()))
 }
 
 /// Refuses a signer whose public key differs from the one deployed beside it.
