@@ -445,6 +445,28 @@ fn make_devnet_sells_on_every_rail_as_it_says() {
         }
         assert_eq!(s(&json(&out), "verdict"), "pass", "{out}");
     }
+    // Umpire is registered as the ERC-8004 agent it says, and its registration file
+    // (the agent's URI) names it and its validator.
+    let agent = said
+        .lines()
+        .find_map(|l| l.strip_prefix("ERC-8004: Umpire is agent "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned);
+    let addr: std::net::SocketAddr = addr.parse().expect("addr");
+    let registration = umpire_blackbox::request(
+        addr,
+        "GET",
+        "/.well-known/agent-registration.json",
+        &[],
+        None,
+    );
     stop();
     let _ = devnet.wait();
+    let agent = agent.unwrap_or_else(|| panic!("no ERC-8004 line in:\n{said}"));
+    let reg = registration.json();
+    let text = String::from_utf8_lossy(&reg.to_canonical_vec()).into_owned();
+    assert!(
+        text.contains(&format!("\"agentId\":{agent}")) && text.contains("\"name\":\"validator\""),
+        "agent {agent}: {text}"
+    );
 }

@@ -161,10 +161,12 @@ pub mod fns {
     // The key function serves both .well-known documents: the verification keys and
     // the ERC-8004 registration file (both published, neither stored).
     api_function!(Key, Key, Published, |s, r| {
-        if r.uri().path().ends_with("/agent-registration.json") {
-            handlers::agent_registration(s)
-        } else {
-            handlers::key(s)
+        // API Gateway sends every /.well-known/{name} here: the two documents, and
+        // the table's 404 (with its list of routes) for any other name.
+        match umpire_api::plumbing::routes::route_for(r.method(), r.uri().path()) {
+            Ok(Route::AgentRegistration) => handlers::agent_registration(s),
+            Ok(_) => handlers::key(s),
+            Err(e) => umpire_api::plumbing::respond::error(&e),
         }
     });
     api_function!(Quote, Quote, AppState, |s, r| handlers::quote(s, &r).await);

@@ -109,8 +109,34 @@ const feed = http.createServer((_, res) => {
 });
 await new Promise((r) => feed.listen(0, "127.0.0.1", r));
 
+// ERC-8004: Umpire registers as an agent (owned by its validator's address), its
+// registration file served by the umpire serve started below; it answers validation
+// requests on the devnet's registry with the validator key.
+const issuer = process.env.UMPIRE_ISSUER ?? `http://${args.addr}`;
+const registered = spawnSync(
+  process.execPath,
+  [
+    path.join(here, "validation.mjs"),
+    "register",
+    "--devnet",
+    out,
+    "--uri",
+    `${issuer}/.well-known/agent-registration.json`,
+    "--key",
+    devnet.validator_private_key,
+  ],
+  { stdio: ["ignore", "pipe", "inherit"] },
+);
+if (registered.status !== 0) stop(1);
+const umpireAgent = JSON.parse(String(registered.stdout).trim().split("\n").pop()).agent_id;
+
 const env = {
   ...process.env,
+  UMPIRE_VALIDATION_REGISTRY: `eip155:${devnet.chain_id}:${devnet.validation_registry}`,
+  UMPIRE_VALIDATION_RPC_URL: devnet.rpc_url,
+  UMPIRE_VALIDATOR_KEY_HEX: devnet.validator_private_key,
+  UMPIRE_AGENT_REGISTRY: `eip155:${devnet.chain_id}:${devnet.identity_registry}`,
+  UMPIRE_AGENT_ID: umpireAgent,
   UMPIRE_EVM_PAY_TO: devnet.pay_to,
   UMPIRE_EVM_NETWORK: devnet.network,
   UMPIRE_EVM_ASSET: devnet.asset,
@@ -120,7 +146,7 @@ const env = {
   UMPIRE_EVM_RPC_URL: devnet.rpc_url,
   UMPIRE_SETTLER_PRIVATE_KEY: devnet.settler_private_key,
   UMPIRE_EVM_BLOCK_TIME_MS: String(blockTime * 1000),
-  UMPIRE_ISSUER: process.env.UMPIRE_ISSUER ?? `http://${args.addr}`,
+  UMPIRE_ISSUER: issuer,
   // Feedback reads this chain, with the test token standing in for USDC.
   UMPIRE_FEEDBACK_RPC_URL: devnet.rpc_url,
   UMPIRE_FEEDBACK_CHAIN_ID: String(devnet.chain_id),
@@ -174,6 +200,9 @@ With the umpire client (in another terminal; see README, "The umpire client"):
   umpire feedback --tx <settlement.transaction from basic.json> --merchant ${devnet.pay_to} --outcome fulfilled
   umpire reputation ${devnet.pay_to}
   (the devnet's payer key is anvil's public test key: never use it anywhere else)
+
+ERC-8004: Umpire is agent ${umpireAgent} and validator ${devnet.validator} on registry ${devnet.validation_registry}
+  (the walk-through, an agent asking and an auditor checking, is in docs/erc8004.md)
 
 Pay on Solana instead: USDC (the facilitator settles), or native SOL at the 402's quote:
   umpire buy basic --spec spec.json --deliverable deliverable.json \\
