@@ -236,10 +236,22 @@ impl Validator {
     }
 
     fn buy(&self, tier: &str, spec: &str, deliverable: &str, reference: &str) -> Bought {
+        self.buy_keyed(tier, spec, deliverable, reference, None)
+    }
+
+    /// A purchase under an Idempotency-Key of the test's (a retry reuses it).
+    fn buy_keyed(
+        &self,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+        reference: &str,
+        key: Option<&str>,
+    ) -> Bought {
         let body =
             format!(r#"{{"spec":{spec},"deliverable":{deliverable},"job_ref":"{reference}"}}"#);
         let url = format!("http://{}/v1/verdicts/{tier}", self.server.addr);
-        buy_v2(&self.devnet, &url, &body, None)
+        buy_v2(&self.devnet, &url, &body, key)
     }
 
     fn status(&self, hash: &str) -> Value {
@@ -370,6 +382,48 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
     let (code, out, err) = audit(&doc);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("ok   response_hash"), "{out}");
+    // The verification page reads the same answer from the chain, given the reference.
+    let inner = bought
+        .json()
+        .get("document")
+        .map(|d| d.to_canonical_vec())
+        .expect("the document");
+    let inner = v
+        .files
+        .write("document.json", &inner)
+        .to_string_lossy()
+        .into_owned();
+    let page = |reference: &str| {
+        umpire_blackbox::chain::node_json(
+            "tests/js/verify_page_validation.mjs",
+            &[
+                "--url",
+                &format!("http://{}/verify", v.server.addr),
+                "--document",
+                &inner,
+                "--validation",
+                reference,
+                "--rpc",
+                &rpc,
+            ],
+        )
+    };
+    let shown = page(&reference);
+    assert_eq!(shown["verified"], true, "{shown}");
+    let green: Vec<&str> = shown["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["ok"] == "true")
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    for step in ["job_ref", "validator", "response_hash", "response"] {
+        assert!(green.contains(&step), "{step} is green: {shown}");
+    }
+    // Another request's reference: the document does not answer it.
+    let other = format!("{}{}", &reference[..reference.len() - 4], "0000");
+    let shown = page(&other);
+    assert_eq!(shown["verified"], false, "{shown}");
     let tampered = bought.body.replace("\"pass\"", "\"fail\"");
     let tampered = v
         .files
@@ -447,6 +501,17 @@ fn a_purchase_whose_spec_or_deliverable_differs_from_the_request_is_refused_befo
         "{}",
         refused.body
     );
+    // A file bound to another agent, or to another tier, answers no purchase of this one.
+    let bound = format!(r#"{{"spec":{SPEC},"deliverable":{GOOD},"agent_id":999}}"#);
+    let (elsewhere, _) = v.request(&bound, None);
+    let refused = v.buy("basic", SPEC, GOOD, &elsewhere);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("names agent 999"), "{}", refused.body);
+    let bound = format!(r#"{{"spec":{SPEC},"deliverable":{GOOD},"tier":"probe"}}"#);
+    let (probe_only, _) = v.request(&bound, None);
+    let refused = v.buy("basic", SPEC, GOOD, &probe_only);
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("asks for tier"), "{}", refused.body);
     assert_eq!(v.payer_balance(), before, "nothing was charged");
 }
 
@@ -480,9 +545,20 @@ fn a_request_naming_another_validator_is_refused_before_payment() {
 fn a_second_purchase_for_an_answered_request_is_refused_before_payment() {
     let v = Validator::start(&[]);
     let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
-    assert_eq!(v.buy("basic", SPEC, GOOD, &reference).status, 201);
+    let key = "erc8004-test-first-purchase-0001";
+    let first = v.buy_keyed("basic", SPEC, GOOD, &reference, Some(key));
+    assert_eq!(first.status, 201, "{}", first.body);
     v.answered(&hash, "umpire:basic");
     let before = v.payer_balance();
+    // The first buyer's retry (its answer lost) is answered with its purchase, not
+    // refused: the request's answer is that purchase's.
+    let retry = v.buy_keyed("basic", SPEC, GOOD, &reference, Some(key));
+    assert_eq!(retry.status, 201, "{}", retry.body);
+    assert_eq!(
+        retry.json().get("verdict_id"),
+        first.json().get("verdict_id"),
+        "the same purchase"
+    );
     let again = v.buy("basic", SPEC, GOOD, &reference);
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("already_created"), "{}", again.body);

@@ -560,11 +560,12 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
 pub const VALIDATOR_CIPHERTEXT_ENV: &str = "UMPIRE_VALIDATOR_KEY_CIPHERTEXT";
 
 /// The ERC-8004 registry this function reads (purchases) or answers on (the worker,
-/// with the validator's key opened by KMS), when the deployment answers one.
+/// with the validator's key opened by KMS), when the deployment answers one. Connected
+/// on first use, so a node that is down at a cold start fails only what needs it.
 fn validation_for<'a, N: Needs>(
     aws: Option<&'a umpire_aws::SdkConfig>,
     config: &'a Config,
-) -> Part<'a, Option<Arc<umpire_escrow::Registry>>> {
+) -> Part<'a, Option<Arc<umpire_api::erc8004::Validation>>> {
     if const { !N::ROLE.validates() } {
         return ready_part(None);
     }
@@ -577,9 +578,7 @@ fn validation_for<'a, N: Needs>(
         } else {
             None
         };
-        Ok(umpire_api::erc8004::connect(config, key)
-            .await?
-            .map(Arc::new))
+        Ok(umpire_api::erc8004::Validation::from_config(config, key)?.map(Arc::new))
     })
 }
 

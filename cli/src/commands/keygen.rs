@@ -45,7 +45,7 @@ async fn validator(kms_key_id: &str) -> ExitCode {
             println!("ValidatorKeyCiphertext={ciphertext}");
             println!("ValidatorAddress={}", signer.address());
             eprintln!(
-                "umpire: new validator {} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrl, and send the address a little ETH for gas (docs/erc8004.md).",
+                "umpire: new validator {} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrlSecretArn, and send the address a little ETH for gas (docs/erc8004.md).",
                 signer.address()
             );
             ExitCode::SUCCESS

@@ -12,7 +12,7 @@ use umpire_server::datadir::{default_data_dir, load_signer};
 
 use alloy::primitives::Address;
 use umpire_core::document::Step;
-use umpire_escrow::{Escrow, EscrowError, JobRef, Registry, Status, ValidationRef};
+use umpire_escrow::{ContractRef, Escrow, EscrowError, JobRef, Registry, Status, ValidationRef};
 
 use super::{fail, read_json};
 use umpire_escrow::{bytes32_hex, bytes32_of};
@@ -332,9 +332,10 @@ async fn job_steps(doc: &Value, check: &JobCheck) -> Result<Vec<Step>, String> {
     Ok(steps)
 }
 
-/// The validator address the document's issuer publishes in its ERC-8004 registration
-/// file (the `validator` service's endpoint, `eip155:<chain>:<address>`).
-async fn published_validator(doc: &Value) -> Result<Address, String> {
+/// The validator the document's issuer publishes in its ERC-8004 registration file: the
+/// `validator` service's endpoint (`eip155:<chain>:<address>`) and the registry it
+/// answers on (`validationRegistry`).
+async fn published_validator(doc: &Value) -> Result<(Address, Option<ContractRef>), String> {
     let issuer = doc
         .get("issuer")
         .and_then(Value::as_str)
@@ -350,15 +351,24 @@ async fn published_validator(doc: &Value) -> Result<Address, String> {
     }
     let body = fetch_key_document(&url).await?;
     let file = parse(&body).map_err(|e| format!("{url}: {e}"))?;
-    file.get("services")
+    let service = file
+        .get("services")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .find(|s| s.get("name").and_then(Value::as_str) == Some("validator"))
-        .and_then(|s| s.get("endpoint").and_then(Value::as_str))
+        .ok_or_else(|| format!("{url} lists no validator; pass --validator"))?;
+    let address = service
+        .get("endpoint")
+        .and_then(Value::as_str)
         .and_then(|e| e.rsplit(':').next())
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("{url} lists no validator; pass --validator"))
+        .ok_or_else(|| format!("{url}: the validator's endpoint is not eip155:<chain>:<address>"))?;
+    let registry = service
+        .get("validationRegistry")
+        .and_then(Value::as_str)
+        .and_then(|r| r.parse().ok());
+    Ok((address, registry))
 }
 
 /// The auditor's check of an answered ERC-8004 validation request: the document names
@@ -374,10 +384,12 @@ async fn validation_steps(
     let reference: ValidationRef = reference
         .parse()
         .map_err(|e| format!("--validation: {e}"))?;
-    let expected: Address = match validator {
-        Some(v) => v
-            .parse()
-            .map_err(|_| format!("--validator {v:?} is not an address"))?,
+    let (expected, published_registry): (Address, Option<ContractRef>) = match validator {
+        Some(v) => (
+            v.parse()
+                .map_err(|_| format!("--validator {v:?} is not an address"))?,
+            None,
+        ),
         None => published_validator(doc).await?,
     };
     let registry = Registry::connect(rpc, &reference.registry, None)
@@ -401,6 +413,18 @@ async fn validation_steps(
             )
         },
     );
+    // Any contract can emit events naming Umpire's validator: the registry must be the
+    // one Umpire says it answers on.
+    if let Some(published) = published_registry {
+        step(
+            "registry",
+            published == reference.registry,
+            format!(
+                "the request is on {}; Umpire answers on {published}",
+                reference.registry
+            ),
+        );
+    }
     let hash = reference.request_hash;
     let Some(status) = registry
         .status(hash)
@@ -436,10 +460,13 @@ async fn validation_steps(
         .responses(hash)
         .await
         .map_err(|e| format!("registry: {e}"))?;
+    // This document's answer (its hash), else the validator's latest under the tag.
+    let ours = |r: &&umpire_escrow::Response| r.validator == expected && r.tag == tag;
     let answer = answers
         .iter()
         .rev()
-        .find(|r| r.validator == expected && r.tag == tag);
+        .find(|r| ours(r) && Some(r.response_hash) == payload)
+        .or_else(|| answers.iter().rev().find(ours));
     match answer {
         Some(a) => {
             step(
@@ -477,5 +504,22 @@ async fn validation_steps(
             ),
         ),
     }
+    // What readers of the registry see (getValidationStatus, getSummary) is the latest
+    // answer: it must be this one.
+    let current = Some(status.response_hash) == payload && status.tag == tag;
+    step(
+        "current",
+        current,
+        if current {
+            "the request's status is this answer".to_owned()
+        } else {
+            format!(
+                "the request's status is now {} under {:?} with responseHash {}, not this document's answer",
+                status.response,
+                status.tag,
+                bytes32_hex(&status.response_hash)
+            )
+        },
+    );
     Ok(steps)
 }

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use alloy::primitives::{Address, U256};
+use alloy::signers::local::PrivateKeySigner;
 use umpire_core::product::{DEFAULT_ISSUER, SWORN_PASS2_DELAY_SECS};
+use umpire_escrow::ContractRef;
 
 use crate::plumbing::limits::{RateLimits, WINDOW};
 
@@ -37,7 +40,7 @@ pub struct Config {
     /// separated; by default this deployment's own EVM `pay_to` addresses.
     pub reputation_anchors: Vec<String>,
     /// Where this deployment answers ERC-8004 validation requests (None: nowhere).
-    pub validator: Option<crate::erc8004::ValidatorConfig>,
+    pub validator: Option<ValidatorConfig>,
 }
 
 /// [`Config::request_budget`] unless `UMPIRE_REQUEST_BUDGET_MS` says otherwise: API
@@ -224,7 +227,7 @@ impl Config {
             problem: e.problem,
         })?;
         c.reputation_anchors = anchors_from_env(&c.rails)?;
-        c.validator = crate::erc8004::ValidatorConfig::from_env()?;
+        c.validator = ValidatorConfig::from_env()?;
         c.check_budget()?;
         Ok(c)
     }
@@ -311,3 +314,148 @@ mod budget_tests {
         );
     }
 }
+
+// ---- ERC-8004: where this deployment answers validation requests (docs/erc8004.md).
+
+/// The validator's balance below which every answer posted says so (a metric to alarm
+/// on): 0.005 ETH, hundreds of answers at Base's usual fees.
+pub const DEFAULT_LOW_GAS_WEI: u128 = 5_000_000_000_000_000;
+/// The largest request file read (the fetcher's cap applies to https too).
+pub const MAX_REQUEST_FILE_BYTES: usize = 256 * 1024;
+
+/// Where this deployment answers validation requests, from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidatorConfig {
+    /// `UMPIRE_VALIDATION_REGISTRY`: `eip155:<chain id>:<registry>`.
+    pub registry: ContractRef,
+    /// The validator's address: `UMPIRE_VALIDATOR_ADDRESS`, or the address of
+    /// `UMPIRE_VALIDATOR_KEY_HEX` (local runs).
+    pub validator: Address,
+    /// `UMPIRE_VALIDATION_RPC_URL`: where the registry is read and answered (the
+    /// functions that do neither need none).
+    pub rpc_url: Option<String>,
+    /// `UMPIRE_AGENT_REGISTRY` and `UMPIRE_AGENT_ID`: Umpire's own registration as an
+    /// agent (`eip155:<chain id>:<identity registry>`, its token id), when registered.
+    pub agent: Option<(ContractRef, U256)>,
+    /// `UMPIRE_VALIDATOR_LOW_GAS_WEI`.
+    pub low_gas_wei: U256,
+    /// `UMPIRE_VALIDATION_LOOKBACK_BLOCKS`: how far back a request's event is looked for.
+    pub lookback_blocks: u64,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad(name: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        name,
+        value: value.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+/// The validator's key for local runs (`UMPIRE_VALIDATOR_KEY_HEX`); on AWS the key is
+/// sealed (`UMPIRE_VALIDATOR_KEY_CIPHERTEXT`, opened by the worker alone).
+pub const KEY_HEX_ENV: &str = "UMPIRE_VALIDATOR_KEY_HEX";
+
+/// `UMPIRE_VALIDATOR_KEY_HEX` as a signer, if set.
+pub fn key_from_env() -> Result<Option<PrivateKeySigner>, ConfigError> {
+    match var(KEY_HEX_ENV) {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<PrivateKeySigner>().map(Some).map_err(|_| {
+            bad(
+                KEY_HEX_ENV,
+                "(hidden)",
+                "must be a 0x-prefixed 32-byte secp256k1 key",
+            )
+        }),
+    }
+}
+
+impl ValidatorConfig {
+    /// None when `UMPIRE_VALIDATION_REGISTRY` is unset: this deployment answers no
+    /// validation request (a purchase naming one is refused before payment).
+    pub fn from_env() -> Result<Option<ValidatorConfig>, ConfigError> {
+        const REGISTRY: &str = "UMPIRE_VALIDATION_REGISTRY";
+        const ADDRESS: &str = "UMPIRE_VALIDATOR_ADDRESS";
+        let Some(r) = var(REGISTRY) else {
+            return Ok(None);
+        };
+        let registry: ContractRef = r
+            .parse()
+            .map_err(|e: umpire_escrow::JobRefError| bad(REGISTRY, &r, e.problem))?;
+        let from_key = key_from_env()?.map(|k| k.address());
+        let validator = match (var(ADDRESS), from_key) {
+            (Some(a), key) => {
+                let a: Address = a
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad(ADDRESS, &a, "must be a 0x address"))?;
+                if key.is_some_and(|k| k != a) {
+                    return Err(bad(
+                        ADDRESS,
+                        &a.to_string(),
+                        format!("differs from the address of {KEY_HEX_ENV}"),
+                    ));
+                }
+                a
+            }
+            (None, Some(k)) => k,
+            (None, None) => {
+                return Err(bad(
+                    ADDRESS,
+                    "",
+                    format!("is required with {REGISTRY} (or set {KEY_HEX_ENV} locally)"),
+                ));
+            }
+        };
+        let agent = match (var("UMPIRE_AGENT_REGISTRY"), var("UMPIRE_AGENT_ID")) {
+            (Some(reg), Some(id)) => Some((
+                reg.parse().map_err(|e: umpire_escrow::JobRefError| {
+                    bad("UMPIRE_AGENT_REGISTRY", &reg, e.problem)
+                })?,
+                id.trim()
+                    .parse::<U256>()
+                    .map_err(|_| bad("UMPIRE_AGENT_ID", &id, "must be a decimal token id"))?,
+            )),
+            (None, None) => None,
+            _ => {
+                return Err(bad(
+                    "UMPIRE_AGENT_ID",
+                    "",
+                    "UMPIRE_AGENT_REGISTRY and UMPIRE_AGENT_ID go together",
+                ));
+            }
+        };
+        let low_gas_wei = match var("UMPIRE_VALIDATOR_LOW_GAS_WEI") {
+            None => U256::from(DEFAULT_LOW_GAS_WEI),
+            Some(v) => v.trim().parse().map_err(|_| {
+                bad(
+                    "UMPIRE_VALIDATOR_LOW_GAS_WEI",
+                    &v,
+                    "must be a decimal amount of wei",
+                )
+            })?,
+        };
+        let lookback_blocks = match var("UMPIRE_VALIDATION_LOOKBACK_BLOCKS") {
+            None => umpire_escrow::DEFAULT_LOOKBACK_BLOCKS,
+            Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                bad(
+                    "UMPIRE_VALIDATION_LOOKBACK_BLOCKS",
+                    &v,
+                    "must be a positive number of blocks",
+                )
+            })?,
+        };
+        Ok(Some(ValidatorConfig {
+            registry,
+            validator,
+            rpc_url: var("UMPIRE_VALIDATION_RPC_URL"),
+            agent,
+            low_gas_wei,
+            lookback_blocks,
+        }))
+    }
+}
+

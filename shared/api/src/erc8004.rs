@@ -19,188 +19,80 @@ use umpire_core::product::Tier;
 use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_escrow::validation::{
-    FAILED, PASSED, PROVISIONAL_TAG, Registry, VALIDATION_REF_PREFIX, ValidationRef, final_tag,
+    FAILED, PASSED, PROVISIONAL_TAG, Registry, TAG_PREFIX, VALIDATION_REF_PREFIX, ValidationRef,
+    final_tag,
 };
 use umpire_escrow::{ContractRef, EscrowError};
 use umpire_host::Deadline;
 
-use crate::config::ConfigError;
 use crate::paid::purchase::Purchase;
 use crate::plumbing::metrics::{Metric, record};
-use crate::sworn::job::{SwornJob, ValidationJob};
-use crate::sworn::{JobError, backoff};
+use crate::paid::ledger::PurchaseOutcome;
+use crate::sworn::job::{JobError, SwornJob, ValidationJob, backoff};
 use crate::{AppState, Config};
 
 /// Attempts at posting one answer before it is given up on (and alarmed): with the
 /// webhook's backoff (30 s doubling, 15 min at most), about an hour and a half.
 pub const POST_MAX_ATTEMPTS: u32 = 10;
-/// The validator's balance below which every answer posted says so (a metric to alarm
-/// on): about 200 answers at Base's usual fees.
-pub const DEFAULT_LOW_GAS_WEI: u128 = 1_000_000_000_000_000 / 5;
-/// The largest request file read (the fetcher's cap applies to https too).
-pub const MAX_REQUEST_FILE_BYTES: usize = 256 * 1024;
+pub use crate::config::{DEFAULT_LOW_GAS_WEI, KEY_HEX_ENV, ValidatorConfig, key_from_env};
 
-/// Where this deployment answers validation requests, from the environment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidatorConfig {
-    /// `UMPIRE_VALIDATION_REGISTRY`: `eip155:<chain id>:<registry>`.
-    pub registry: ContractRef,
-    /// The validator's address: `UMPIRE_VALIDATOR_ADDRESS`, or the address of
-    /// `UMPIRE_VALIDATOR_KEY_HEX` (local runs).
-    pub validator: Address,
-    /// `UMPIRE_VALIDATION_RPC_URL`: where the registry is read and answered (the
-    /// functions that do neither need none).
-    pub rpc_url: Option<String>,
-    /// `UMPIRE_AGENT_REGISTRY` and `UMPIRE_AGENT_ID`: Umpire's own registration as an
-    /// agent (`eip155:<chain id>:<identity registry>`, its token id), when registered.
-    pub agent: Option<(ContractRef, U256)>,
-    /// `UMPIRE_VALIDATOR_LOW_GAS_WEI`.
-    pub low_gas_wei: U256,
-    /// `UMPIRE_VALIDATION_LOOKBACK_BLOCKS`: how far back a request's event is looked for.
-    pub lookback_blocks: u64,
+/// The registry this deployment answers on, with the validator's key where answers are
+/// posted. Connected on first use and kept: a node that is down when the process
+/// starts fails only what needs it (a purchase naming a request: 502, nothing charged;
+/// a posting job: retried), and is tried again next time.
+pub struct Validation {
+    rpc_url: String,
+    on: ContractRef,
+    lookback_blocks: u64,
+    key: Option<PrivateKeySigner>,
+    registry: tokio::sync::OnceCell<Registry>,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn bad(name: &'static str, value: &str, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        name,
-        value: value.to_owned(),
-        problem: problem.into(),
-    }
-}
-
-/// The validator's key for local runs (`UMPIRE_VALIDATOR_KEY_HEX`); on AWS the key is
-/// sealed (`UMPIRE_VALIDATOR_KEY_CIPHERTEXT`, opened by the worker alone).
-pub const KEY_HEX_ENV: &str = "UMPIRE_VALIDATOR_KEY_HEX";
-
-/// `UMPIRE_VALIDATOR_KEY_HEX` as a signer, if set.
-pub fn key_from_env() -> Result<Option<PrivateKeySigner>, ConfigError> {
-    match var(KEY_HEX_ENV) {
-        None => Ok(None),
-        Some(v) => v.trim().parse::<PrivateKeySigner>().map(Some).map_err(|_| {
-            bad(
-                KEY_HEX_ENV,
-                "(hidden)",
-                "must be a 0x-prefixed 32-byte secp256k1 key",
-            )
-        }),
-    }
-}
-
-impl ValidatorConfig {
-    /// None when `UMPIRE_VALIDATION_REGISTRY` is unset: this deployment answers no
-    /// validation request (a purchase naming one is refused before payment).
-    pub fn from_env() -> Result<Option<ValidatorConfig>, ConfigError> {
-        const REGISTRY: &str = "UMPIRE_VALIDATION_REGISTRY";
-        const ADDRESS: &str = "UMPIRE_VALIDATOR_ADDRESS";
-        let Some(r) = var(REGISTRY) else {
+impl Validation {
+    /// None when this deployment answers no validation request.
+    pub fn from_config(
+        config: &Config,
+        key: Option<PrivateKeySigner>,
+    ) -> Result<Option<Validation>, String> {
+        let Some(v) = &config.validator else {
             return Ok(None);
         };
-        let registry: ContractRef = r
-            .parse()
-            .map_err(|e: umpire_escrow::JobRefError| bad(REGISTRY, &r, e.problem))?;
-        let from_key = key_from_env()?.map(|k| k.address());
-        let validator = match (var(ADDRESS), from_key) {
-            (Some(a), key) => {
-                let a: Address = a
-                    .trim()
-                    .parse()
-                    .map_err(|_| bad(ADDRESS, &a, "must be a 0x address"))?;
-                if key.is_some_and(|k| k != a) {
-                    return Err(bad(
-                        ADDRESS,
-                        &a.to_string(),
-                        format!("differs from the address of {KEY_HEX_ENV}"),
-                    ));
-                }
-                a
-            }
-            (None, Some(k)) => k,
-            (None, None) => {
-                return Err(bad(
-                    ADDRESS,
-                    "",
-                    format!("is required with {REGISTRY} (or set {KEY_HEX_ENV} locally)"),
-                ));
-            }
-        };
-        let agent = match (var("UMPIRE_AGENT_REGISTRY"), var("UMPIRE_AGENT_ID")) {
-            (Some(reg), Some(id)) => Some((
-                reg.parse().map_err(|e: umpire_escrow::JobRefError| {
-                    bad("UMPIRE_AGENT_REGISTRY", &reg, e.problem)
-                })?,
-                id.trim()
-                    .parse::<U256>()
-                    .map_err(|_| bad("UMPIRE_AGENT_ID", &id, "must be a decimal token id"))?,
-            )),
-            (None, None) => None,
-            _ => {
-                return Err(bad(
-                    "UMPIRE_AGENT_ID",
-                    "",
-                    "UMPIRE_AGENT_REGISTRY and UMPIRE_AGENT_ID go together",
-                ));
-            }
-        };
-        let low_gas_wei = match var("UMPIRE_VALIDATOR_LOW_GAS_WEI") {
-            None => U256::from(DEFAULT_LOW_GAS_WEI),
-            Some(v) => v.trim().parse().map_err(|_| {
-                bad(
-                    "UMPIRE_VALIDATOR_LOW_GAS_WEI",
-                    &v,
-                    "must be a decimal amount of wei",
-                )
-            })?,
-        };
-        let lookback_blocks = match var("UMPIRE_VALIDATION_LOOKBACK_BLOCKS") {
-            None => umpire_escrow::DEFAULT_LOOKBACK_BLOCKS,
-            Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                bad(
-                    "UMPIRE_VALIDATION_LOOKBACK_BLOCKS",
-                    &v,
-                    "must be a positive number of blocks",
-                )
-            })?,
-        };
-        Ok(Some(ValidatorConfig {
-            registry,
-            validator,
-            rpc_url: var("UMPIRE_VALIDATION_RPC_URL"),
-            agent,
-            low_gas_wei,
-            lookback_blocks,
+        let rpc_url = v.rpc_url.clone().ok_or(
+            "UMPIRE_VALIDATION_RPC_URL is required where validation requests are checked or answered",
+        )?;
+        if let Some(k) = &key
+            && k.address() != v.validator
+        {
+            return Err(format!(
+                "the validator key is {}'s, but this deployment publishes {} as its validator",
+                k.address(),
+                v.validator
+            ));
+        }
+        Ok(Some(Validation {
+            rpc_url,
+            on: v.registry,
+            lookback_blocks: v.lookback_blocks,
+            key,
+            registry: tokio::sync::OnceCell::new(),
         }))
     }
-}
 
-/// The registry this deployment answers on, connected (with `key` where answers are
-/// posted); None when it answers none.
-pub async fn connect(
-    config: &Config,
-    key: Option<PrivateKeySigner>,
-) -> Result<Option<Registry>, String> {
-    let Some(v) = &config.validator else {
-        return Ok(None);
-    };
-    let rpc = v.rpc_url.as_deref().ok_or(
-        "UMPIRE_VALIDATION_RPC_URL is required where validation requests are checked or answered",
-    )?;
-    if let Some(k) = &key
-        && k.address() != v.validator
-    {
-        return Err(format!(
-            "the validator key is {}'s, but this deployment publishes {} as its validator",
-            k.address(),
-            v.validator
-        ));
+    /// Whether this process holds the validator's key (it posts answers).
+    pub fn posts(&self) -> bool {
+        self.key.is_some()
     }
-    let registry = Registry::connect(rpc, &v.registry, key)
-        .await
-        .map_err(|e| format!("the validation registry {}: {e}", v.registry))?;
-    Ok(Some(registry.with_lookback(v.lookback_blocks)))
+
+    /// The registry, connected (once: its chain and code checked).
+    pub async fn registry(&self) -> Result<&Registry, EscrowError> {
+        self.registry
+            .get_or_try_init(|| async {
+                Registry::connect(&self.rpc_url, &self.on, self.key.clone())
+                    .await
+                    .map(|r| r.with_lookback(self.lookback_blocks))
+            })
+            .await
+    }
 }
 
 /// The validation request a purchase's `job_ref` names, if it names one.
@@ -239,7 +131,7 @@ pub async fn check_before_payment(
     let reference: ValidationRef = given
         .parse()
         .map_err(|e: umpire_escrow::ValidationRefError| refused(e.to_string(), hint))?;
-    let (Some(config), Some(registry)) = (&state.config.validator, &state.validation) else {
+    let (Some(config), Some(validation)) = (&state.config.validator, &state.validation) else {
         return Err(refused(
             "this deployment answers no ERC-8004 validation requests",
             "Leave job_ref without the erc8004: prefix, or buy from a deployment whose /.well-known/agent-registration.json lists a validator; nothing was charged.",
@@ -254,10 +146,10 @@ pub async fn check_before_payment(
             "Ask for validation on the registry /.well-known/agent-registration.json names; nothing was charged.",
         ));
     }
-    let checked = tokio::time::timeout_at(
-        until.instant().into(),
-        check_request(state, registry, config, &reference, purchase),
-    )
+    let checked = tokio::time::timeout_at(until.instant().into(), async {
+        let registry = validation.registry().await.map_err(chain_down)?;
+        check_request(state, registry, config, &reference, purchase).await
+    })
     .await;
     match checked {
         Ok(r) => r,
@@ -291,11 +183,13 @@ async fn check_request(
             "Only the named validator can answer a request: ask again naming Umpire's validator address; nothing was charged.",
         ));
     }
-    if status.answered_finally() {
+    // Any answer of ours, a sworn verdict's provisional one included: that request is
+    // being (or has been) answered by a purchase already.
+    if status.tag.starts_with(TAG_PREFIX) {
         return Err(ApiError::new(
             ErrorCode::AlreadyCreated,
             format!(
-                "the request already has Umpire's final answer ({} under tag {})",
+                "the request already has Umpire's answer ({} under tag {})",
                 status.response, status.tag
             ),
             "Read it with getValidationStatus, or ask a new request (a new requestHash) for new work; nothing was charged.",
@@ -319,7 +213,7 @@ async fn check_request(
             "requestHash must be keccak256 of the request file's exact bytes; serve the file the request committed to; nothing was charged.",
         ));
     }
-    matches_request(&file, purchase)
+    matches_request(&file, purchase, &status.agent_id)
 }
 
 /// The request file at `uri`: a `data:` URI's own bytes, or fetched (http/https) with
@@ -333,7 +227,7 @@ async fn request_file(state: &AppState, uri: &str) -> Result<Vec<u8>, ApiError> 
     if !(uri.starts_with("https://") || uri.starts_with("http://")) {
         return Err(refused(
             format!(
-                "Umpire cannot read the requestURI {uri:?}: only https and data: URIs are read"
+                "Umpire cannot read the requestURI {uri:?}: only http(s) and data: URIs are read"
             ),
             hint,
         ));
@@ -385,13 +279,23 @@ fn data_uri(rest: &str) -> Option<Vec<u8>> {
     (bytes.len() <= MAX_REQUEST_FILE_BYTES).then_some(bytes)
 }
 
+/// A value as the request file spelled it, for a refusal's message.
+fn plain(v: &Value) -> String {
+    String::from_utf8_lossy(&v.to_canonical_vec()).into_owned()
+}
+
 fn percent_decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            let pair = b.get(i + 1..i + 3)?;
+            // Two hex digits exactly (from_str_radix alone would take a sign).
+            if !pair.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            let hex = std::str::from_utf8(pair).ok()?;
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
@@ -402,54 +306,85 @@ fn percent_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// A hash the request file states (`spec_hash`, `deliverable_hash`), and the one of
+/// the object it carries beside it, which must agree when both are there.
+fn committed(
+    carried: Option<Result<String, ApiError>>,
+    stated: Option<&Value>,
+    name: &str,
+    hint: &str,
+) -> Result<String, ApiError> {
+    let stated = match stated {
+        None => None,
+        Some(Value::String(h)) => Some(h.to_ascii_lowercase()),
+        Some(_) => return Err(refused(format!("the request file's {name}_hash is not a string"), hint)),
+    };
+    match (carried.transpose()?, stated) {
+        (Some(h), Some(st)) if h != st => Err(refused(
+            format!("the request file's {name}_hash is not its {name}'s ({h})"),
+            hint,
+        )),
+        (Some(h), _) | (None, Some(h)) => Ok(h),
+        (None, None) => Err(refused(
+            format!("the request file names no {name} ({name} or {name}_hash)"),
+            hint,
+        )),
+    }
+}
+
 /// The spec and deliverable hashes a request file commits to: from `spec` /
 /// `deliverable` (normalized as a purchase's would be) or `spec_hash` /
-/// `deliverable_hash` (as a verdict document states them).
-fn matches_request(file: &[u8], purchase: &Purchase) -> Result<(), ApiError> {
-    let hint = "The request file is a JSON object with \"spec\" (or \"spec_hash\") and \"deliverable\" (or \"deliverable_hash\"), judged exactly as sent in this purchase (docs/erc8004.md); nothing was charged.";
+/// `deliverable_hash` (as a verdict document states them); and, when it names them,
+/// the tier and the agent.
+fn matches_request(file: &[u8], purchase: &Purchase, agent_id: &U256) -> Result<(), ApiError> {
+    let hint = "The request file is a JSON object with \"spec\" (or \"spec_hash\") and \"deliverable\" (or \"deliverable_hash\"), judged exactly as sent in this purchase, and optionally \"tier\" and \"agent_id\" (docs/erc8004.md); nothing was charged.";
     let v = parse(file).map_err(|e| refused(format!("the request file is not JSON: {e}"), hint))?;
     if v.as_object().is_none() {
         return Err(refused("the request file is not a JSON object", hint));
     }
     let tier = purchase.tier;
-    let spec_hash = match (v.get("spec"), v.get("spec_hash").and_then(Value::as_str)) {
-        (Some(s), _) => parse_spec(s, Some(tier)).map(|s| s.hash).map_err(|_| {
-            refused(
+    // Optional bindings: a file naming its tier or its agent is answered only by a
+    // purchase of that tier, for a request of that agent (a copier asking again under
+    // another agent id with the same file is refused).
+    if let Some(t) = v.get("tier")
+        && t.as_str() != Some(tier.as_str())
+    {
+        return Err(refused(
+            format!("the request file asks for tier {}, not {}", plain(t), tier.as_str()),
+            hint,
+        ));
+    }
+    if let Some(a) = v.get("agent_id") {
+        let named = match a {
+            Value::String(s) => s.parse::<U256>().ok(),
+            Value::Number(umpire_core::json::Number::Int(t)) => t.parse::<U256>().ok(),
+            _ => None,
+        };
+        if named.as_ref() != Some(agent_id) {
+            return Err(refused(
                 format!(
-                    "the request file's spec is not a valid {} spec",
-                    tier.as_str()
+                    "the request file names agent {}, but the request is agent {agent_id}'s",
+                    plain(a)
                 ),
                 hint,
+            ));
+        }
+    }
+    let spec = v.get("spec").map(|s| {
+        parse_spec(s, Some(tier)).map(|s| s.hash).map_err(|_| {
+            refused(
+                format!("the request file's spec is not a valid {} spec", tier.as_str()),
+                hint,
             )
-        })?,
-        (None, Some(h)) => h.to_ascii_lowercase(),
-        (None, None) => {
-            return Err(refused(
-                "the request file names no spec (spec or spec_hash)",
-                hint,
-            ));
-        }
-    };
-    let deliverable_hash = match (
-        v.get("deliverable"),
-        v.get("deliverable_hash").and_then(Value::as_str),
-    ) {
-        (Some(d), _) => parse_deliverable(d, "deliverable")
+        })
+    });
+    let spec_hash = committed(spec, v.get("spec_hash"), "spec", hint)?;
+    let deliverable = v.get("deliverable").map(|d| {
+        parse_deliverable(d, "deliverable")
             .map(|d| d.hash())
-            .map_err(|_| {
-                refused(
-                    "the request file's deliverable is not a valid deliverable",
-                    hint,
-                )
-            })?,
-        (None, Some(h)) => h.to_ascii_lowercase(),
-        (None, None) => {
-            return Err(refused(
-                "the request file names no deliverable (deliverable or deliverable_hash)",
-                hint,
-            ));
-        }
-    };
+            .map_err(|_| refused("the request file's deliverable is not a valid deliverable", hint))
+    });
+    let deliverable_hash = committed(deliverable, v.get("deliverable_hash"), "deliverable", hint)?;
     if spec_hash != purchase.spec.hash {
         return Err(refused(
             format!(
@@ -502,20 +437,35 @@ impl Answer<'_> {
     }
 }
 
+/// The purchase an answer waits for: a witness/basic/probe verdict's answer is queued
+/// before its payment settles (so no crash between the two loses it), and its job asks
+/// the ledger first, as pass 2 does: only a verdict that was sold is answered.
+pub struct Paying<'a> {
+    pub payment_key: &'a str,
+    /// When its hold lapses (and then one hold more): past this, a purchase still
+    /// unresolved is not waited for.
+    pub wait_until: u64,
+}
+
+/// How long an answer waits before asking again whether its purchase settled.
+const SETTLEMENT_WAIT: Duration = Duration::from_secs(2);
+
 /// Queues the answer to the request `job_ref` names (if it names one) for the verdict
-/// `verdict_id`. A failure is logged and alarmed, never the purchase's: the customer
-/// has paid and gets the verdict either way.
+/// `verdict_id`. `Err` when it names one and the job could not be queued: the caller
+/// refuses the purchase before settling it (or, in pass 2, tries again), so a sold
+/// verdict always has its answer on the way.
 pub async fn queue_answer(
     state: &AppState,
     verdict_id: &str,
     job_ref: Option<&Value>,
     answer: Answer<'_>,
-) {
+    paying: Option<Paying<'_>>,
+) -> Result<(), String> {
     let Some(reference) = job_ref
         .and_then(Value::as_str)
         .filter(|r| r.starts_with(VALIDATION_REF_PREFIX))
     else {
-        return;
+        return Ok(());
     };
     let job = SwornJob::Validation(ValidationJob {
         verdict_id: verdict_id.to_owned(),
@@ -525,23 +475,28 @@ pub async fn queue_answer(
         response_hash: answer.response_hash.map(str::to_owned),
         tag: answer.tag,
         attempt: 1,
+        payment_key: paying.as_ref().map(|p| p.payment_key.to_owned()),
+        wait_until: paying.as_ref().map(|p| p.wait_until),
     });
+    let delay = if paying.is_some() {
+        SETTLEMENT_WAIT
+    } else {
+        Duration::ZERO
+    };
     let queued = match &state.queue {
-        Some(q) => q
-            .enqueue(&job.to_job(), Duration::ZERO)
-            .await
-            .map_err(|e| e.to_string()),
+        Some(q) => q.enqueue(&job.to_job(), delay).await.map_err(|e| e.to_string()),
         None => Err("no job queue".to_owned()),
     };
-    if let Err(e) = queued {
+    queued.map_err(|e| {
         tracing::error!(verdict_id, error = %e, "the validation answer could not be queued");
-        record(Metric::ValidationFailed);
-    }
+        format!("the validation answer could not be queued: {e}")
+    })
 }
 
-/// Posts one answer (a queued [`ValidationJob`]): at most once per `(requestHash, tag)`,
-/// never a provisional one over a final one; a failure the chain may get over is
-/// tried again later as a new job (attempt + 1) until [`POST_MAX_ATTEMPTS`].
+/// Posts one answer (a queued [`ValidationJob`]): only for a verdict that was sold, at
+/// most once per `(requestHash, tag)` as the request's status shows it, never a
+/// provisional one once the verdict is final; a failure the chain may get over is tried
+/// again later as a new job (attempt + 1) until [`POST_MAX_ATTEMPTS`].
 pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobError> {
     let verdict_id = job.verdict_id.as_str();
     let reference: ValidationRef = match job.reference.parse() {
@@ -551,7 +506,35 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
             return Ok(());
         }
     };
-    match post(state, &reference, job).await {
+    let outcome = match sold(state, job).await {
+        Ok(Sold::No) => {
+            tracing::info!(verdict_id, "a validation answer for a verdict never sold; dropped");
+            return Ok(());
+        }
+        // Its purchase is still settling: asked again shortly, as long as its hold lasts.
+        Ok(Sold::NotYet) => {
+            let now = state.config.clock.now();
+            if job.wait_until.is_some_and(|until| now >= until) {
+                tracing::error!(
+                    verdict_id,
+                    "the validation answer's purchase never settled; not answered"
+                );
+                record(Metric::ValidationFailed);
+                return Ok(());
+            }
+            let queue = state
+                .queue
+                .as_ref()
+                .ok_or_else(|| JobError::Retry("no job queue configured".into()))?;
+            return queue
+                .enqueue(&SwornJob::Validation(job.clone()).to_job(), SETTLEMENT_WAIT)
+                .await
+                .map_err(|e| JobError::Retry(e.to_string()));
+        }
+        Ok(Sold::Yes) => post(state, &reference, job).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
         Ok(Some(tx)) => {
             tracing::info!(verdict_id, tag = job.tag, transaction = %tx, "validation answered");
             record(Metric::ValidationPosted);
@@ -565,14 +548,8 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
                 attempt: job.attempt + 1,
                 ..job.clone()
             });
-            let queue = state
-                .queue
-                .as_ref()
-                .ok_or_else(|| JobError::Retry("no job queue configured".into()))?;
-            queue
-                .enqueue(&again.to_job(), delay)
-                .await
-                .map_err(|e| JobError::Retry(e.to_string()))
+            let queue = state.queue.as_ref().ok_or_else(|| JobError::Retry("no job queue configured".into()))?;
+            queue.enqueue(&again.to_job(), delay).await.map_err(|e| JobError::Retry(e.to_string()))
         }
         Err(e) => {
             tracing::error!(verdict_id, attempt = job.attempt, tag = job.tag, error = %e, "the validation answer was not posted; given up");
@@ -582,17 +559,56 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
     }
 }
 
-/// The answer sent, or None when there is nothing to send (posted already, or a
-/// provisional answer a final one has overtaken).
+/// Whether the verdict an answer is for was sold.
+enum Sold {
+    Yes,
+    No,
+    /// Its purchase has not settled yet (or its answer was lost: the retry tells).
+    NotYet,
+}
+
+async fn sold(state: &AppState, job: &ValidationJob) -> Result<Sold, EscrowError> {
+    let Some(key) = &job.payment_key else {
+        // Queued by pass 2, which finishes only a verdict that was paid for.
+        return Ok(Sold::Yes);
+    };
+    let key = crate::paid::ledger::PaymentKey::from_stored(key.clone());
+    let outcome = crate::paid::ledger::purchase_outcome(state, &key, &job.verdict_id)
+        .await
+        .map_err(|e| EscrowError::Rpc {
+            what: "the purchase ledger",
+            message: e.message,
+        })?;
+    Ok(match outcome {
+        PurchaseOutcome::Paid => Sold::Yes,
+        PurchaseOutcome::NotSold => Sold::No,
+        PurchaseOutcome::Unresolved => Sold::NotYet,
+    })
+}
+
+/// Whether the verdict's final document is signed (pass 2 has finished).
+async fn verdict_final(state: &AppState, verdict_id: &str) -> Result<bool, EscrowError> {
+    let now = state.config.clock.now();
+    match state.store.get_verdict(verdict_id, now).await {
+        Ok(rec) => Ok(rec.is_some_and(|r| r.document.is_some())),
+        Err(e) => Err(EscrowError::Rpc {
+            what: "reading the verdict",
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// The answer sent, or None when there is nothing to send (the status shows it
+/// already, or a provisional answer the final one has overtaken).
 async fn post(
     state: &AppState,
     reference: &ValidationRef,
     job: &ValidationJob,
 ) -> Result<Option<B256>, EscrowError> {
-    let registry = state
+    let validation = state
         .validation
         .as_ref()
-        .filter(|r| r.validator().is_some())
+        .filter(|v| v.posts())
         .ok_or_else(|| EscrowError::Config("this process holds no validator key".into()))?;
     if state.config.validator.as_ref().map(|v| v.registry) != Some(reference.registry) {
         return Err(EscrowError::Config(format!(
@@ -600,6 +616,7 @@ async fn post(
             reference.registry
         )));
     }
+    let registry = validation.registry().await?;
     let hash = reference.request_hash;
     let response_hash = match &job.response_hash {
         Some(h) => umpire_escrow::bytes32_of(h).ok_or_else(|| {
@@ -608,37 +625,25 @@ async fn post(
         None => B256::ZERO,
     };
     let Some(status) = registry.status(hash).await? else {
-        return Err(EscrowError::Config(
-            "the registry has no such request".into(),
-        ));
+        return Err(EscrowError::Config("the registry has no such request".into()));
     };
-    let provisional = job.tag == PROVISIONAL_TAG;
-    if status.tag == job.tag
+    if job.tag == PROVISIONAL_TAG {
+        // A final answer stands, or this one is there already, or pass 2 has finished
+        // (its final answer is queued; a provisional one sent after it would replace it).
+        if status.answered_finally()
+            || (status.tag == job.tag && status.response == job.response)
+            || verdict_final(state, &job.verdict_id).await?
+        {
+            return Ok(None);
+        }
+    } else if status.tag == job.tag
         && status.response_hash == response_hash
         && status.response == job.response
     {
         return Ok(None);
     }
-    if provisional && status.answered_finally() {
-        return Ok(None);
-    }
-    // The status holds the latest answer only: an answer of this tag given earlier and
-    // overtaken since (a final over our provisional) is in the events.
-    let given = registry.responses(hash).await?;
-    if given
-        .iter()
-        .any(|r| r.tag == job.tag && r.response_hash == response_hash && r.response == job.response)
-    {
-        return Ok(None);
-    }
     let tx = registry
-        .respond(
-            hash,
-            job.response,
-            &job.response_uri,
-            response_hash,
-            &job.tag,
-        )
+        .respond(hash, job.response, &job.response_uri, response_hash, &job.tag)
         .await?;
     if let Ok(Some(balance)) = registry.validator_balance().await
         && let Some(v) = &state.config.validator
@@ -655,9 +660,12 @@ async fn post(
 pub fn registration(config: &Config) -> Value {
     let issuer = config.issuer.as_str();
     let mut services = vec![
+        // The HTTP API (x402-paid routes), and its OpenAPI description.
+        Value::object().with("name", "web").with("endpoint", issuer),
         Value::object()
-            .with("name", "web")
-            .with("endpoint", format!("{issuer}/openapi.json")),
+            .with("name", "OpenAPI")
+            .with("endpoint", format!("{issuer}/openapi.json"))
+            .with("version", "3.1.0"),
         Value::object()
             .with("name", "MCP")
             .with("endpoint", format!("{issuer}/mcp"))
@@ -722,4 +730,64 @@ pub fn registration(config: &Config) -> Value {
         .with("active", true)
         .with("registrations", Value::Array(registrations))
         .with("supportedTrust", Value::Array(trust))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn purchase() -> Purchase {
+        let spec = parse(br##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##)
+            .expect("json");
+        let deliverable = parse(br##"{"text":"# Report"}"##).expect("json");
+        Purchase {
+            tier: Tier::Basic,
+            spec: parse_spec(&spec, Some(Tier::Basic)).expect("spec"),
+            deliverable: parse_deliverable(&deliverable, "deliverable").expect("deliverable"),
+            webhook_url: None,
+            job_ref: None,
+        }
+    }
+
+    fn check(file: &str) -> Result<(), String> {
+        matches_request(file.as_bytes(), &purchase(), &U256::from(7)).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn a_request_file_commits_to_the_spec_and_deliverable_or_their_hashes() {
+        let p = purchase();
+        let (spec, del) = (&p.spec.hash, p.deliverable.hash());
+        let full = r##"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"}]},"deliverable":{"text":"# Report"}}"##;
+        assert_eq!(check(full), Ok(()));
+        // Spelled differently, normalized the same: the same spec.
+        let spaced = r##"{ "deliverable": {"text":"# Report"}, "spec": {"checks":[{"pattern":"^# Report","type":"regex"}]} }"##;
+        assert_eq!(check(spaced), Ok(()));
+        assert_eq!(
+            check(&format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":7,"tier":"basic"}}"#)),
+            Ok(())
+        );
+        for (file, why) in [
+            (format!(r#"{{"spec_hash":"{spec}"}}"#), "names no deliverable"),
+            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{}"}}"#, "0".repeat(64)), "deliverable differs"),
+            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":"8"}}"#), "names agent"),
+            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","tier":"sworn"}}"#), "asks for tier"),
+            // Both forms, disagreeing: the file contradicts itself.
+            (format!(r##"{{"spec":{{"checks":[{{"type":"regex","pattern":"^# Report"}}]}},"spec_hash":"{}","deliverable_hash":"{del}"}}"##, "1".repeat(64)), "spec_hash is not its spec's"),
+            ("[1]".to_owned(), "not a JSON object"),
+            ("nope".to_owned(), "not JSON"),
+        ] {
+            let got = check(&file).expect_err(&file);
+            assert!(got.contains(why), "{file}: {got}");
+        }
+    }
+
+    #[test]
+    fn data_uris_decode_strictly() {
+        assert_eq!(data_uri("application/json;base64,eyJhIjoxfQ=="), Some(br#"{"a":1}"#.to_vec()));
+        assert_eq!(data_uri("application/json,%7B%22a%22%3A1%7D"), Some(br#"{"a":1}"#.to_vec()));
+        assert_eq!(data_uri(",%+f"), None, "a sign is not a hex digit");
+        assert_eq!(data_uri(",%4"), None);
+        assert_eq!(data_uri("no comma"), None);
+        assert_eq!(data_uri(";base64,***"), None);
+    }
 }

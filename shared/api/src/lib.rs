@@ -69,7 +69,7 @@ pub struct AppState {
     pub paid_routes: Option<Arc<dyn mcp::PaidRoutes>>,
     /// The ERC-8004 Validation Registry this deployment answers on (with the
     /// validator's key where answers are posted); None: it answers none.
-    pub validation: Option<Arc<umpire_escrow::Registry>>,
+    pub validation: Option<Arc<erc8004::Validation>>,
 }
 
 /// What the routes that store nothing read (health, the key document, the verify
@@ -167,7 +167,7 @@ impl AppState {
         }
     }
 
-    pub fn with_validation(self, validation: Option<Arc<umpire_escrow::Registry>>) -> AppState {
+    pub fn with_validation(self, validation: Option<Arc<erc8004::Validation>>) -> AppState {
         AppState { validation, ..self }
     }
 

@@ -69,9 +69,7 @@ pub async fn embedded_state(
             umpire_api::erc8004::KEY_HEX_ENV
         ));
     }
-    let validation = umpire_api::erc8004::connect(&config, key)
-        .await?
-        .map(Arc::new);
+    let validation = umpire_api::erc8004::Validation::from_config(&config, key)?.map(Arc::new);
     let state = AppState::new(config, Arc::new(signer), store.clone())
         .with_checker(checker)
         .with_queue(Some(store.clone()))

@@ -319,19 +319,29 @@ const VERIFY_PAGE: &str = include_str!("../verify.html");
 /// `GET /verify`: one self-contained HTML page (no external assets, no network).
 pub fn verify_page(state: &impl Keys) -> Response {
     let keys = published_keys(state).to_canonical_string();
+    let validator = match &state.config().validator {
+        Some(v) => Value::object()
+            .with("validator", v.validator.to_checksum(None))
+            .with("registry", v.registry.to_string()),
+        None => Value::Null,
+    }
+    .to_canonical_string();
     // Inside <script>, "</" could end the element; "<\/" is the same JSON string.
-    let page = VERIFY_PAGE.replace("__PUBLISHED_KEYS__", &keys.replace("</", "<\\/"));
+    let page = VERIFY_PAGE
+        .replace("__PUBLISHED_KEYS__", &keys.replace("</", "<\\/"))
+        .replace("__PUBLISHED_VALIDATOR__", &validator.replace("</", "<\\/"));
     let mut r = http::Response::new(bytes::Bytes::from(page));
     let headers = r.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    // The page needs nothing from anywhere: no fetches, no outside scripts or styles.
+    // The page needs nothing from anywhere: no outside scripts or styles, and no fetch
+    // but the one a user asks for (an RPC URL they type, to read an ERC-8004 answer).
     headers.insert(
         http::header::CONTENT_SECURITY_POLICY,
         http::HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'",
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src https: http://127.0.0.1:* http://localhost:*; base-uri 'none'; form-action 'none'",
         ),
     );
     respond::cache(r, "public, max-age=300")

@@ -81,10 +81,14 @@ async fn purchase_of(
         Ok::<_, ApiError>(DropOffThread::new(purchase))
     })
     .await?;
-    // A validation request named in job_ref: checked on chain (and its request file
-    // read) within the same share of the budget as the lookups.
-    let until = state.config.clock.deadline(state.config.request_budget / 4);
-    crate::erc8004::check_before_payment(state, &purchase, until).await?;
+    // A validation request named in job_ref: refused before a payment is even asked
+    // for, unless the request may be a retry of a purchase made already (whose answer
+    // the request's state now reflects): those are checked once their payment is
+    // claimed (`buy_inner`), so a retry is answered with its purchase, not refused.
+    if !checkout::may_be_a_retry(req) {
+        let until = state.config.clock.deadline(state.config.request_budget / 4);
+        crate::erc8004::check_before_payment(state, &purchase, until).await?;
+    }
     if tier == Tier::Sworn && state.queue.is_none() {
         return Err(ApiError::new(
             ErrorCode::Unavailable,
@@ -116,6 +120,14 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
     let product = Product::verdict(tier);
     let mut checkout = checkout::begin(state, req, product, deadline).await?;
+    // A fresh purchase naming a validation request: checked now (a replay, answered by
+    // `begin`, never gets here). Refused: the claim is released and nothing settles.
+    if !checkout.already_settled() {
+        let until = state.config.clock.deadline(state.config.request_budget / 4);
+        if let Err(e) = crate::erc8004::check_before_payment(state, &purchase, until).await {
+            return Err(checkout.abandon(e).await);
+        }
+    }
 
     // Judge in the isolated checker (pass 1 of a sworn verdict), leaving settlement
     // its share of the budget.
@@ -219,17 +231,18 @@ impl Paid<'_, '_> {
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
             .with("payer", self.checkout.payer.to_string());
         let prepared = self.prepared(201, &body, Some(record));
+        // The answer to a validation request is queued before the payment settles (a
+        // crash between the two cannot lose it); it waits for the sale to be known.
+        if let Some(document) = body.get("document") {
+            self.queue_answer(
+                purchase,
+                crate::erc8004::Answer::final_for(document, purchase.tier),
+                now,
+            )
+            .await?;
+        }
         let settlement = self.checkout.settle(&prepared).await?;
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
-        if let Some(document) = body.get("document") {
-            crate::erc8004::queue_answer(
-                self.state,
-                self.verdict_id,
-                purchase.job_ref.as_ref(),
-                crate::erc8004::Answer::final_for(document, purchase.tier),
-            )
-            .await;
-        }
         Ok((prepared, settlement))
     }
 
@@ -265,28 +278,8 @@ impl Paid<'_, '_> {
             .put_verdict(&record)
             .await
             .map_err(|e| Void::Internal(crate::internal(e)))?;
-        // Pass 2 waits for an unresolved purchase until its hold lapses and then one
-        // hold more: a retry the customer sends as the hold lapses ends (settled, or
-        // bought afresh, which tells pass 2 this verdict was never sold) within its own
-        // hold. Giving up at the lapse itself raced that retry.
-        let hold = u64::from(self.state.config.in_progress_secs);
-        let job = sworn::pass2_job(
-            self.verdict_id,
-            &job_key,
-            purchase,
-            results,
-            now,
-            self.checkout.payment_key(),
-            now + 2 * hold,
-        )
-        .map_err(|e| Void::Internal(crate::internal(e)))?;
-        if let Err(e) = queue
-            .enqueue(&job, std::time::Duration::from_secs(delay.into()))
-            .await
-        {
-            self.forget(self.verdict_id).await;
-            return Err(Void::Internal(crate::internal(e)));
-        }
+        self.queue_sworn_jobs(queue, purchase, results, &job_key, now)
+            .await?;
         let body = Value::object()
             .with("verdict_id", self.verdict_id)
             .with("tier", "sworn")
@@ -309,14 +302,78 @@ impl Paid<'_, '_> {
             }
         };
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
+        Ok((prepared, settlement))
+    }
+
+    /// Queues the answer to the validation request the purchase names (if any), to be
+    /// posted once the sale is known; a queue that refuses voids the purchase before it
+    /// settles (nothing charged, the key reusable).
+    async fn queue_answer(
+        &self,
+        purchase: &Purchase,
+        answer: crate::erc8004::Answer<'_>,
+        now: u64,
+    ) -> Result<(), Void> {
+        let hold = u64::from(self.state.config.in_progress_secs);
         crate::erc8004::queue_answer(
             self.state,
             self.verdict_id,
             purchase.job_ref.as_ref(),
-            crate::erc8004::Answer::provisional(umpire_core::document::verdict_passed(results)),
+            answer,
+            Some(crate::erc8004::Paying {
+                payment_key: self.checkout.payment_key(),
+                wait_until: now + 2 * hold,
+            }),
         )
-        .await;
-        Ok((prepared, settlement))
+        .await
+        .map_err(|e| Void::Internal(crate::internal(e)))
+    }
+
+    /// Queues what a sworn purchase needs before it settles: pass 2 (with the
+    /// deliverable sealed under `job_key`) and, for a purchase naming a validation
+    /// request, the provisional answer. Either refused: the pending verdict is deleted
+    /// and the purchase voided.
+    async fn queue_sworn_jobs(
+        &self,
+        queue: &std::sync::Arc<dyn umpire_store::JobQueue>,
+        purchase: &Purchase,
+        results: &[CheckResult],
+        job_key: &umpire_core::seal::DataKey,
+        now: u64,
+    ) -> Result<(), Void> {
+        // Pass 2 waits for an unresolved purchase until its hold lapses and then one
+        // hold more: a retry the customer sends as the hold lapses ends (settled, or
+        // bought afresh, which tells pass 2 this verdict was never sold) within its own
+        // hold. Giving up at the lapse itself raced that retry.
+        let hold = u64::from(self.state.config.in_progress_secs);
+        let delay = std::time::Duration::from_secs(self.state.config.sworn_delay_secs.into());
+        let queued = match sworn::pass2_job(
+            self.verdict_id,
+            job_key,
+            purchase,
+            results,
+            now,
+            self.checkout.payment_key(),
+            now + 2 * hold,
+        ) {
+            Ok(job) => queue
+                .enqueue(&job, delay)
+                .await
+                .map_err(|e| Void::Internal(crate::internal(e))),
+            Err(e) => Err(Void::Internal(crate::internal(e))),
+        };
+        let queued = match queued {
+            Ok(()) => {
+                let passed = umpire_core::document::verdict_passed(results);
+                self.queue_answer(purchase, crate::erc8004::Answer::provisional(passed), now)
+                    .await
+            }
+            Err(v) => Err(v),
+        };
+        if queued.is_err() {
+            self.forget(self.verdict_id).await;
+        }
+        queued
     }
 
     async fn forget(&self, verdict_id: &str) {

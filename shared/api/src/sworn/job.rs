@@ -5,7 +5,22 @@
 //! so when it is missing (a job for a verdict that is gone never needs them).
 
 use umpire_core::json::{Value, parse};
-use umpire_store::Job;
+use std::time::Duration;
+
+use umpire_store::{Job, MAX_DELAY};
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// Worth retrying (the job stays queued and comes back).
+    #[error("{0}")]
+    Retry(String),
+}
+
+/// The delay before retry `n` (1-based): base × 2^(n-1), capped at SQS's 900 s.
+pub fn backoff(base: Duration, n: u32) -> Duration {
+    base.saturating_mul(1u32 << n.saturating_sub(1).min(20))
+        .min(MAX_DELAY)
+}
 
 pub const JOB_PASS2: &str = "sworn.pass2";
 pub const JOB_WEBHOOK: &str = "sworn.webhook";
@@ -67,6 +82,11 @@ pub struct ValidationJob {
     pub tag: String,
     /// 1-based.
     pub attempt: u32,
+    /// The purchase's ledger key, for an answer queued before its settlement: only a
+    /// verdict that was sold is answered.
+    pub payment_key: Option<String>,
+    /// When that purchase stops being waited for.
+    pub wait_until: Option<u64>,
 }
 
 impl ValidationJob {
@@ -89,6 +109,8 @@ impl ValidationJob {
                 .and_then(|a| u32::try_from(a).ok())
                 .filter(|a| *a >= 1)
                 .ok_or("validation job has no valid attempt number")?,
+            payment_key: text(p, "payment_key"),
+            wait_until: p.get("wait_until").and_then(Value::as_u64),
         })
     }
 
@@ -101,6 +123,8 @@ impl ValidationJob {
             .with("response_hash", self.response_hash.clone())
             .with("tag", self.tag.as_str())
             .with("attempt", u64::from(self.attempt))
+            .with("payment_key", self.payment_key.clone())
+            .with("wait_until", self.wait_until)
     }
 }
 

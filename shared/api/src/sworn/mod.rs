@@ -34,7 +34,7 @@ use crate::paid::verdict;
 
 pub(crate) mod job;
 
-pub use job::{JOB_PASS2, JOB_WEBHOOK};
+pub use job::{JOB_PASS2, JOB_WEBHOOK, JobError, backoff};
 
 use job::{JobDeliverable, Pass2Job, SwornJob, WebhookJob};
 
@@ -65,12 +65,6 @@ const THROTTLED_HOPS_MAX: u64 = 40;
 /// a worker that dies leaves it to the redelivered job after this.
 const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;
 
-#[derive(Debug, thiserror::Error)]
-pub enum JobError {
-    /// Worth retrying (the job stays queued and comes back).
-    #[error("{0}")]
-    Retry(String),
-}
 
 fn retry(e: impl std::fmt::Display) -> JobError {
     JobError::Retry(e.to_string())
@@ -298,8 +292,11 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         );
         return Ok(());
     };
-    if record.document.is_some() {
-        // A duplicate: the final document exists; make sure its webhook is on its way.
+    if let Some(text) = &record.document {
+        // A duplicate: the final document exists; make sure its answer to a validation
+        // request and its webhook are on their way (the first copy may have died after
+        // finalizing; posting and delivery are idempotent).
+        answer_validation(state, verdict_id, p.job_ref.as_ref(), text).await?;
         return schedule_webhook(
             state,
             verdict_id,
@@ -462,25 +459,16 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         }
         Finalize::NotFound => return Ok(()),
     }
-    // The standing document's answer (ours, or the first worker's: both post the
-    // same one, and posting is idempotent on the request and tag).
-    if crate::erc8004::named_request(&purchase).is_some() {
-        let standing = match state.store.get_verdict(verdict_id, now).await {
-            Ok(Some(VerdictRecord {
-                document: Some(text),
-                ..
-            })) => parse(text.as_bytes()).ok(),
-            _ => None,
-        };
-        let standing = standing.unwrap_or(document);
-        crate::erc8004::queue_answer(
-            state,
-            verdict_id,
-            purchase.job_ref.as_ref(),
-            crate::erc8004::Answer::final_for(&standing, Tier::Sworn),
-        )
-        .await;
-    }
+    // The standing document (ours, or the first worker's) answers the validation
+    // request the purchase named, if any.
+    let standing = match state.store.get_verdict(verdict_id, now).await.map_err(retry)? {
+        Some(VerdictRecord {
+            document: Some(standing),
+            ..
+        }) => standing,
+        _ => text,
+    };
+    answer_validation(state, verdict_id, purchase.job_ref.as_ref(), &standing).await?;
     schedule_webhook(
         state,
         verdict_id,
@@ -489,6 +477,33 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         Duration::ZERO,
     )
     .await
+}
+
+/// Queues the final answer to the validation request `job_ref` names (if any) from the
+/// final document `text`; a queue that refuses fails the job, which comes back (its
+/// copy finds the document and queues the answer then).
+async fn answer_validation(
+    state: &AppState,
+    verdict_id: &str,
+    job_ref: Option<&Value>,
+    text: &str,
+) -> Result<(), JobError> {
+    if job_ref
+        .and_then(Value::as_str)
+        .is_none_or(|r| !r.starts_with(umpire_escrow::validation::VALIDATION_REF_PREFIX))
+    {
+        return Ok(());
+    }
+    let document = parse(text.as_bytes()).map_err(retry)?;
+    crate::erc8004::queue_answer(
+        state,
+        verdict_id,
+        job_ref,
+        crate::erc8004::Answer::final_for(&document, Tier::Sworn),
+        None,
+    )
+    .await
+    .map_err(retry)
 }
 
 async fn schedule_webhook(
@@ -515,11 +530,6 @@ async fn schedule_webhook(
         .map_err(retry)
 }
 
-/// The delay before retry `n` (1-based): base × 2^(n-1), capped at SQS's 900 s.
-pub fn backoff(base: Duration, n: u32) -> Duration {
-    base.saturating_mul(1u32 << n.saturating_sub(1).min(20))
-        .min(MAX_DELAY)
-}
 
 /// `sha256=<hex>`: HMAC-SHA256 over the raw body, keyed with the 64-character hex
 /// string of sha256(secret), used as text (derived again per delivery, see `secret`).

@@ -122,6 +122,17 @@ pub fn purchase_span(product: &'static str) -> tracing::Span {
 
 /// Everything up to a verified, claimed payment; `Err` is the answer to give instead
 /// (the 402, a refusal, or the replay of a completed identical request).
+/// Whether the request may be (or lead to) a retry of a purchase already made: it
+/// carries a payment header (the paid round, which [`begin`] answers with a replay, a
+/// refusal or a fresh claim) or an Idempotency-Key (its unpaid round is answered 402,
+/// and the paid one may replay). Checks that a purchase made since would fail belong
+/// after [`begin`] for these.
+pub fn may_be_a_retry(req: &Request) -> bool {
+    req.headers().contains_key(umpire_x402::HEADER_PAYMENT_SIGNATURE)
+        || req.headers().contains_key(umpire_x402::HEADER_X_PAYMENT)
+        || req.headers().contains_key("idempotency-key")
+}
+
 pub async fn begin<'a>(
     state: &'a AppState,
     req: &Request,
@@ -240,6 +251,12 @@ impl Checkout<'_> {
     /// whether the purchase went through).
     pub fn payment_key(&self) -> &str {
         self.hold.key()
+    }
+
+    /// Whether the payment had already moved to us (a purchase resumed after its
+    /// settlement): what it buys is owed, whatever a check would now say.
+    pub fn already_settled(&self) -> bool {
+        self.settled.is_some()
     }
 
     /// Answers a settled purchase and records it in the ledger and for replays, or
