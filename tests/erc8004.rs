@@ -451,10 +451,19 @@ fn a_failing_verdict_answers_its_request_with_0() {
 
 #[test]
 fn a_sworn_verdict_answers_provisionally_after_pass_1_then_finally() {
-    let v = Validator::start(&[]);
+    // Pass 2 late enough for pass 1's answer to land first (once the verdict is final,
+    // a provisional answer not yet sent is not sent at all).
+    let v = Validator::start(&[("UMPIRE_SWORN_DELAY_SECONDS", "10")]);
     let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
     let bought = v.buy("sworn", SPEC, GOOD, &reference);
     assert_eq!(bought.status, 202, "{}", bought.body);
+    let provisional = v.answered(&hash, "umpire:sworn:provisional");
+    assert_eq!(provisional["response"], 100);
+    // Answered provisionally is answered: a second purchase is refused, nothing charged.
+    let before = v.payer_balance();
+    let again = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_eq!(v.payer_balance(), before);
     let last = v.answered(&hash, "umpire:sworn");
     assert_eq!(last["response"], 100);
     // Both answers are on chain, provisional first.

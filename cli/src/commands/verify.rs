@@ -363,7 +363,9 @@ async fn published_validator(doc: &Value) -> Result<(Address, Option<ContractRef
         .and_then(Value::as_str)
         .and_then(|e| e.rsplit(':').next())
         .and_then(|a| a.parse().ok())
-        .ok_or_else(|| format!("{url}: the validator's endpoint is not eip155:<chain>:<address>"))?;
+        .ok_or_else(|| {
+            format!("{url}: the validator's endpoint is not eip155:<chain>:<address>")
+        })?;
     let registry = service
         .get("validationRegistry")
         .and_then(Value::as_str)

@@ -320,8 +320,6 @@ mod budget_tests {
 /// The validator's balance below which every answer posted says so (a metric to alarm
 /// on): 0.005 ETH, hundreds of answers at Base's usual fees.
 pub const DEFAULT_LOW_GAS_WEI: u128 = 5_000_000_000_000_000;
-/// The largest request file read (the fetcher's cap applies to https too).
-pub const MAX_REQUEST_FILE_BYTES: usize = 256 * 1024;
 
 /// Where this deployment answers validation requests, from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -458,4 +456,3 @@ impl ValidatorConfig {
         }))
     }
 }
-

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use alloy::primitives::{Address, B256, U256, keccak256};
+use alloy::primitives::{B256, U256, keccak256};
 use alloy::signers::local::PrivateKeySigner;
 use umpire_core::json::{Value, parse};
 use umpire_core::product::Tier;
@@ -25,15 +25,18 @@ use umpire_escrow::validation::{
 use umpire_escrow::{ContractRef, EscrowError};
 use umpire_host::Deadline;
 
+use crate::paid::ledger::PurchaseOutcome;
 use crate::paid::purchase::Purchase;
 use crate::plumbing::metrics::{Metric, record};
-use crate::paid::ledger::PurchaseOutcome;
 use crate::sworn::job::{JobError, SwornJob, ValidationJob, backoff};
 use crate::{AppState, Config};
 
 /// Attempts at posting one answer before it is given up on (and alarmed): with the
 /// webhook's backoff (30 s doubling, 15 min at most), about an hour and a half.
 pub const POST_MAX_ATTEMPTS: u32 = 10;
+/// The largest request file read (the fetcher's cap applies to http(s) too).
+pub const MAX_REQUEST_FILE_BYTES: usize = 256 * 1024;
+
 pub use crate::config::{DEFAULT_LOW_GAS_WEI, KEY_HEX_ENV, ValidatorConfig, key_from_env};
 
 /// The registry this deployment answers on, with the validator's key where answers are
@@ -317,7 +320,12 @@ fn committed(
     let stated = match stated {
         None => None,
         Some(Value::String(h)) => Some(h.to_ascii_lowercase()),
-        Some(_) => return Err(refused(format!("the request file's {name}_hash is not a string"), hint)),
+        Some(_) => {
+            return Err(refused(
+                format!("the request file's {name}_hash is not a string"),
+                hint,
+            ));
+        }
     };
     match (carried.transpose()?, stated) {
         (Some(h), Some(st)) if h != st => Err(refused(
@@ -350,7 +358,11 @@ fn matches_request(file: &[u8], purchase: &Purchase, agent_id: &U256) -> Result<
         && t.as_str() != Some(tier.as_str())
     {
         return Err(refused(
-            format!("the request file asks for tier {}, not {}", plain(t), tier.as_str()),
+            format!(
+                "the request file asks for tier {}, not {}",
+                plain(t),
+                tier.as_str()
+            ),
             hint,
         ));
     }
@@ -373,7 +385,10 @@ fn matches_request(file: &[u8], purchase: &Purchase, agent_id: &U256) -> Result<
     let spec = v.get("spec").map(|s| {
         parse_spec(s, Some(tier)).map(|s| s.hash).map_err(|_| {
             refused(
-                format!("the request file's spec is not a valid {} spec", tier.as_str()),
+                format!(
+                    "the request file's spec is not a valid {} spec",
+                    tier.as_str()
+                ),
                 hint,
             )
         })
@@ -382,7 +397,12 @@ fn matches_request(file: &[u8], purchase: &Purchase, agent_id: &U256) -> Result<
     let deliverable = v.get("deliverable").map(|d| {
         parse_deliverable(d, "deliverable")
             .map(|d| d.hash())
-            .map_err(|_| refused("the request file's deliverable is not a valid deliverable", hint))
+            .map_err(|_| {
+                refused(
+                    "the request file's deliverable is not a valid deliverable",
+                    hint,
+                )
+            })
     });
     let deliverable_hash = committed(deliverable, v.get("deliverable_hash"), "deliverable", hint)?;
     if spec_hash != purchase.spec.hash {
@@ -484,7 +504,10 @@ pub async fn queue_answer(
         Duration::ZERO
     };
     let queued = match &state.queue {
-        Some(q) => q.enqueue(&job.to_job(), delay).await.map_err(|e| e.to_string()),
+        Some(q) => q
+            .enqueue(&job.to_job(), delay)
+            .await
+            .map_err(|e| e.to_string()),
         None => Err("no job queue".to_owned()),
     };
     queued.map_err(|e| {
@@ -508,7 +531,10 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
     };
     let outcome = match sold(state, job).await {
         Ok(Sold::No) => {
-            tracing::info!(verdict_id, "a validation answer for a verdict never sold; dropped");
+            tracing::info!(
+                verdict_id,
+                "a validation answer for a verdict never sold; dropped"
+            );
             return Ok(());
         }
         // Its purchase is still settling: asked again shortly, as long as its hold lasts.
@@ -548,8 +574,14 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
                 attempt: job.attempt + 1,
                 ..job.clone()
             });
-            let queue = state.queue.as_ref().ok_or_else(|| JobError::Retry("no job queue configured".into()))?;
-            queue.enqueue(&again.to_job(), delay).await.map_err(|e| JobError::Retry(e.to_string()))
+            let queue = state
+                .queue
+                .as_ref()
+                .ok_or_else(|| JobError::Retry("no job queue configured".into()))?;
+            queue
+                .enqueue(&again.to_job(), delay)
+                .await
+                .map_err(|e| JobError::Retry(e.to_string()))
         }
         Err(e) => {
             tracing::error!(verdict_id, attempt = job.attempt, tag = job.tag, error = %e, "the validation answer was not posted; given up");
@@ -625,7 +657,9 @@ async fn post(
         None => B256::ZERO,
     };
     let Some(status) = registry.status(hash).await? else {
-        return Err(EscrowError::Config("the registry has no such request".into()));
+        return Err(EscrowError::Config(
+            "the registry has no such request".into(),
+        ));
     };
     if job.tag == PROVISIONAL_TAG {
         // A final answer stands, or this one is there already, or pass 2 has finished
@@ -643,7 +677,13 @@ async fn post(
         return Ok(None);
     }
     let tx = registry
-        .respond(hash, job.response, &job.response_uri, response_hash, &job.tag)
+        .respond(
+            hash,
+            job.response,
+            &job.response_uri,
+            response_hash,
+            &job.tag,
+        )
         .await?;
     if let Ok(Some(balance)) = registry.validator_balance().await
         && let Some(v) = &state.config.validator
@@ -737,8 +777,8 @@ mod tests {
     use super::*;
 
     fn purchase() -> Purchase {
-        let spec = parse(br##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##)
-            .expect("json");
+        let spec =
+            parse(br##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##).expect("json");
         let deliverable = parse(br##"{"text":"# Report"}"##).expect("json");
         Purchase {
             tier: Tier::Basic,
@@ -763,16 +803,39 @@ mod tests {
         let spaced = r##"{ "deliverable": {"text":"# Report"}, "spec": {"checks":[{"pattern":"^# Report","type":"regex"}]} }"##;
         assert_eq!(check(spaced), Ok(()));
         assert_eq!(
-            check(&format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":7,"tier":"basic"}}"#)),
+            check(&format!(
+                r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":7,"tier":"basic"}}"#
+            )),
             Ok(())
         );
         for (file, why) in [
-            (format!(r#"{{"spec_hash":"{spec}"}}"#), "names no deliverable"),
-            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{}"}}"#, "0".repeat(64)), "deliverable differs"),
-            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":"8"}}"#), "names agent"),
-            (format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","tier":"sworn"}}"#), "asks for tier"),
+            (
+                format!(r#"{{"spec_hash":"{spec}"}}"#),
+                "names no deliverable",
+            ),
+            (
+                format!(
+                    r#"{{"spec_hash":"{spec}","deliverable_hash":"{}"}}"#,
+                    "0".repeat(64)
+                ),
+                "deliverable differs",
+            ),
+            (
+                format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","agent_id":"8"}}"#),
+                "names agent",
+            ),
+            (
+                format!(r#"{{"spec_hash":"{spec}","deliverable_hash":"{del}","tier":"sworn"}}"#),
+                "asks for tier",
+            ),
             // Both forms, disagreeing: the file contradicts itself.
-            (format!(r##"{{"spec":{{"checks":[{{"type":"regex","pattern":"^# Report"}}]}},"spec_hash":"{}","deliverable_hash":"{del}"}}"##, "1".repeat(64)), "spec_hash is not its spec's"),
+            (
+                format!(
+                    r##"{{"spec":{{"checks":[{{"type":"regex","pattern":"^# Report"}}]}},"spec_hash":"{}","deliverable_hash":"{del}"}}"##,
+                    "1".repeat(64)
+                ),
+                "spec_hash is not its spec's",
+            ),
             ("[1]".to_owned(), "not a JSON object"),
             ("nope".to_owned(), "not JSON"),
         ] {
@@ -783,8 +846,14 @@ mod tests {
 
     #[test]
     fn data_uris_decode_strictly() {
-        assert_eq!(data_uri("application/json;base64,eyJhIjoxfQ=="), Some(br#"{"a":1}"#.to_vec()));
-        assert_eq!(data_uri("application/json,%7B%22a%22%3A1%7D"), Some(br#"{"a":1}"#.to_vec()));
+        assert_eq!(
+            data_uri("application/json;base64,eyJhIjoxfQ=="),
+            Some(br#"{"a":1}"#.to_vec())
+        );
+        assert_eq!(
+            data_uri("application/json,%7B%22a%22%3A1%7D"),
+            Some(br#"{"a":1}"#.to_vec())
+        );
         assert_eq!(data_uri(",%+f"), None, "a sign is not a hex digit");
         assert_eq!(data_uri(",%4"), None);
         assert_eq!(data_uri("no comma"), None);

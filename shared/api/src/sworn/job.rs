@@ -4,8 +4,8 @@
 //! here; fields an older job may lack are `Option`s, and the step that needs one says
 //! so when it is missing (a job for a verdict that is gone never needs them).
 
-use umpire_core::json::{Value, parse};
 use std::time::Duration;
+use umpire_core::json::{Value, parse};
 
 use umpire_store::{Job, MAX_DELAY};
 

@@ -65,7 +65,6 @@ const THROTTLED_HOPS_MAX: u64 = 40;
 /// a worker that dies leaves it to the redelivered job after this.
 const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;
 
-
 fn retry(e: impl std::fmt::Display) -> JobError {
     JobError::Retry(e.to_string())
 }
@@ -461,7 +460,12 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     }
     // The standing document (ours, or the first worker's) answers the validation
     // request the purchase named, if any.
-    let standing = match state.store.get_verdict(verdict_id, now).await.map_err(retry)? {
+    let standing = match state
+        .store
+        .get_verdict(verdict_id, now)
+        .await
+        .map_err(retry)?
+    {
         Some(VerdictRecord {
             document: Some(standing),
             ..
@@ -529,7 +533,6 @@ async fn schedule_webhook(
         .await
         .map_err(retry)
 }
-
 
 /// `sha256=<hex>`: HMAC-SHA256 over the raw body, keyed with the 64-character hex
 /// string of sha256(secret), used as text (derived again per delivery, see `secret`).

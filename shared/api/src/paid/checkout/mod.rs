@@ -128,7 +128,8 @@ pub fn purchase_span(product: &'static str) -> tracing::Span {
 /// and the paid one may replay). Checks that a purchase made since would fail belong
 /// after [`begin`] for these.
 pub fn may_be_a_retry(req: &Request) -> bool {
-    req.headers().contains_key(umpire_x402::HEADER_PAYMENT_SIGNATURE)
+    req.headers()
+        .contains_key(umpire_x402::HEADER_PAYMENT_SIGNATURE)
         || req.headers().contains_key(umpire_x402::HEADER_X_PAYMENT)
         || req.headers().contains_key("idempotency-key")
 }
