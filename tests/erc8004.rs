@@ -297,16 +297,7 @@ fn payload_sha256(bought: &Bought) -> String {
 
 #[test]
 fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
-    let v = Validator::start(&[]);
-    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
-    let bought = v.buy("basic", SPEC, GOOD, &reference);
-    assert_eq!(bought.status, 201, "{}", bought.body);
-    let status = v.answered(&hash, "umpire:basic");
-    assert_eq!(status["response"], 100);
-    assert_eq!(
-        status["response_hash"].as_str(),
-        Some(payload_sha256(&bought).as_str())
-    );
+    let (v, reference, bought, status) = basic_answer(GOOD, 100);
     assert_eq!(
         status["validator"].as_str(),
         Some(v.devnet.get("validator").as_str())
@@ -437,16 +428,24 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
 
 #[test]
 fn a_failing_verdict_answers_its_request_with_0() {
+    basic_answer(BAD, 0);
+}
+
+/// A basic verdict bought for a request about `deliverable`, answered on chain with
+/// `response` and the document's payload_sha256: the world, the reference, the purchase
+/// and the request's status.
+fn basic_answer(deliverable: &str, response: u64) -> (Validator, String, Bought, Value) {
     let v = Validator::start(&[]);
-    let (reference, hash) = v.request(&request_file(SPEC, BAD), None);
-    let bought = v.buy("basic", SPEC, BAD, &reference);
+    let (reference, hash) = v.request(&request_file(SPEC, deliverable), None);
+    let bought = v.buy("basic", SPEC, deliverable, &reference);
     assert_eq!(bought.status, 201, "{}", bought.body);
     let status = v.answered(&hash, "umpire:basic");
-    assert_eq!(status["response"], 0);
+    assert_eq!(status["response"], response);
     assert_eq!(
         status["response_hash"].as_str(),
         Some(payload_sha256(&bought).as_str())
     );
+    (v, reference, bought, status)
 }
 
 #[test]
