@@ -353,6 +353,11 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
         .to_string_lossy()
         .into_owned();
     let rpc = v.devnet.get("rpc_url");
+    let registry = format!(
+        "eip155:{}:{}",
+        v.devnet.get("chain_id"),
+        v.devnet.get("validation_registry")
+    );
     let audit = |doc: &str| {
         run_umpire(
             &[
@@ -366,6 +371,8 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
                 &rpc,
                 "--validator",
                 &validator,
+                "--registry",
+                &registry,
             ],
             &[],
         )

@@ -103,9 +103,12 @@ pub struct Verify {
     #[arg(long, requires = "rpc", conflicts_with = "job")]
     validation: Option<String>,
     /// The validator address to expect (default: the one the document's issuer
-    /// publishes at /.well-known/agent-registration.json).
-    #[arg(long, requires = "validation")]
+    /// publishes at /.well-known/agent-registration.json). Needs --registry.
+    #[arg(long, requires = "registry")]
     validator: Option<String>,
+    /// The registry the validator answers on, eip155:CHAIN:ADDRESS (with --validator).
+    #[arg(long, requires = "validator")]
+    registry: Option<String>,
     /// The RPC of the job's (or the registry's) chain.
     #[arg(long)]
     rpc: Option<String>,
@@ -118,7 +121,7 @@ impl Verify {
             (None, Some(reference), Some(rpc)) => Some(OnChain::Validation {
                 reference,
                 rpc,
-                validator: self.validator,
+                validator: self.validator.zip(self.registry),
             }),
             (None, None, Some(_)) => {
                 return fail(2, "--rpc goes with --job or --validation");
@@ -142,7 +145,8 @@ enum OnChain {
     Validation {
         reference: String,
         rpc: String,
-        validator: Option<String>,
+        /// The validator and its registry, when given rather than read from the issuer.
+        validator: Option<(String, String)>,
     },
 }
 
@@ -187,7 +191,7 @@ async fn run(
             reference,
             rpc,
             validator,
-        }) => validation_steps(&doc, reference, rpc, validator.as_deref()).await,
+        }) => validation_steps(&doc, reference, rpc, validator.as_ref()).await,
     };
     match more {
         Ok(more) => steps.extend(more),
@@ -380,17 +384,17 @@ async fn validation_steps(
     doc: &Value,
     reference: &str,
     rpc: &str,
-    validator: Option<&str>,
+    validator: Option<&(String, String)>,
 ) -> Result<Vec<Step>, String> {
     use umpire_escrow::validation::{FAILED, PASSED, final_tag};
     let reference: ValidationRef = reference
         .parse()
         .map_err(|e| format!("--validation: {e}"))?;
     let (expected, published_registry): (Address, Option<ContractRef>) = match validator {
-        Some(v) => (
+        Some((v, r)) => (
             v.parse()
                 .map_err(|_| format!("--validator {v:?} is not an address"))?,
-            None,
+            Some(r.parse().map_err(|e| format!("--registry: {e}"))?),
         ),
         None => published_validator(doc).await?,
     };
@@ -417,15 +421,21 @@ async fn validation_steps(
     );
     // Any contract can emit events naming Umpire's validator: the registry must be the
     // one Umpire says it answers on.
-    if let Some(published) = published_registry {
-        step(
+    match published_registry {
+        Some(published) => step(
             "registry",
             published == reference.registry,
             format!(
                 "the request is on {}; Umpire answers on {published}",
                 reference.registry
             ),
-        );
+        ),
+        None => step(
+            "registry",
+            false,
+            "the issuer publishes no registry its validator answers on: pass --validator and --registry"
+                .into(),
+        ),
     }
     let hash = reference.request_hash;
     let Some(status) = registry
@@ -508,7 +518,8 @@ async fn validation_steps(
     }
     // What readers of the registry see (getValidationStatus, getSummary) is the latest
     // answer: it must be this one.
-    let current = Some(status.response_hash) == payload && status.tag == tag;
+    let current =
+        Some(status.response_hash) == payload && status.tag == tag && status.response == want;
     step(
         "current",
         current,

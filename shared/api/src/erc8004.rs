@@ -140,6 +140,13 @@ pub async fn check_before_payment(
             "Leave job_ref without the erc8004: prefix, or buy from a deployment whose /.well-known/agent-registration.json lists a validator; nothing was charged.",
         ));
     };
+    if state.queue.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "this process has no job queue to post validation answers from",
+            "Buy from a deployment with a job queue; nothing was charged.",
+        ));
+    }
     if reference.registry != config.registry {
         return Err(refused(
             format!(
@@ -540,7 +547,7 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
         // Its purchase is still settling: asked again shortly, as long as its hold lasts.
         Ok(Sold::NotYet) => {
             let now = state.config.clock.now();
-            if job.wait_until.is_some_and(|until| now >= until) {
+            if job.wait_until.is_none_or(|until| now >= until) {
                 tracing::error!(
                     verdict_id,
                     "the validation answer's purchase never settled; not answered"

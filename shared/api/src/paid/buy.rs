@@ -82,12 +82,15 @@ async fn purchase_of(
     })
     .await?;
     // A validation request named in job_ref: refused before a payment is even asked
-    // for, unless the request may be a retry of a purchase made already (whose answer
-    // the request's state now reflects): those are checked once their payment is
-    // claimed (`buy_inner`), so a retry is answered with its purchase, not refused.
+    // for. A request that may be the retry of a purchase made already (whose answer the
+    // request's state now shows) is not refused here for being answered: its paid round
+    // gets its purchase back, or is refused then (`buy_inner`).
     if !checkout::may_be_a_retry(req) {
         let until = state.config.clock.deadline(state.config.request_budget / 4);
-        crate::erc8004::check_before_payment(state, &purchase, until).await?;
+        match crate::erc8004::check_before_payment(state, &purchase, until).await {
+            Err(e) if e.code != ErrorCode::AlreadyCreated => return Err(e),
+            _ => {}
+        }
     }
     if tier == Tier::Sworn && state.queue.is_none() {
         return Err(ApiError::new(
@@ -120,12 +123,21 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
     let purchase = purchase_of(state, tier, req).await.map_err(err)?;
     let product = Product::verdict(tier);
     let mut checkout = checkout::begin(state, req, product, deadline).await?;
-    // A fresh purchase naming a validation request: checked now (a replay, answered by
-    // `begin`, never gets here). Refused: the claim is released and nothing settles.
-    if !checkout.already_settled() {
+    // A fresh purchase naming a validation request is checked now, paid round and all (a
+    // replay, answered by `begin`, never gets here), and answers the request only if
+    // it passes. Refused: the claim is released and nothing settles. A payment that had
+    // already moved to us (its payer broadcast the authorization) buys its verdict even
+    // so, but the request is not answered.
+    let mut answers_request = false;
+    if crate::erc8004::named_request(&purchase).is_some() {
         let until = state.config.clock.deadline(state.config.request_budget / 4);
-        if let Err(e) = crate::erc8004::check_before_payment(state, &purchase, until).await {
-            return Err(checkout.abandon(e).await);
+        match crate::erc8004::check_before_payment(state, &purchase, until).await {
+            Ok(()) => answers_request = true,
+            Err(e) if checkout.already_settled() => tracing::warn!(
+                error = e.message.as_str(),
+                "a purchase paid already names a validation request it cannot answer: delivered, not answered"
+            ),
+            Err(e) => return Err(checkout.abandon(e).await),
         }
     }
 
@@ -159,6 +171,7 @@ async fn buy_inner(state: &AppState, req: &Request) -> Result<Response, Response
         secret: &secret,
         status_url: &status_url,
         checkout: &mut checkout,
+        answers_request,
     };
     let answer = if tier == Tier::Sworn {
         paid.sworn(&purchase, &results).await
@@ -174,6 +187,9 @@ struct Paid<'a, 'c> {
     secret: &'a str,
     status_url: &'a str,
     checkout: &'a mut Checkout<'c>,
+    /// The purchase names a validation request and passed its checks: its verdict
+    /// answers it on chain.
+    answers_request: bool,
 }
 
 impl Paid<'_, '_> {
@@ -233,7 +249,7 @@ impl Paid<'_, '_> {
         let prepared = self.prepared(201, &body, Some(record));
         // The answer to a validation request is queued before the payment settles (a
         // crash between the two cannot lose it); it waits for the sale to be known.
-        if let Some(document) = body.get("document") {
+        if let Some(document) = body.get("document").filter(|_| self.answers_request) {
             self.queue_answer(
                 purchase,
                 crate::erc8004::Answer::final_for(document, purchase.tier),
@@ -355,6 +371,7 @@ impl Paid<'_, '_> {
             now,
             self.checkout.payment_key(),
             now + 2 * hold,
+            self.answers_request,
         ) {
             Ok(job) => queue
                 .enqueue(&job, delay)
@@ -363,6 +380,7 @@ impl Paid<'_, '_> {
             Err(e) => Err(Void::Internal(crate::internal(e))),
         };
         let queued = match queued {
+            Ok(()) if !self.answers_request => Ok(()),
             Ok(()) => {
                 let passed = umpire_core::document::verdict_passed(results);
                 self.queue_answer(purchase, crate::erc8004::Answer::provisional(passed), now)

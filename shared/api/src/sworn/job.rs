@@ -66,6 +66,9 @@ pub struct Pass2Job {
     pub wait_until: Option<u64>,
     /// How many times this job has waited for its purchase.
     pub hops: u64,
+    /// The purchase passed its ERC-8004 checks: its final document answers the request
+    /// its job_ref names (absent, in a job queued before answering existed: false).
+    pub answers_request: bool,
 }
 
 /// The answer to post for one verdict (see `crate::erc8004`).
@@ -199,6 +202,7 @@ impl Pass2Job {
             payment_key: text(p, "payment_key"),
             wait_until: p.get("wait_until").and_then(Value::as_u64),
             hops: p.get("hops").and_then(Value::as_u64).unwrap_or(0),
+            answers_request: p.get("answers_request") == Some(&Value::Bool(true)),
         })
     }
 
@@ -228,6 +232,9 @@ impl Pass2Job {
         }
         if let Some(t) = self.wait_until {
             v.insert("wait_until", t);
+        }
+        if self.answers_request {
+            v.insert("answers_request", true);
         }
         v
     }
@@ -271,6 +278,7 @@ mod tests {
             payment_key: Some("evm:0xabc".into()),
             wait_until: Some(160),
             hops: 2,
+            answers_request: true,
         }));
         let envelope = job.to_job();
         assert_eq!(envelope.kind, JOB_PASS2);

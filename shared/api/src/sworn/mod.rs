@@ -81,6 +81,7 @@ pub fn pass2_job(
     created_at: u64,
     payment_key: &str,
     wait_until: u64,
+    answers_request: bool,
 ) -> Result<Job, String> {
     let sealed = seal::seal(
         key,
@@ -101,6 +102,7 @@ pub fn pass2_job(
         payment_key: Some(payment_key.to_owned()),
         wait_until: Some(wait_until),
         hops: 0,
+        answers_request,
     }))
     .to_job())
 }
@@ -115,6 +117,7 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         u64::MAX,
         &crate::paid::ledger::raw_payment_key(&serde_json::Value::Null),
         u64::MAX,
+        true,
     )
     .map_err(crate::internal)?
     .payload
@@ -295,7 +298,9 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         // A duplicate: the final document exists; make sure its answer to a validation
         // request and its webhook are on their way (the first copy may have died after
         // finalizing; posting and delivery are idempotent).
-        answer_validation(state, verdict_id, p.job_ref.as_ref(), text).await?;
+        if p.answers_request {
+            answer_validation(state, verdict_id, p.job_ref.as_ref(), text).await?;
+        }
         return schedule_webhook(
             state,
             verdict_id,
@@ -472,7 +477,9 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         }) => standing,
         _ => text,
     };
-    answer_validation(state, verdict_id, purchase.job_ref.as_ref(), &standing).await?;
+    if p.answers_request {
+        answer_validation(state, verdict_id, purchase.job_ref.as_ref(), &standing).await?;
+    }
     schedule_webhook(
         state,
         verdict_id,
