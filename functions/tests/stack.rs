@@ -213,9 +213,19 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
     let unpaid =
         umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
     let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
-    let job =
-        umpire_api::sworn::pass2_job(&verdict_id, &key, &purchase, &[], now, &unpaid, now + 60)
-            .expect("job");
+    let job = umpire_api::sworn::pass2_job(
+        &verdict_id,
+        &key,
+        &purchase,
+        &[],
+        now,
+        umpire_api::sworn::Sold {
+            payment_key: &unpaid,
+            wait_until: now + 60,
+            answers_request: false,
+        },
+    )
+    .expect("job");
     queue
         .enqueue(&job, std::time::Duration::ZERO)
         .await

@@ -196,8 +196,11 @@ async fn bought(
         &purchase,
         &pass1,
         now,
-        &payment_key,
-        now + 60,
+        sworn::Sold {
+            payment_key: &payment_key,
+            wait_until: now + 60,
+            answers_request: false,
+        },
     )
     .expect("job");
     (verdict_id, job)
@@ -846,8 +849,11 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         &purchase,
         &[],
         now,
-        &payment_key,
-        now + 600,
+        sworn::Sold {
+            payment_key: &payment_key,
+            wait_until: now + 600,
+            answers_request: false,
+        },
     )
     .expect("job");
     run_job(&state, &job).await.expect("waits");
@@ -863,8 +869,11 @@ async fn pass_two_waits_for_an_unresolved_purchase_only_until_its_hold_lapses() 
         &purchase,
         &[],
         now,
-        &payment_key,
-        now - 1,
+        sworn::Sold {
+            payment_key: &payment_key,
+            wait_until: now - 1,
+            answers_request: false,
+        },
     )
     .expect("job");
     run_job(&state, &late).await.expect("gives up");

@@ -369,9 +369,11 @@ impl Paid<'_, '_> {
             purchase,
             results,
             now,
-            self.checkout.payment_key(),
-            now + 2 * hold,
-            self.answers_request,
+            sworn::Sold {
+                payment_key: self.checkout.payment_key(),
+                wait_until: now + 2 * hold,
+                answers_request: self.answers_request,
+            },
         ) {
             Ok(job) => queue
                 .enqueue(&job, delay)

@@ -69,19 +69,26 @@ fn retry(e: impl std::fmt::Display) -> JobError {
     JobError::Retry(e.to_string())
 }
 
+/// What pass 2 is told of the sale it finishes.
+pub struct Sold<'a> {
+    /// The purchase's ledger key: only a paid verdict is finished.
+    pub payment_key: &'a str,
+    /// When the purchase's hold lapses: pass 2 waits for an unresolved purchase no
+    /// longer than that (each wait is a hop, counted in the job).
+    pub wait_until: u64,
+    /// The purchase passed its ERC-8004 checks: the final document answers its request.
+    pub answers_request: bool,
+}
+
 /// The pass-2 job for a sworn purchase: everything pass 2 needs, the deliverable sealed
-/// under `key` (bound to the verdict). `wait_until` is when its purchase's hold lapses:
-/// pass 2 waits for an unresolved purchase no longer than that (each wait is a hop,
-/// counted in the job).
+/// under `key` (bound to the verdict).
 pub fn pass2_job(
     verdict_id: &str,
     key: &DataKey,
     purchase: &Purchase,
     pass1: &[CheckResult],
     created_at: u64,
-    payment_key: &str,
-    wait_until: u64,
-    answers_request: bool,
+    sold: Sold<'_>,
 ) -> Result<Job, String> {
     let sealed = seal::seal(
         key,
@@ -99,10 +106,10 @@ pub fn pass2_job(
         webhook_url: purchase.webhook_url.clone(),
         pass1: pass1.iter().map(CheckResult::to_value).collect(),
         created_at: Some(created_at),
-        payment_key: Some(payment_key.to_owned()),
-        wait_until: Some(wait_until),
+        payment_key: Some(sold.payment_key.to_owned()),
+        wait_until: Some(sold.wait_until),
         hops: 0,
-        answers_request,
+        answers_request: sold.answers_request,
     }))
     .to_job())
 }
@@ -115,9 +122,11 @@ pub fn check_job_size(purchase: &Purchase) -> Result<(), ApiError> {
         purchase,
         &[],
         u64::MAX,
-        &crate::paid::ledger::raw_payment_key(&serde_json::Value::Null),
-        u64::MAX,
-        true,
+        Sold {
+            payment_key: &crate::paid::ledger::raw_payment_key(&serde_json::Value::Null),
+            wait_until: u64::MAX,
+            answers_request: true,
+        },
     )
     .map_err(crate::internal)?
     .payload
