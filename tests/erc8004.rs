@@ -42,17 +42,22 @@ fn refused(devnet: &Devnet, args: &[&str], error: &str) {
     assert!(err.contains(error), "{args:?}: expected {error}, got {err}");
 }
 
-#[test]
-fn a_request_is_answered_only_by_the_validator_it_names() {
-    let devnet = Devnet::start();
-    let agent = ok(
-        &devnet,
+/// The devnet's agent owner registers an agent: its id and owner.
+fn register(devnet: &Devnet) -> Value {
+    ok(
+        devnet,
         &[
             "register",
             "--uri",
             "https://agent.example/registration.json",
         ],
-    );
+    )
+}
+
+#[test]
+fn a_request_is_answered_only_by_the_validator_it_names() {
+    let devnet = Devnet::start();
+    let agent = register(&devnet);
     let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
     assert_eq!(
         agent["owner"].as_str(),
@@ -188,14 +193,7 @@ impl Validator {
         ];
         env.extend_from_slice(extra);
         let server = devnet.serve(Settlement::SelfSettle, &env);
-        let agent = ok(
-            &devnet,
-            &[
-                "register",
-                "--uri",
-                "https://agent.example/registration.json",
-            ],
-        );
+        let agent = register(&devnet);
         let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
         Validator {
             devnet,
