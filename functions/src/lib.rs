@@ -65,6 +65,12 @@ impl Role {
         matches!(self, Role::Api(Route::Buy | Route::Reputation))
     }
 
+    /// Paid routes settle payments; the worker decides (and settles) the purchases
+    /// whose settlement had no outcome in time (the reconciler's jobs).
+    pub const fn settles(self) -> bool {
+        self.sells() || matches!(self, Role::Worker)
+    }
+
     /// Every route but the static documents (health, key, OpenAPI, verify page) reads
     /// or writes storage, if only to count requests against rate limits.
     pub const fn stores(self) -> bool {
@@ -258,7 +264,7 @@ impl Vars {
 /// Reads every secret this function was given, once; only functions that take payments
 /// or read the chain have any, and link the Secrets Manager client.
 fn secrets_for<'a, N: Needs>(aws: Option<&'a umpire_aws::SdkConfig>) -> Part<'a, Vars> {
-    if const { !(N::ROLE.sells() || N::ROLE.reads_chain() || N::ROLE.validates()) } {
+    if const { !(N::ROLE.settles() || N::ROLE.reads_chain() || N::ROLE.validates()) } {
         return ready_part(Vars::default());
     }
     Box::pin(async move {
@@ -430,7 +436,8 @@ fn checker_for<'a, N: Needs>(
     })
 }
 
-/// Payments and the SOL price feed, for functions that sell.
+/// Payments and the SOL price feed, for functions that sell (and the worker, which
+/// settles pending purchases).
 fn payments_for<'a, N: Needs>(
     config: &'a Config,
     vars: &'a Vars,
@@ -441,7 +448,7 @@ fn payments_for<'a, N: Needs>(
         Option<Arc<umpire_pay::price::SolPriceFeed>>,
     ),
 > {
-    if const { !N::ROLE.sells() } {
+    if const { !N::ROLE.settles() } {
         return ready_part((umpire_pay::Payments::default(), None));
     }
     Box::pin(async move {

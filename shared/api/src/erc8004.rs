@@ -544,10 +544,11 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
             );
             return Ok(());
         }
-        // Its purchase is still settling: asked again shortly, as long as its hold lasts.
-        Ok(Sold::NotYet) => {
+        // Its purchase is still settling: asked again shortly, as long as its hold lasts
+        // (a pending purchase, followed to its end by its reconciler, however long).
+        Ok(Sold::NotYet { pending }) => {
             let now = state.config.clock.now();
-            if job.wait_until.is_none_or(|until| now >= until) {
+            if !pending && job.wait_until.is_none_or(|until| now >= until) {
                 tracing::error!(
                     verdict_id,
                     "the validation answer's purchase never settled; not answered"
@@ -602,8 +603,11 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
 enum Sold {
     Yes,
     No,
-    /// Its purchase has not settled yet (or its answer was lost: the retry tells).
-    NotYet,
+    /// Its purchase has not settled yet: still running, or `pending` (its outcome was
+    /// not known in time, and its reconciler follows it).
+    NotYet {
+        pending: bool,
+    },
 }
 
 async fn sold(state: &AppState, job: &ValidationJob) -> Result<Sold, EscrowError> {
@@ -621,7 +625,8 @@ async fn sold(state: &AppState, job: &ValidationJob) -> Result<Sold, EscrowError
     Ok(match outcome {
         PurchaseOutcome::Paid => Sold::Yes,
         PurchaseOutcome::NotSold => Sold::No,
-        PurchaseOutcome::Unresolved => Sold::NotYet,
+        PurchaseOutcome::Unresolved => Sold::NotYet { pending: false },
+        PurchaseOutcome::Pending => Sold::NotYet { pending: true },
     })
 }
 

@@ -36,6 +36,8 @@ enum Step {
     After(Duration),
     /// Refuses, moving nothing.
     Fail(PaymentFailure),
+    /// (verify) The authorization was executed already, to us: verifies as paid.
+    PaidUs,
     /// The transfer lands, and the answer never comes (the process dies, the RPC hangs).
     BroadcastThenHang,
     /// The transfer lands, and the answer is this failure (a receipt that came late).
@@ -125,6 +127,13 @@ impl Settler for FakeChain {
         match Self::next(&self.verify) {
             Step::Fail(f) => return Err(f),
             Step::After(d) => tokio::time::sleep(d).await,
+            Step::PaidUs => {
+                let tx = self.spent_by(ctx).unwrap_or_else(|| self.broadcast(ctx));
+                return Ok(Verified {
+                    payer: ctx.claimed_payer().expect("the payment names its payer"),
+                    settled: Some(Self::settlement(ctx, tx)),
+                });
+            }
             _ => {}
         }
         match self.spent_by(ctx) {
@@ -154,7 +163,7 @@ impl Settler for FakeChain {
                 self.broadcast(ctx);
                 return Err(f);
             }
-            Step::Chain => {}
+            Step::Chain | Step::PaidUs => {}
         }
         if self.spent_by(ctx).is_some() {
             return Err(nonce_used());
@@ -176,11 +185,218 @@ impl Settler for FakeChain {
 
 const PATH: &str = "/v1/reputation?merchant=0x1111111111111111111111111111111111111111";
 
+/// The embedded store, with writes that fail on demand (a store that falters for a
+/// moment): `put_verdict` fails its next `fail_verdict_writes` calls.
+struct FlakyStore {
+    inner: Arc<SqliteStore>,
+    fail_verdict_writes: AtomicUsize,
+}
+
+fn faltering() -> umpire_store::StoreError {
+    umpire_store::StoreError::Unavailable("the store faltered (test)".into())
+}
+
+#[async_trait]
+impl umpire_store::VerdictStore for FlakyStore {
+    async fn put_verdict(&self, rec: &umpire_store::VerdictRecord) -> umpire_store::Result<()> {
+        let left = self.fail_verdict_writes.load(Ordering::SeqCst);
+        if left > 0 {
+            self.fail_verdict_writes.store(left - 1, Ordering::SeqCst);
+            return Err(faltering());
+        }
+        self.inner.put_verdict(rec).await
+    }
+    async fn get_verdict(
+        &self,
+        id: &str,
+        now: u64,
+    ) -> umpire_store::Result<Option<umpire_store::VerdictRecord>> {
+        self.inner.get_verdict(id, now).await
+    }
+    async fn finalize_verdict(
+        &self,
+        id: &str,
+        document: &str,
+    ) -> umpire_store::Result<umpire_store::Finalize> {
+        self.inner.finalize_verdict(id, document).await
+    }
+    async fn delete_verdict(&self, id: &str) -> umpire_store::Result<()> {
+        self.inner.delete_verdict(id).await
+    }
+    async fn forget_job_key(&self, id: &str) -> umpire_store::Result<()> {
+        self.inner.forget_job_key(id).await
+    }
+    async fn claim_webhook_attempt(
+        &self,
+        id: &str,
+        attempt: u32,
+        now: u64,
+        held_until: u64,
+    ) -> umpire_store::Result<bool> {
+        self.inner
+            .claim_webhook_attempt(id, attempt, now, held_until)
+            .await
+    }
+    async fn finish_webhook_attempt(&self, id: &str, attempt: u32) -> umpire_store::Result<()> {
+        self.inner.finish_webhook_attempt(id, attempt).await
+    }
+    async fn record_webhook_outcome(
+        &self,
+        id: &str,
+        outcome: umpire_store::WebhookOutcome,
+    ) -> umpire_store::Result<()> {
+        self.inner.record_webhook_outcome(id, outcome).await
+    }
+    async fn find_verdicts(
+        &self,
+        spec_hash: &str,
+        webhook_url: &str,
+        now: u64,
+    ) -> umpire_store::Result<Vec<String>> {
+        self.inner.find_verdicts(spec_hash, webhook_url, now).await
+    }
+}
+
+#[async_trait]
+impl umpire_store::IdempotencyStore for FlakyStore {
+    async fn claim_idempotency(
+        &self,
+        key: &str,
+        hash: &str,
+        now: u64,
+        until: u64,
+        expires: u64,
+    ) -> umpire_store::Result<umpire_store::Claim> {
+        self.inner
+            .claim_idempotency(key, hash, now, until, expires)
+            .await
+    }
+    async fn complete_idempotency(
+        &self,
+        key: &str,
+        hash: &str,
+        response: &umpire_store::StoredResponse,
+        expires: u64,
+    ) -> umpire_store::Result<()> {
+        self.inner
+            .complete_idempotency(key, hash, response, expires)
+            .await
+    }
+    async fn release_idempotency(&self, key: &str, hash: &str) -> umpire_store::Result<()> {
+        self.inner.release_idempotency(key, hash).await
+    }
+    async fn pend_idempotency(
+        &self,
+        key: &str,
+        hash: &str,
+        payment: &str,
+        expires: u64,
+    ) -> umpire_store::Result<bool> {
+        self.inner
+            .pend_idempotency(key, hash, payment, expires)
+            .await
+    }
+    async fn get_idempotency(
+        &self,
+        key: &str,
+        now: u64,
+    ) -> umpire_store::Result<Option<umpire_store::IdempotencyRecord>> {
+        self.inner.get_idempotency(key, now).await
+    }
+}
+
+#[async_trait]
+impl LedgerStore for FlakyStore {
+    async fn claim_payment(
+        &self,
+        key: &str,
+        hash: &str,
+        hold: &umpire_store::PaymentHold,
+    ) -> umpire_store::Result<umpire_store::PaymentClaim> {
+        self.inner.claim_payment(key, hash, hold).await
+    }
+    async fn move_payment(
+        &self,
+        key: &str,
+        hash: &str,
+        step: &umpire_store::PaymentMove,
+    ) -> umpire_store::Result<bool> {
+        self.inner.move_payment(key, hash, step).await
+    }
+    async fn get_payment(
+        &self,
+        key: &str,
+        now: u64,
+    ) -> umpire_store::Result<Option<umpire_store::PaymentEntry>> {
+        self.inner.get_payment(key, now).await
+    }
+}
+
+#[async_trait]
+impl umpire_store::RateStore for FlakyStore {
+    async fn count_request(&self, bucket: &str, expires_at: u64) -> umpire_store::Result<u64> {
+        self.inner.count_request(bucket, expires_at).await
+    }
+}
+
+#[async_trait]
+impl umpire_store::FeedbackStore for FlakyStore {
+    async fn put_feedback(&self, row: &umpire_store::FeedbackRow) -> umpire_store::Result<()> {
+        self.inner.put_feedback(row).await
+    }
+    async fn merchant_ledger(
+        &self,
+        merchant: &str,
+        since: u64,
+    ) -> umpire_store::Result<umpire_store::MerchantLedger> {
+        self.inner.merchant_ledger(merchant, since).await
+    }
+    async fn load_feedback(&self, rows: &[umpire_store::FeedbackRow]) -> umpire_store::Result<()> {
+        self.inner.load_feedback(rows).await
+    }
+}
+
+/// The isolated checker, stood in for: every check passes, unless the judge is told to
+/// fail (the checker unreachable: our own failure).
+#[derive(Default)]
+struct Judging {
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl umpire_checker::Judge for Judging {
+    async fn judge(
+        &self,
+        req: &umpire_checker::JudgeRequest,
+    ) -> Result<Vec<umpire_core::eval::Outcome>, umpire_checker::CheckerError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(umpire_checker::CheckerError::Unavailable);
+        }
+        let n = req
+            .spec
+            .get("checks")
+            .and_then(|c| c.as_array())
+            .map_or(0, Vec::len);
+        Ok((0..n)
+            .map(|_| umpire_core::eval::Outcome {
+                passed: true,
+                reason: "passed (test judge)".into(),
+            })
+            .collect())
+    }
+}
+
+/// A basic verdict's purchase: one check on a short text.
+const VERDICT_PATH: &str = "/v1/verdicts/basic";
+const VERDICT_BODY: &str = r#"{"spec":{"checks":[{"type":"length","unit":"words","min":1}]},"deliverable":{"text":"all tests pass"}}"#;
+
 /// The service with its chain, its clock and a wallet to pay from.
 struct Shop {
     state: Arc<AppState>,
     chain: Arc<FakeChain>,
     store: Arc<SqliteStore>,
+    flaky: Arc<FlakyStore>,
+    judging: Arc<Judging>,
     clock: Clock,
     wallet: PrivateKeySigner,
 }
@@ -213,11 +429,18 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
     tweak(&mut config);
     let chain = Arc::new(FakeChain::default());
     let store = Arc::new(SqliteStore::in_memory().expect("store"));
+    let flaky = Arc::new(FlakyStore {
+        inner: store.clone(),
+        fail_verdict_writes: AtomicUsize::new(0),
+    });
+    let judging = Arc::new(Judging::default());
     let state = AppState::new(
         config,
         Arc::new(LocalSigner::from_seed([7u8; 32])),
-        store.clone(),
+        flaky.clone(),
     )
+    .with_checker(Some(judging.clone()))
+    .with_queue(Some(store.clone()))
     .with_payments(umpire_pay::Payments {
         evm: Some(chain.clone()),
         native_sol: None,
@@ -227,6 +450,8 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
         state: Arc::new(state),
         chain,
         store,
+        flaky,
+        judging,
         clock,
         wallet: PrivateKeySigner::random(),
     }
@@ -241,6 +466,21 @@ fn request(payment: Option<&str>, key: Option<&str>) -> umpire_api::Request {
         b = b.header("idempotency-key", k);
     }
     b.body(Bytes::new()).expect("request")
+}
+
+fn verdict_request(payment: Option<&str>, key: Option<&str>) -> umpire_api::Request {
+    let mut b = http::Request::builder()
+        .method("POST")
+        .uri(VERDICT_PATH)
+        .header("content-type", "application/json");
+    if let Some(p) = payment {
+        b = b.header(HEADER_PAYMENT_SIGNATURE, p);
+    }
+    if let Some(k) = key {
+        b = b.header("idempotency-key", k);
+    }
+    b.body(Bytes::from_static(VERDICT_BODY.as_bytes()))
+        .expect("request")
 }
 
 fn json(r: &Response) -> serde_json::Value {
@@ -303,6 +543,63 @@ impl Shop {
         self.sign(900).await
     }
 
+    /// A basic verdict's purchase, paid with `payment`.
+    async fn buy(&self, payment: Option<&str>, key: Option<&str>) -> Response {
+        umpire_api::handle(&self.state, verdict_request(payment, key)).await
+    }
+
+    /// An authorization for a basic verdict, as its 402 asks.
+    async fn pay_verdict(&self) -> String {
+        let ask = self.buy(None, None).await;
+        assert_eq!(ask.status(), 402, "{:?}", json(&ask));
+        let text = ask
+            .headers()
+            .get(HEADER_PAYMENT_REQUIRED)
+            .and_then(|v| v.to_str().ok())
+            .expect("PAYMENT-REQUIRED");
+        let required: PaymentRequired = umpire_x402::decode_header(text).expect("requirements");
+        let accepted = umpire_x402::client::pick_evm(&required).expect("an EVM option");
+        umpire_x402::client::sign_exact_evm(
+            &self.wallet,
+            &required,
+            accepted,
+            self.clock.now(),
+            rand_nonce(),
+        )
+        .expect("signed")
+    }
+
+    /// The phase of a verdict's payment in the ledger.
+    async fn verdict_phase(&self, payment: &str) -> Option<PaymentPhase> {
+        let ctx = context_at(
+            &self.state,
+            payment,
+            umpire_core::product::Tier::Basic.price(),
+            VERDICT_PATH,
+        );
+        let key = umpire_api::paid::ledger::payment_key(&ctx);
+        self.store
+            .get_payment(&key, self.clock.now())
+            .await
+            .expect("ledger")
+            .map(|e| e.state.phase())
+    }
+
+    /// The verdict's status link, read with its secret.
+    async fn status(&self, bought: &serde_json::Value) -> Response {
+        let uri = format!(
+            "/v1/verdicts/{}?secret={}",
+            bought["verdict_id"].as_str().expect("verdict_id"),
+            bought["secret"].as_str().expect("a secret")
+        );
+        let req = http::Request::builder()
+            .method("GET")
+            .uri(uri)
+            .body(Bytes::new())
+            .expect("request");
+        umpire_api::handle(&self.state, req).await
+    }
+
     fn calls(&self) -> (usize, usize, usize) {
         let c = &self.chain.calls;
         (
@@ -310,6 +607,37 @@ impl Shop {
             c.settle.load(Ordering::SeqCst),
             c.find.load(Ordering::SeqCst),
         )
+    }
+
+    /// One round of the reconciler that follows a verdict's pending purchase.
+    async fn reconcile_verdict(
+        &self,
+        payment: &str,
+    ) -> umpire_api::paid::checkout::reconcile::Round {
+        let ctx = context_at(
+            &self.state,
+            payment,
+            umpire_core::product::Tier::Basic.price(),
+            VERDICT_PATH,
+        );
+        let job = umpire_api::paid::checkout::reconcile::ReconcileJob {
+            payment_key: umpire_api::paid::ledger::payment_key(&ctx).to_string(),
+            attempt: 1,
+        };
+        umpire_api::paid::checkout::reconcile::run(&self.state, &job)
+            .await
+            .expect("a round")
+    }
+
+    /// One round of the reconciler that follows `payment`'s pending purchase.
+    async fn reconcile(&self, payment: &str) -> umpire_api::paid::checkout::reconcile::Round {
+        let job = umpire_api::paid::checkout::reconcile::ReconcileJob {
+            payment_key: ledger_key(&self.state, payment),
+            attempt: 1,
+        };
+        umpire_api::paid::checkout::reconcile::run(&self.state, &job)
+            .await
+            .expect("a round")
     }
 
     /// The phase of the only payment in the ledger.
@@ -339,18 +667,27 @@ fn ledger_key(state: &AppState, header: &str) -> String {
 
 /// The payment in `header`, matched against the reputation route's price.
 fn context(state: &AppState, header: &str) -> PaymentContext {
+    context_at(
+        state,
+        header,
+        umpire_core::product::REPUTATION_PRICE,
+        "/v1/reputation",
+    )
+}
+
+/// The payment in `header`, matched against `price` for `resource`.
+fn context_at(
+    state: &AppState,
+    header: &str,
+    price: umpire_core::product::Price,
+    resource: &str,
+) -> PaymentContext {
     let raw: serde_json::Value = umpire_x402::decode_header(header).expect("payment");
     let payment = umpire_x402::PaymentPayload::from_json(raw.clone()).expect("payload");
     let (rail, requirements) = state
         .config
         .rails
-        .match_payment(
-            &payment,
-            &umpire_x402::rails::Offer::fixed(
-                umpire_core::product::REPUTATION_PRICE,
-                "/v1/reputation",
-            ),
-        )
+        .match_payment(&payment, &umpire_x402::rails::Offer::fixed(price, resource))
         .expect("matches");
     PaymentContext {
         raw,
@@ -358,6 +695,7 @@ fn context(state: &AppState, header: &str) -> PaymentContext {
         rail,
         requirements,
         requirements_v1: None,
+        transaction: None,
     }
 }
 
@@ -642,9 +980,10 @@ async fn a_misconfigured_settler_is_our_error_and_charges_nothing() {
 }
 
 /// A purchase interrupted before its transfer went out, retried after its authorization
-/// expired: while a late block could still carry the transfer it stays open (502, never
-/// a 402 inviting a second payment); past that margin it can never pay, and is voided
-/// and refused, nothing charged — never left open for good.
+/// expired: while a late block could still carry the transfer it stays pending (409
+/// `in_flight` with x402's `settlement_pending`, never a 402 inviting a second payment);
+/// past that margin it can never pay, and is voided and refused, nothing charged —
+/// never left open for good.
 #[tokio::test]
 async fn an_interrupted_purchase_whose_authorization_expired_unused_is_voided() {
     let shop = shop(|_| {});
@@ -659,8 +998,13 @@ async fn an_interrupted_purchase_whose_authorization_expired_unused_is_voided() 
 
     shop.clock.advance(125);
     let open = shop.send(Some(&payment), None).await;
-    assert_eq!(open.status(), 502, "{:?}", json(&open));
-    assert_eq!(error_code(&open), "chain_unavailable");
+    assert_eq!(open.status(), 409, "{:?}", json(&open));
+    assert_eq!(error_code(&open), "in_flight");
+    assert_eq!(
+        json(&open)["error"]["reason"].as_str(),
+        Some("settlement_pending")
+    );
+    assert!(open.headers().contains_key("retry-after"));
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
 
     shop.clock
@@ -685,4 +1029,273 @@ async fn a_paid_authorization_valid_for_ages_buys_once() {
     let again = shop.send(Some(&payment), None).await;
     assert_eq!(again.status(), 200, "{:?}", json(&again));
     assert_eq!(shop.chain.charged(), 1);
+}
+
+fn settlement_header(r: &Response) -> serde_json::Value {
+    let text = r
+        .headers()
+        .get("payment-response")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no PAYMENT-RESPONSE on {:?}", json(r)));
+    umpire_x402::decode_header(text).expect("settlement response")
+}
+
+/// The pending answer: `409 in_flight`, x402's `settlement_pending` in PAYMENT-RESPONSE,
+/// Retry-After, and nothing that asks for a payment.
+fn assert_pending(r: &Response) {
+    assert_eq!(r.status(), 409, "{:?}", json(r));
+    assert_eq!(error_code(r), "in_flight");
+    assert_eq!(
+        json(r)["error"]["reason"],
+        "settlement_pending",
+        "{:?}",
+        json(r)
+    );
+    assert_eq!(settlement_header(r)["errorReason"], "settlement_pending");
+    assert_eq!(settlement_header(r)["success"], false);
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(
+        !r.headers().contains_key(HEADER_PAYMENT_REQUIRED),
+        "a pending purchase asks for no payment"
+    );
+}
+
+/// A settlement with no outcome at the deadline leaves its purchase pending, bound to
+/// its key: the customer's rerun — without a payment (as a client that starts over sends
+/// it), or with a new authorization — is answered with the pending purchase, never a
+/// 402 and never a second charge; the reconciler delivers it once the transfer lands,
+/// and from then on the key replays it.
+#[tokio::test]
+async fn a_pending_purchase_keeps_its_key_and_never_takes_a_second_payment() {
+    let shop = shop(|_| {});
+    let tx = "0x00000000000000000000000000000000000000000000000000000000000fee01";
+    let not_mined = || Step::Fail(PaymentFailure::pending(tx.into(), "not mined yet"));
+    FakeChain::script(&shop.chain.settle, &[not_mined(), not_mined()]);
+    const KEY: &str = "pending-key-000000001";
+    let payment = shop.pay().await;
+    let first = shop.send(Some(&payment), Some(KEY)).await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    assert_eq!(
+        settlement_header(&first)["errorReason"],
+        "settlement_pending"
+    );
+    assert_eq!(settlement_header(&first)["transaction"], tx);
+    assert_eq!(json(&first)["error"]["transaction"], tx);
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+
+    // The rerun starts over without a payment: the pending purchase, not a 402.
+    let unpaid = shop.send(None, Some(KEY)).await;
+    assert_pending(&unpaid);
+    assert_eq!(settlement_header(&unpaid)["transaction"], tx);
+    // A second authorization under the key is never looked at, let alone taken.
+    let second = shop.pay().await;
+    let calls = shop.calls();
+    let with_second = shop.send(Some(&second), Some(KEY)).await;
+    assert_pending(&with_second);
+    assert_eq!(
+        shop.calls(),
+        calls,
+        "the second payment is not even verified"
+    );
+    // The same payment re-encoded resumes the purchase (its transfer sent again): still
+    // not mined, still pending.
+    let resent = shop.send(Some(&re_encoded(&payment)), Some(KEY)).await;
+    assert_pending(&resent);
+    assert_eq!(settlement_header(&resent)["transaction"], tx);
+    assert_eq!(shop.chain.charged(), 0);
+    // Without the key an unpaid request is an ordinary 402 (nothing names the purchase).
+    assert_eq!(shop.send(None, None).await.status(), 402);
+
+    // The transfer lands; the reconciler finds it and delivers.
+    let landed = shop.chain.broadcast(&context(&shop.state, &payment));
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    // The key replays the purchase: to the payment that bought it (spent, so public:
+    // no secret), and to a payment signed now, which proves the wallet and is never
+    // settled.
+    let replay = shop.send(Some(&payment), Some(KEY)).await;
+    assert_eq!(replay.status(), 200, "{:?}", json(&replay));
+    assert_eq!(transaction(&replay), landed);
+    let proof = shop.send(Some(&second), Some(KEY)).await;
+    assert_eq!(proof.status(), 200, "{:?}", json(&proof));
+    assert_eq!(transaction(&proof), landed);
+    assert_eq!(shop.chain.charged(), 1, "one purchase, one transfer");
+    assert_eq!(
+        shop.phase(&second).await,
+        None,
+        "the second payment never reached the ledger"
+    );
+    // A second round finds nothing left to decide.
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+}
+
+/// A pending purchase whose payment is still valid and unused (the broadcast was
+/// dropped) is settled by its reconciler, not left to the customer.
+#[tokio::test]
+async fn the_reconciler_settles_a_pending_payment_that_can_still_land() {
+    let shop = shop(|_| {});
+    FakeChain::script(
+        &shop.chain.settle,
+        &[Step::Fail(PaymentFailure::unavailable("the RPC is down"))],
+    );
+    let payment = shop.pay().await;
+    let first = shop
+        .send(Some(&payment), Some("reconcile-settles-001"))
+        .await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    // The chain cannot be read either, for a round: still pending, asked again.
+    FakeChain::script(
+        &shop.chain.find,
+        &[Step::Fail(PaymentFailure::unavailable("still down"))],
+    );
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Again
+    );
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+    assert_pending(&shop.send(None, Some("reconcile-settles-001")).await);
+    // Back: unused and valid, so settled now, and delivered.
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    assert_eq!(shop.chain.charged(), 1);
+    assert_eq!(shop.calls(), (1, 2, 2), "(verify, settle, find)");
+    let replay = shop
+        .send(Some(&payment), Some("reconcile-settles-001"))
+        .await;
+    assert_eq!(replay.status(), 200, "{:?}", json(&replay));
+}
+
+/// A pending purchase whose authorization expires unused is voided by its reconciler:
+/// its key is free again and the customer is asked for a new payment, nothing charged.
+#[tokio::test]
+async fn the_reconciler_voids_a_pending_payment_that_can_no_longer_land() {
+    let shop = shop(|_| {});
+    FakeChain::script(
+        &shop.chain.settle,
+        &[Step::Fail(PaymentFailure::unavailable("the RPC is down"))],
+    );
+    let payment = shop.sign(120).await;
+    let first = shop
+        .send(Some(&payment), Some("reconcile-voids-00001"))
+        .await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    assert_pending(&shop.send(None, Some("reconcile-voids-00001")).await);
+    shop.clock
+        .advance(120 + umpire_api::paid::checkout::LANDING_MARGIN_SECS + 1);
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
+    assert_eq!(shop.chain.charged(), 0);
+    // Only now is a new payment asked for.
+    assert_eq!(
+        shop.send(None, Some("reconcile-voids-00001"))
+            .await
+            .status(),
+        402
+    );
+    assert_eq!(shop.calls(), (1, 1, 1), "(verify, settle, find)");
+}
+
+/// A payment someone else executed to us before our own work failed was charged: the
+/// answer never says "nothing was charged", it names the transaction and how to get
+/// the purchase, and the same payment buys it for nothing more.
+#[tokio::test]
+async fn a_paid_payment_whose_work_fails_is_owned_up_to_and_buys_on_the_retry() {
+    let shop = shop(|_| {});
+    let payment = shop.pay_verdict().await;
+    FakeChain::script(&shop.chain.verify, &[Step::PaidUs, Step::PaidUs]);
+    shop.judging.fail.store(true, Ordering::SeqCst);
+    let failed = shop
+        .buy(Some(&payment), Some("paid-work-fails-00001"))
+        .await;
+    let body = json(&failed);
+    assert_ne!(failed.status(), 402, "{body}");
+    assert!(failed.status().is_server_error(), "{body}");
+    let (message, hint) = (
+        body["error"]["message"].as_str().unwrap_or_default(),
+        body["error"]["hint"].as_str().unwrap_or_default(),
+    );
+    assert!(message.contains("reached us"), "{body}");
+    assert!(
+        !hint.to_ascii_lowercase().contains("nothing was charged"),
+        "{body}"
+    );
+    assert!(hint.contains("same payment"), "{body}");
+    assert_eq!(body["error"]["charged"], true, "{body}");
+    let tx = body["error"]["transaction"]
+        .as_str()
+        .expect("the transaction")
+        .to_owned();
+    assert_eq!(shop.chain.charged(), 1);
+    // Sent again as the answer says: bought, with the transaction that paid.
+    shop.judging.fail.store(false, Ordering::SeqCst);
+    let bought = shop
+        .buy(Some(&payment), Some("paid-work-fails-00001"))
+        .await;
+    assert_eq!(bought.status(), 201, "{:?}", json(&bought));
+    assert_eq!(json(&bought)["settlement"]["transaction"], tx.as_str());
+    assert_eq!(
+        shop.verdict_phase(&payment).await,
+        Some(PaymentPhase::Settled)
+    );
+    assert_eq!(shop.chain.charged(), 1);
+    assert_eq!(shop.calls().1, 0, "nothing of ours was ever settled");
+}
+
+/// No settled purchase without its stored verdict: a verdict whose store writes fail
+/// after its payment settled is answered (with the secret for its status link) and
+/// left pending in the ledger, not Settled; its reconciler stores it from the prepared
+/// answer, and the status link then reads it.
+#[tokio::test]
+async fn a_verdict_whose_store_write_fails_is_stored_by_its_reconciler() {
+    let shop = shop(|_| {});
+    let payment = shop.pay_verdict().await;
+    shop.flaky.fail_verdict_writes.store(100, Ordering::SeqCst);
+    let bought = shop
+        .buy(Some(&payment), Some("store-fails-000000001"))
+        .await;
+    assert_eq!(bought.status(), 201, "{:?}", json(&bought));
+    let bought = json(&bought);
+    assert!(bought["secret"].is_string(), "{bought}");
+    assert_eq!(shop.chain.charged(), 1);
+    // Paid, not stored: the ledger does not say Settled yet.
+    assert_eq!(
+        shop.verdict_phase(&payment).await,
+        Some(PaymentPhase::Prepared)
+    );
+    assert_eq!(shop.status(&bought).await.status(), 404);
+    // A round while the store still fails stores nothing and asks again.
+    assert_eq!(
+        shop.reconcile_verdict(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Again
+    );
+    shop.flaky.fail_verdict_writes.store(0, Ordering::SeqCst);
+    assert_eq!(
+        shop.reconcile_verdict(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+    assert_eq!(
+        shop.verdict_phase(&payment).await,
+        Some(PaymentPhase::Settled)
+    );
+    let status = shop.status(&bought).await;
+    assert_eq!(status.status(), 200, "{:?}", json(&status));
+    assert_eq!(json(&status)["document"], bought["document"]);
+    assert_eq!(shop.chain.charged(), 1);
+    assert_eq!(
+        shop.calls(),
+        (1, 1, 0),
+        "(verify, settle, find): the chain is not asked again"
+    );
 }

@@ -19,12 +19,12 @@
 //! |---|---|---|
 //! | `UMPIRE_SETTLEMENT` | `self` (EVM on our RPC with our key) or `facilitator` | `facilitator` when `UMPIRE_FACILITATOR_URL` is set, else `self` |
 //! | `UMPIRE_FACILITATOR_URL`, `UMPIRE_FACILITATOR_AUTH` | the facilitator and its `Authorization` header value; required for Solana rails | — |
-//! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key | — |
+//! | `UMPIRE_EVM_RPC_URL`, `UMPIRE_SETTLER_PRIVATE_KEY` | self-settlement's RPC and gas-paying key; with a facilitator, the RPC alone is read (never written) to decide settlements the facilitator leaves unknown (`settlement_pending`, a reverted or duplicate settlement) | — |
 //! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
 //! | `UMPIRE_EVM_BLOCK_TIME_MS` | the chain's block interval, which receipt polls follow (`0`: blocks at once) | `2000` on Base and Base Sepolia, else `0` |
 //! | `UMPIRE_EVM_PRECONFIRMATIONS` | `on`: answer a purchase on the preconfirmed receipt a flashblocks RPC gives (docs/paying.md states the risk) | `off` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
-//! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on | — |
+//! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on, and USDC settlements the facilitator leaves unknown are looked up on | — |
 //! | `UMPIRE_SOLANA_SLOT_MS` | the cluster's slot time, which native SOL's confirmation polls follow (`0`: a node that confirms at once) | `400` |
 
 use std::sync::Arc;
@@ -254,10 +254,14 @@ pub async fn payments_from(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Payments, PayConfigError> {
     let facilitator = match get("UMPIRE_FACILITATOR_URL") {
-        Some(url) => Some(Arc::new(
+        Some(url) => Some(
             FacilitatorClient::new(&url, get("UMPIRE_FACILITATOR_AUTH"))
                 .map_err(|e| err("UMPIRE_FACILITATOR_URL", e.message))?,
-        )),
+        ),
+        None => None,
+    };
+    let facilitator = match facilitator {
+        Some(f) => Some(Arc::new(with_readers(f, rails, &get).await?)),
         None => None,
     };
     let mode = get("UMPIRE_SETTLEMENT").unwrap_or_else(|| {
@@ -376,6 +380,53 @@ pub async fn payments_from(
         ));
     }
     Ok(payments)
+}
+
+/// The facilitator with the chains it settles on read beside it (`UMPIRE_EVM_RPC_URL`,
+/// `UMPIRE_SOLANA_RPC_URL`, when set): a settlement its answer leaves unknown is
+/// decided there. Without them such a settlement is decided only by asking the
+/// facilitator again, and a purchase can stay pending past its payment's window (the
+/// `PendingOverdue` alarm says so).
+async fn with_readers(
+    f: FacilitatorClient,
+    rails: &Rails,
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<FacilitatorClient, PayConfigError> {
+    let mut f = f;
+    if let (Some(rail), Some(rpc)) = (
+        rails.rails.iter().find(|r| r.is_evm()),
+        get("UMPIRE_EVM_RPC_URL"),
+    ) {
+        let chain_id = rail
+            .network
+            .chain_id()
+            .ok_or_else(|| err("UMPIRE_EVM_NETWORK", "must be eip155:<chain id>"))?;
+        let block_time = Duration::from_millis(whole(
+            get,
+            "UMPIRE_EVM_BLOCK_TIME_MS",
+            0..=60_000,
+            default_block_time_ms(chain_id),
+            "must be milliseconds from 0 (blocks at once) to 60000",
+        )?);
+        match EvmChain::connect(&rpc, chain_id, None, Duration::from_secs(30), block_time).await {
+            Ok(chain) => f = f.with_evm_reader(chain),
+            // Unreachable now: the facilitator still settles; only unknown outcomes wait
+            // for the facilitator to be asked again (a cold start must not fail on it).
+            Err(e) if e.kind == umpire_x402::FailureKind::Unavailable => tracing::error!(
+                error = %e,
+                "the EVM RPC could not be reached: settlements the facilitator leaves unknown are not read on the chain by this process"
+            ),
+            Err(e) => return Err(err("UMPIRE_EVM_RPC_URL", e.message)),
+        }
+    }
+    if rails.rails.iter().any(|r| !r.is_evm())
+        && let Some(url) = get("UMPIRE_SOLANA_RPC_URL")
+    {
+        let rpc = crate::solana::SolanaRpc::new(&url)
+            .map_err(|e| err("UMPIRE_SOLANA_RPC_URL", e.message))?;
+        f = f.with_svm_reader(rpc);
+    }
+    Ok(f)
 }
 
 pub async fn payments_from_env(rails: &Rails) -> Result<Payments, PayConfigError> {

@@ -333,6 +333,34 @@ impl Settler for NativeSolSettler {
     }
 }
 
+/// A Solana payment settled through the facilitator, looked up on `rpc`: its
+/// transaction's id is the fee payer's signature (the facilitator's), known once the
+/// facilitator named it (`ctx.transaction`, from its pending answer). One transaction
+/// runs once, so a named transaction that failed on chain means the payment can no
+/// longer land; one not found is not landed (yet).
+pub async fn find_spl_settlement(
+    rpc: &SolanaRpc,
+    ctx: &PaymentContext,
+) -> Result<Option<SettlementResponse>, PaymentFailure> {
+    let Some(signature) = &ctx.transaction else {
+        return Err(PaymentFailure::unavailable(
+            "a Solana payment settled through the facilitator is found by the transaction the facilitator names, and it named none",
+        ));
+    };
+    match rpc.status(signature, true).await? {
+        Landed::Ok => Ok(Some(SettlementResponse {
+            success: true,
+            transaction: signature.clone(),
+            network: Some(ctx.rail.network.clone()),
+            payer: ctx.claimed_payer(),
+            error_reason: None,
+            extensions: Default::default(),
+        })),
+        Landed::Failed(err) => Err(failed_on_chain(&err)),
+        Landed::No | Landed::Processed => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

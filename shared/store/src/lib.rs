@@ -133,6 +133,13 @@ pub enum IdempotencyState {
         until: Unix,
     },
     Completed(StoredResponse),
+    /// Bound to a purchase whose settlement's outcome is not known yet (the payment's
+    /// ledger key): the key answers that purchase's pending state, never a new 402 or
+    /// a second purchase, until the purchase is delivered (completed) or voided
+    /// (released). Nothing claims it over, however old: only its expiry frees it.
+    Pending {
+        payment_key: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -414,8 +421,19 @@ pub trait IdempotencyStore: Send + Sync {
         response: &StoredResponse,
         expires_at: Unix,
     ) -> Result<()>;
-    /// Gives a claim back (a voided purchase): the key may be used again.
+    /// Gives a claim back (a voided purchase), in progress or pending: the key may be
+    /// used again.
     async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
+    /// Binds a claim held for `request_hash` (in progress) to the pending purchase of
+    /// `payment_key` until `expires_at`; `false` when the key holds no such claim (it
+    /// lapsed and was taken over, or is pending already).
+    async fn pend_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        expires_at: Unix,
+    ) -> Result<bool>;
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>>;
 }
 

@@ -363,6 +363,114 @@ async fn voided_and_lapsed_claims_free_the_key(store: &dyn Store) {
     assert!(matches!(rec.state, IdempotencyState::InProgress { .. }));
 }
 
+/// A key bound to a pending purchase answers it however long the chain takes: no claim
+/// takes it over (not even long past its in-progress time), only its claim's own
+/// request binds it, and it ends completed (delivered) or released (voided).
+async fn a_pending_key_stays_bound_until_its_purchase_ends(store: &dyn Store) {
+    let k = "0xabc|key-pending-0000-0000";
+    // Only a claim held for the request binds it.
+    assert!(
+        !store
+            .pend_idempotency(k, "h", "pay1", NOW + 86_400)
+            .await
+            .expect("pend")
+    );
+    assert_eq!(
+        store
+            .claim_idempotency(k, "h", NOW, NOW + 60, NOW + 3600)
+            .await
+            .expect("c"),
+        Claim::Won
+    );
+    assert!(
+        !store
+            .pend_idempotency(k, "other", "pay1", NOW + 86_400)
+            .await
+            .expect("pend")
+    );
+    assert!(
+        store
+            .pend_idempotency(k, "h", "pay1", NOW + 86_400)
+            .await
+            .expect("pend")
+    );
+    let pending = IdempotencyState::Pending {
+        payment_key: "pay1".into(),
+    };
+    // Past the in-progress time, hours later: still bound.
+    for (at, hash) in [(NOW + 61, "h"), (NOW + 7200, "h2")] {
+        match store
+            .claim_idempotency(k, hash, at, at + 60, at + 3600)
+            .await
+            .expect("c")
+        {
+            Claim::Held(r) => {
+                assert_eq!(r.request_hash, "h");
+                assert_eq!(r.state, pending);
+                assert_eq!(r.expires_at, NOW + 86_400);
+            }
+            Claim::Won => panic!("a pending key was claimed over at {at}"),
+        }
+    }
+    // A second bind of a pending key is refused (it is no claim any more).
+    assert!(
+        !store
+            .pend_idempotency(k, "h", "pay2", NOW + 86_400)
+            .await
+            .expect("pend")
+    );
+    // Delivered: completed like any claim.
+    store
+        .complete_idempotency(k, "h", &response("{\"ok\":1}"), NOW + 90_000)
+        .await
+        .expect("complete");
+    let rec = store
+        .get_idempotency(k, NOW)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        rec.state,
+        IdempotencyState::Completed(response("{\"ok\":1}"))
+    );
+    // Voided: released, and the key is free.
+    let v = "anon|key-pending-void-0000";
+    store
+        .claim_idempotency(v, "h", NOW, NOW + 60, NOW + 3600)
+        .await
+        .expect("c");
+    assert!(
+        store
+            .pend_idempotency(v, "h", "pay3", NOW + 86_400)
+            .await
+            .expect("pend")
+    );
+    store
+        .release_idempotency(v, "other")
+        .await
+        .expect("release");
+    assert!(store.get_idempotency(v, NOW).await.expect("get").is_some());
+    store.release_idempotency(v, "h").await.expect("release");
+    assert_eq!(store.get_idempotency(v, NOW).await.expect("get"), None);
+    // Its expiry frees it, as any record's does.
+    let e = "anon|key-pending-expiry-00";
+    store
+        .claim_idempotency(e, "h", NOW, NOW + 60, NOW + 3600)
+        .await
+        .expect("c");
+    store
+        .pend_idempotency(e, "h", "pay4", NOW + 100)
+        .await
+        .expect("pend");
+    assert_eq!(
+        store
+            .claim_idempotency(e, "h5", NOW + 100, NOW + 160, NOW + 3700)
+            .await
+            .expect("c"),
+        Claim::Won
+    );
+}
+
 async fn fifty_concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
     let tasks: Vec<_> = (0..50)
         .map(|i| {
@@ -1048,6 +1156,10 @@ macro_rules! conformance {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn idempotency_void_and_lapse() {
             super::voided_and_lapsed_claims_free_the_key(&*$store.await).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn idempotency_pending() {
+            super::a_pending_key_stays_bound_until_its_purchase_ends(&*$store.await).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn idempotency_race() {

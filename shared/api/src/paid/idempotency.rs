@@ -94,6 +94,11 @@ impl IdempotencyKey {
 pub struct ScopedKey(String);
 
 impl ScopedKey {
+    /// A key as written down elsewhere (a pending purchase names the keys bound to it).
+    pub fn from_stored(key: String) -> ScopedKey {
+        ScopedKey(key)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -125,6 +130,11 @@ impl fmt::Display for ScopedKey {
 pub struct RequestHash(String);
 
 impl RequestHash {
+    /// A hash as written down elsewhere (a ledger entry names its request).
+    pub fn from_stored(hash: String) -> RequestHash {
+        RequestHash(hash)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -156,6 +166,10 @@ pub enum Decision {
     Proceed,
     /// The identical request completed: answer with this, charge nothing.
     Replay(Response),
+    /// The identical request's purchase is pending (its settlement's outcome is not
+    /// known yet): the key answers that purchase, paid with this payment, until the
+    /// chain decides.
+    Pending(crate::paid::ledger::PaymentKey),
 }
 
 fn conflict(
@@ -171,6 +185,16 @@ fn conflict(
         IdempotencyState::Completed(_) => Err(ApiError::new(
             ErrorCode::IdempotencyKeyReuse,
             "this Idempotency-Key was used for a different request",
+            "Send a new Idempotency-Key for a new request; reuse a key only to retry the identical request (same path and body).",
+        )),
+        IdempotencyState::Pending { payment_key } if rec.request_hash == request_hash.as_str() => {
+            Ok(Decision::Pending(
+                crate::paid::ledger::PaymentKey::from_stored(payment_key.clone()),
+            ))
+        }
+        IdempotencyState::Pending { .. } => Err(ApiError::new(
+            ErrorCode::IdempotencyKeyReuse,
+            "this Idempotency-Key belongs to a different request, whose purchase is still settling",
             "Send a new Idempotency-Key for a new request; reuse a key only to retry the identical request (same path and body).",
         )),
         // A claim whose holder died: free for the next request (the claim takes it over).
@@ -279,6 +303,22 @@ pub(crate) fn stored_answer(state: &AppState, response: &Response) -> StoredResp
             .push((SECRET_MARK.to_owned(), state.signer.key_id().to_owned()));
     }
     stored
+}
+
+/// Binds a claim held for `request_hash` to the pending purchase paid with
+/// `payment_key` until `expires_at`; `false` when the claim is no longer ours.
+pub async fn pend(
+    state: &AppState,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
+    payment_key: &crate::paid::ledger::PaymentKey,
+    expires_at: u64,
+) -> Result<bool, ApiError> {
+    state
+        .store
+        .pend_idempotency(scoped_key, request_hash, payment_key, expires_at)
+        .await
+        .map_err(crate::internal)
 }
 
 /// Gives the key back: the purchase was voided and may be retried with it.
@@ -422,7 +462,7 @@ mod tests {
                     Some(&b"true"[..])
                 );
             }
-            Decision::Proceed => panic!("not replayed"),
+            Decision::Proceed | Decision::Pending(_) => panic!("not replayed"),
         }
         assert_eq!(
             check(&s, key, &h2).await.expect_err("reuse").code,

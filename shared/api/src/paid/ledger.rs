@@ -108,6 +108,50 @@ pub struct Prepared {
     /// A verdict to store once the payment settled. The body's `secret` is null here
     /// and given on delivery once the verdict is stored (see `secret`).
     pub record: Option<VerdictRecord>,
+    /// What deciding and delivering the purchase needs without its request (the
+    /// reconciler's job, when the settlement's outcome is not known in time). Absent
+    /// in entries written before it existed.
+    #[serde(default)]
+    pub sale: Option<PendingSale>,
+}
+
+/// A purchase as its reconciler sees it: the payment and our terms, how its answer is
+/// given, and the Idempotency-Keys bound to it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PendingSale {
+    /// The payment as its header carried it (x402 JSON).
+    pub payment: serde_json::Value,
+    /// Our requirements it matched (never the client's copy), v2 and v1.
+    pub requirements: umpire_x402::PaymentRequirements,
+    pub requirements_v1: Option<umpire_x402::PaymentRequirementsV1>,
+    /// The header the settlement is answered in (`payment-response` or
+    /// `x-payment-response`).
+    pub answer_in: String,
+    /// What was bought, as the receipt names it.
+    pub resource_url: String,
+    /// The Idempotency-Keys bound to the purchase while it is pending.
+    #[serde(default)]
+    pub keys: Vec<BoundKey>,
+    /// The settlement's transaction, once one is known to be on its way.
+    #[serde(default)]
+    pub transaction: Option<String>,
+    /// A reconciler job follows the purchase.
+    #[serde(default)]
+    pub followed: bool,
+    /// The chain showed the payment paid us; only storing the answer is left.
+    #[serde(default)]
+    pub paid: bool,
+}
+
+/// An Idempotency-Key bound to a pending purchase (scoped, as stored).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BoundKey {
+    pub key: String,
+    /// The wallet-less copy of the customer's key, which answers a rerun that has not
+    /// paid yet: released when the purchase ends, never completed (an unpaid request
+    /// never gets a purchase's answer).
+    #[serde(default)]
+    pub unpaid: bool,
 }
 
 impl Prepared {
@@ -118,6 +162,7 @@ impl Prepared {
             body: String::from_utf8_lossy(&body.to_canonical_vec()).into_owned(),
             settlement_at: settlement_at.iter().map(|s| (*s).to_owned()).collect(),
             record: None,
+            sale: None,
         }
     }
 }
@@ -353,10 +398,45 @@ impl Hold {
         }
     }
 
+    /// Until when the prepared payment may still land (unix seconds).
+    pub fn kept_until(&self) -> Option<u64> {
+        match &self.prepared {
+            Some(PaymentState::Prepared { kept_until, .. }) => Some(*kept_until),
+            _ => None,
+        }
+    }
+
     /// Whether the prepared payment can no longer land: its keep (the authorization's
     /// `validBefore` and a margin) has passed.
     pub fn lapsed(&self, now: u64) -> bool {
         matches!(&self.prepared, Some(PaymentState::Prepared { kept_until, .. }) if *kept_until <= now)
+    }
+
+    /// The prepared answer this hold carries, as written down.
+    pub fn prepared(&self) -> Option<Prepared> {
+        match &self.prepared {
+            Some(PaymentState::Prepared { answer, .. }) => serde_json::from_str(answer).ok(),
+            _ => None,
+        }
+    }
+
+    /// The settlement's outcome is unknown: like [`Hold::leave_unknown`], with what the
+    /// purchase's reconciler needs updated by `update` (the transaction on its way,
+    /// the keys bound, whether a job follows it).
+    pub async fn leave_pending(mut self, state: &AppState, update: impl FnOnce(&mut PendingSale)) {
+        if let Some(PaymentState::Prepared { answer, kept_until }) = &self.prepared
+            && let Ok(mut prepared) = serde_json::from_str::<Prepared>(answer)
+            && let Some(sale) = prepared.sale.as_mut()
+        {
+            update(sale);
+            if let Ok(answer) = serde_json::to_string(&prepared) {
+                self.prepared = Some(PaymentState::Prepared {
+                    answer,
+                    kept_until: *kept_until,
+                });
+            }
+        }
+        self.leave_unknown(state).await;
     }
 
     /// The settlement's outcome is unknown: the answer stays prepared with its hold
@@ -439,9 +519,11 @@ pub async fn await_purchase(
 pub enum PurchaseOutcome {
     /// Settled with this verdict.
     Paid,
-    /// Still running, or interrupted with its answer prepared: the customer's retry
-    /// settles the question.
+    /// Still running: its request settles the question within its hold.
     Unresolved,
+    /// Pending: its settlement's outcome was not known in time, and its reconciler
+    /// follows it until the chain decides (however long that takes).
+    Pending,
     /// Voided, or the payment bought another verdict: this one was never sold.
     NotSold,
 }
@@ -473,7 +555,7 @@ pub async fn purchase_outcome(
         Some((PaymentState::Prepared { answer, .. }, _))
             if serde_json::from_str::<Prepared>(&answer).is_ok_and(|p| ours(&p.body)) =>
         {
-            PurchaseOutcome::Unresolved
+            PurchaseOutcome::Pending
         }
         // Someone is working on the payment: whether it sells this verdict is not known yet.
         Some((PaymentState::Claimed, until)) if until > now => PurchaseOutcome::Unresolved,

@@ -46,6 +46,16 @@ pub enum Metric {
     /// The validator's gas balance is below `UMPIRE_VALIDATOR_LOW_GAS_WEI`: answers
     /// will stop being posted when it runs out. Alarm on it.
     ValidatorGasLow,
+    /// A purchase's settlement had no outcome by its request's deadline: it is
+    /// followed to its end by the reconciler.
+    PurchasePending,
+    /// A pending purchase turned out paid and was delivered.
+    PendingDelivered,
+    /// A pending purchase's payment can no longer land: voided, nothing taken.
+    PendingVoided,
+    /// A purchase is still pending past the last moment its payment could land (the
+    /// chain cannot be read, or something is stuck). Alarm on it.
+    PendingOverdue,
 }
 
 impl Metric {
@@ -63,6 +73,10 @@ impl Metric {
             Metric::ValidationPosted => "ValidationsPosted",
             Metric::ValidationFailed => "ValidationFailures",
             Metric::ValidatorGasLow => "ValidatorGasLow",
+            Metric::PurchasePending => "PurchasesPending",
+            Metric::PendingDelivered => "PendingDelivered",
+            Metric::PendingVoided => "PendingVoided",
+            Metric::PendingOverdue => "PendingOverdue",
         }
     }
 }

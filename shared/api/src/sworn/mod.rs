@@ -167,6 +167,19 @@ pub async fn run_job(state: &AppState, job: &Job) -> Result<(), JobError> {
     use tracing::Instrument as _;
     // One span per job, as per purchase: its kind and verdict, ids only.
     let span = |verdict_id: &str| tracing::info_span!("job", kind = job.kind.as_str(), verdict_id);
+    if let Some(parsed) = crate::paid::checkout::reconcile::ReconcileJob::parse(job) {
+        let r = parsed.map_err(retry)?;
+        let span = tracing::info_span!(
+            "job",
+            kind = job.kind.as_str(),
+            payment_key = r.payment_key.as_str()
+        );
+        return crate::paid::checkout::reconcile::run(state, &r)
+            .instrument(span)
+            .await
+            .map(|_| ())
+            .map_err(retry);
+    }
     match SwornJob::parse(job).map_err(retry)? {
         Some(SwornJob::Pass2(p)) => run_pass2(state, &p).instrument(span(&p.verdict_id)).await,
         Some(SwornJob::Webhook(w)) => run_webhook(state, &w).instrument(span(&w.verdict_id)).await,
@@ -328,13 +341,16 @@ async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
             .map_err(|e| retry(e.message))?
         {
             PurchaseOutcome::Paid => {}
-            PurchaseOutcome::Unresolved => {
+            outcome @ (PurchaseOutcome::Unresolved | PurchaseOutcome::Pending) => {
                 let hops = p.hops;
                 // Jobs queued before the deadline existed wait as long as a hold can.
                 let wait_until = p.wait_until.unwrap_or_else(|| {
                     p.created_at.unwrap_or(now) + crate::paid::idempotency::IN_PROGRESS_SECS
                 });
-                if now >= wait_until {
+                // A pending purchase is waited for however long the chain takes: its
+                // reconciler decides it (delivered, and pass 2 runs; voided, and the
+                // verdict is deleted here).
+                if outcome == PurchaseOutcome::Unresolved && now >= wait_until {
                     // The purchase's hold lapsed and its settlement is still unknown
                     // (its customer never came back to learn the outcome): stop
                     // carrying the deliverable around. The verdict stays pending; the

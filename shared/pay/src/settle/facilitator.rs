@@ -1,5 +1,24 @@
 //! A facilitator's /verify and /settle over HTTP, as the x402 facilitator API documents
-//! them.
+//! them, with the chain read beside it: a facilitator's `success: false` does not
+//! always mean that no money moved.
+//!
+//! How a `/settle` answer reads (docs/paying.md has the table):
+//!
+//! | answer | means |
+//! |---|---|
+//! | `success: true` | settled |
+//! | `settlement_pending` (with its transaction) | broadcast, not confirmed: **unknown** |
+//! | `invalid_transaction_state`, `…_transaction_failed`, `transaction_failed` | a transaction went out and failed, perhaps because an earlier one of the same payment landed: **unknown** |
+//! | `…_nonce_already_used`, `…_authorization_nonce_used`, `duplicate_settlement` | the payment was used, perhaps by our own earlier `/settle`: **unknown** |
+//! | `…_transfer_event_mismatch` | a transaction succeeded without the transfer it should show: **unknown** |
+//! | no answer, a lost answer, a non-JSON answer | the request may have been acted on: **unknown** |
+//! | any other reason, with no transaction | the facilitator refused before broadcasting: **refused**, nothing moved |
+//! | any other reason, with a transaction | something went out: **unknown** |
+//!
+//! An unknown outcome is decided on the chain ([`Settler::find_settlement`]: the EIP-3009
+//! authorization's state and the token's logs, on `UMPIRE_EVM_RPC_URL`; a Solana
+//! transaction's signature status on `UMPIRE_SOLANA_RPC_URL`), at once when the request
+//! still has time, else by the purchase's reconciler.
 
 use std::time::Duration;
 
@@ -8,6 +27,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
+use crate::evm::EvmChain;
+use crate::settle::own::SelfSettler;
 use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
 use umpire_x402::reason::{FailureKind, FailureReason, PaymentFailure};
 use umpire_x402::types::{Account, SettlementResponse};
@@ -19,6 +40,11 @@ pub struct FacilitatorClient {
     /// Sent as `Authorization` when set.
     auth: Option<String>,
     http: reqwest::Client,
+    /// The EVM chain read (never written) to decide a settlement whose outcome the
+    /// facilitator's answer leaves unknown.
+    evm_reader: Option<SelfSettler>,
+    /// The Solana node read likewise.
+    svm_reader: Option<crate::solana::SolanaRpc>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,7 +111,35 @@ impl FacilitatorClient {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| PaymentFailure::config(format!("HTTP client: {e}")))?;
-        Ok(FacilitatorClient { base, auth, http })
+        Ok(FacilitatorClient {
+            base,
+            auth,
+            http,
+            evm_reader: None,
+            svm_reader: None,
+        })
+    }
+
+    /// Reads `chain` (no key: nothing is sent) to decide settlements whose outcome the
+    /// facilitator's answer leaves unknown.
+    pub fn with_evm_reader(mut self, chain: EvmChain) -> FacilitatorClient {
+        self.evm_reader = Some(SelfSettler { chain });
+        self
+    }
+
+    /// Reads `rpc` likewise for Solana payments.
+    pub fn with_svm_reader(mut self, rpc: crate::solana::SolanaRpc) -> FacilitatorClient {
+        self.svm_reader = Some(rpc);
+        self
+    }
+
+    /// Whether settlements on `ctx`'s chain can be looked up here.
+    pub fn reads_chain_of(&self, ctx: &PaymentContext) -> bool {
+        if ctx.rail.is_evm() {
+            self.evm_reader.is_some()
+        } else {
+            self.svm_reader.is_some()
+        }
     }
 
     async fn post<T: serde::de::DeserializeOwned>(
@@ -192,14 +246,23 @@ impl Settler for FacilitatorClient {
             other => other?,
         };
         if !answer.success {
-            return Err(PaymentFailure::invalid(
-                answer
-                    .error_reason
-                    .map_or(FailureReason::SettlementFailed, FailureReason::from),
-                answer
-                    .error_message
-                    .unwrap_or_else(|| "the facilitator could not settle the payment".into()),
-            ));
+            let failure = read_failure(&answer);
+            if failure.kind != FailureKind::Unavailable {
+                return Err(failure);
+            }
+            tracing::warn!(error = %failure, "the facilitator's settlement has no outcome yet; reading the chain");
+            // The money may have moved: the chain says, while the request has time.
+            if self.reads_chain_of(ctx) && deadline.allows(SETTLE_RETRY_MIN) {
+                let found = tokio::time::timeout(
+                    deadline.remaining().saturating_sub(ANSWER_MARGIN),
+                    self.find_settlement(ctx),
+                )
+                .await;
+                if let Ok(Ok(Some(settled))) = found {
+                    return Ok(settled);
+                }
+            }
+            return Err(failure);
         }
         // The network is the rail the payment matched (a facilitator may answer a v1
         // payment with v1's name for it).
@@ -213,13 +276,121 @@ impl Settler for FacilitatorClient {
         })
     }
 
-    /// The x402 facilitator API has no lookup, and this deployment reads no chain.
+    /// The x402 facilitator API has no lookup: the chain is read instead (the
+    /// authorization's state and the token's logs; a Solana transaction's status).
     async fn find_settlement(
         &self,
-        _ctx: &PaymentContext,
+        ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
-        Err(PaymentFailure::unavailable(
-            "an interrupted purchase settled through the facilitator cannot be looked up (no chain access here)",
-        ))
+        if ctx.rail.is_evm() {
+            return match &self.evm_reader {
+                Some(reader) => reader.find_settlement(ctx).await,
+                None => Err(no_reader("UMPIRE_EVM_RPC_URL")),
+            };
+        }
+        let Some(rpc) = &self.svm_reader else {
+            return Err(no_reader("UMPIRE_SOLANA_RPC_URL"));
+        };
+        crate::solana::find_spl_settlement(rpc, ctx).await
+    }
+}
+
+fn no_reader(variable: &str) -> PaymentFailure {
+    PaymentFailure::unavailable(format!(
+        "a settlement through the facilitator is decided on the chain, and no RPC is configured to read it ({variable})"
+    ))
+}
+
+/// Reasons a facilitator gives when the payment may have moved anyway (see the module
+/// notes): an unknown outcome, never a refusal.
+const MAY_HAVE_MOVED: &[&str] = &[
+    "settlement_pending",
+    "invalid_transaction_state",
+    "invalid_exact_evm_transaction_failed",
+    "invalid_exact_svm_transaction_failed",
+    "transaction_failed",
+    "invalid_exact_evm_nonce_already_used",
+    "invalid_exact_evm_payload_authorization_nonce_used",
+    "duplicate_settlement",
+    "invalid_exact_evm_transfer_event_mismatch",
+];
+
+/// A `success: false` settlement answer, read as what it means: an unknown outcome
+/// when the payment may have moved, else the facilitator's refusal.
+pub(super) fn read_failure(answer: &SettleAnswer) -> PaymentFailure {
+    let reason = answer.error_reason.as_deref().unwrap_or_default();
+    let tx = Some(answer.transaction.as_str()).filter(|t| !t.is_empty());
+    let message = answer
+        .error_message
+        .clone()
+        .unwrap_or_else(|| "the facilitator could not settle the payment".into());
+    if MAY_HAVE_MOVED.contains(&reason) || tx.is_some() {
+        let mut f = match tx {
+            Some(tx) => PaymentFailure::pending(
+                tx.to_owned(),
+                format!("the facilitator answered {reason}: {message}"),
+            ),
+            None => {
+                PaymentFailure::unavailable(format!("the facilitator answered {reason}: {message}"))
+            }
+        };
+        f.reason = FailureReason::SettlementPending;
+        return f;
+    }
+    PaymentFailure::invalid(
+        answer
+            .error_reason
+            .clone()
+            .map_or(FailureReason::SettlementFailed, FailureReason::from),
+        message,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(reason: &str, tx: &str) -> SettleAnswer {
+        SettleAnswer {
+            success: false,
+            error_reason: Some(reason.into()),
+            error_message: None,
+            payer: None,
+            transaction: tx.into(),
+        }
+    }
+
+    #[test]
+    fn a_failure_that_may_have_moved_money_is_unknown_never_a_refusal() {
+        let tx = "0xabababababababababababababababababababababababababababababababab";
+        for (reason, with_tx) in [
+            ("settlement_pending", tx),
+            ("invalid_transaction_state", tx),
+            ("invalid_exact_evm_transaction_failed", tx),
+            ("invalid_exact_evm_nonce_already_used", ""),
+            ("duplicate_settlement", ""),
+            ("invalid_exact_evm_transfer_event_mismatch", tx),
+            ("something_new", tx),
+        ] {
+            let f = read_failure(&answer(reason, with_tx));
+            assert_eq!(f.kind, FailureKind::Unavailable, "{reason}");
+            assert_eq!(f.reason, FailureReason::SettlementPending, "{reason}");
+            assert_eq!(
+                f.transaction.as_deref(),
+                Some(with_tx).filter(|t| !t.is_empty()),
+                "{reason}"
+            );
+        }
+        for reason in [
+            "invalid_exact_evm_signature",
+            "invalid_exact_evm_insufficient_balance",
+            "invalid_exact_evm_payload_authorization_valid_before",
+            "invalid_exact_svm_payload_amount_mismatch",
+            "something_new",
+        ] {
+            let f = read_failure(&answer(reason, ""));
+            assert_eq!(f.kind, FailureKind::Invalid, "{reason}");
+            assert_eq!(f.reason.as_str(), reason);
+        }
     }
 }

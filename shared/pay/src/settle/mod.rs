@@ -62,6 +62,9 @@ pub struct PaymentContext {
     pub requirements: PaymentRequirements,
     /// Ours in v1 form, for v1 payments.
     pub requirements_v1: Option<PaymentRequirementsV1>,
+    /// A transaction known to carry this payment (a facilitator named it in a pending
+    /// answer): how a Solana payment whose signature is the facilitator's is found.
+    pub transaction: Option<String>,
 }
 
 impl PaymentContext {

@@ -90,15 +90,45 @@ impl IdempotencyStore for DynamoStore {
             .delete_item()
             .table_name(&self.names.idempotency)
             .key("idem_key", s(key))
-            .condition_expression("request_hash = :h AND #s = :inprogress")
+            .condition_expression("request_hash = :h AND #s IN (:inprogress, :pending)")
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":h", s(request_hash))
             .expression_attribute_values(":inprogress", s("INPROGRESS"))
+            .expression_attribute_values(":pending", s("PENDING"))
             .send()
             .await;
         match r {
             Ok(_) => Ok(()),
             Err(e) if condition_failed(&e) => Ok(()),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn pend_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        expires_at: Unix,
+    ) -> Result<bool> {
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .update_expression("SET #s = :pending, payment_key = :p, expires_at = :exp")
+            .condition_expression("request_hash = :h AND #s = :inprogress")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":pending", s("PENDING"))
+            .expression_attribute_values(":inprogress", s("INPROGRESS"))
+            .expression_attribute_values(":p", s(payment_key))
+            .expression_attribute_values(":exp", n(expires_at))
+            .expression_attribute_values(":h", s(request_hash))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if condition_failed(&e) => Ok(false),
             Err(e) => Err(sdk(e)),
         }
     }

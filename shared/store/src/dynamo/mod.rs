@@ -404,13 +404,17 @@ fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {
 
 fn idempotency_from_item(item: &Item) -> Result<IdempotencyRecord> {
     let key = get_s(item, "idem_key")?;
-    let state = if get_s(item, "status")? == "COMPLETED" {
-        let text = get_s(item, "response")?;
-        IdempotencyState::Completed(StoredResponse::decode(&text)?)
-    } else {
-        IdempotencyState::InProgress {
-            until: get_n(item, "in_progress_until")?,
+    let state = match get_s(item, "status")?.as_str() {
+        "COMPLETED" => {
+            let text = get_s(item, "response")?;
+            IdempotencyState::Completed(StoredResponse::decode(&text)?)
         }
+        "PENDING" => IdempotencyState::Pending {
+            payment_key: get_s(item, "payment_key")?,
+        },
+        _ => IdempotencyState::InProgress {
+            until: get_n(item, "in_progress_until")?,
+        },
     };
     Ok(IdempotencyRecord {
         key,

@@ -76,12 +76,34 @@ impl IdempotencyStore for SqliteStore {
         let (k, h) = (key.to_owned(), request_hash.to_owned());
         self.run(move |c| {
             c.execute(
-                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
+                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status IN ('INPROGRESS', 'PENDING')",
                 params![k, h],
             )
         })
         .await
         .map(|_| ())
+    }
+
+    async fn pend_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        expires_at: Unix,
+    ) -> Result<bool> {
+        let (k, h, p) = (
+            key.to_owned(),
+            request_hash.to_owned(),
+            payment_key.to_owned(),
+        );
+        self.run(move |c| {
+            c.execute(
+                "UPDATE idempotency SET status = 'PENDING', response = ?3, expires_at = ?4 WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
+                params![k, h, p, expires_at],
+            )
+        })
+        .await
+        .map(|n| n == 1)
     }
 
     async fn get_idempotency(&self, key: &str, now: Unix) -> Result<Option<IdempotencyRecord>> {

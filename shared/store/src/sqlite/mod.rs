@@ -268,12 +268,19 @@ fn idempotency_record(
         Unix,
     ),
 ) -> Result<IdempotencyRecord> {
-    let state = if status == "COMPLETED" {
-        let text = response
-            .ok_or_else(|| StoreError::Corrupt(format!("{key}: completed without a response")))?;
-        IdempotencyState::Completed(StoredResponse::decode(&text)?)
-    } else {
-        IdempotencyState::InProgress { until }
+    let state = match status.as_str() {
+        "COMPLETED" => {
+            let text = response.ok_or_else(|| {
+                StoreError::Corrupt(format!("{key}: completed without a response"))
+            })?;
+            IdempotencyState::Completed(StoredResponse::decode(&text)?)
+        }
+        // A pending key keeps its purchase's payment key where a response would go.
+        "PENDING" => IdempotencyState::Pending {
+            payment_key: response
+                .ok_or_else(|| StoreError::Corrupt(format!("{key}: pending without a payment")))?,
+        },
+        _ => IdempotencyState::InProgress { until },
     };
     Ok(IdempotencyRecord {
         key,

@@ -24,8 +24,8 @@ pub(super) const PERSIST_ATTEMPTS: u32 = 3;
 
 /// Stores a settled verdict, a few times if the store falters and the deadline allows;
 /// `true` once it is there (also when an earlier attempt stored it and lost the
-/// answer). Past the deadline the paid answer goes out without its status link
-/// rather than being cut off by the platform; the retry stores it.
+/// answer). Past the deadline the paid answer goes out rather than being cut off by
+/// the platform; the purchase's reconciler stores it.
 pub(super) async fn persist(state: &AppState, record: &VerdictRecord, deadline: Deadline) -> bool {
     let until = deadline.less(ANSWER_MARGIN);
     for attempt in 1..=PERSIST_ATTEMPTS {
@@ -56,25 +56,25 @@ pub(super) async fn persist(state: &AppState, record: &VerdictRecord, deadline: 
 /// Kept between the last store write and the deadline, to answer in.
 pub(super) const ANSWER_MARGIN: Duration = Duration::from_millis(300);
 
-/// The answer of a settled purchase: its verdict stored, the settlement in the body
-/// and in the x402 header.
+/// The answer of a settled purchase, its settlement in the body and in the x402
+/// header, and whether its verdict is stored. The one-time secret is given either way:
+/// a verdict not stored yet is stored by the purchase's reconciler from the prepared
+/// answer (the ledger does not say Settled before it is), so its status link works
+/// moments later.
 pub(super) async fn deliver(
     state: &AppState,
     answer_in: AnswerHeader,
     prepared: Prepared,
     settlement: &SettlementResponse,
     deadline: Deadline,
-) -> Response {
+) -> (Response, bool) {
     let stored = match &prepared.record {
         Some(record) => persist(state, record, deadline).await,
         None => true,
     };
     let mut body = umpire_core::json::parse(prepared.body.as_bytes()).unwrap_or(Value::Null);
-    // The secret is derived, never written down: given only with a stored verdict
-    // (without one there is no status to use it on).
-    if stored {
-        body = secret::reveal(state.signer.as_ref(), body);
-    }
+    // The secret is derived, never written down (see `secret`).
+    body = secret::reveal(state.signer.as_ref(), body);
     body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
     let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");
     if let Some(v) = prepared
@@ -87,7 +87,7 @@ pub(super) async fn deliver(
     if let (name, Some(v)) = settlement_header(answer_in, settlement) {
         r.headers_mut().insert(name, v);
     }
-    r
+    (r, stored)
 }
 
 /// `value` placed at `path` inside `body` (objects along the way).
@@ -123,64 +123,40 @@ pub(super) fn settlement_value(s: &SettlementResponse) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// The answer when a purchase's settlement has no outcome yet (the chain or the
-/// facilitator did not answer, or our transfer is broadcast and not confirmed): `502
+/// The answer when a purchase's settlement has no outcome by its deadline (the chain or
+/// the facilitator did not answer, or our transfer is broadcast and not confirmed): `502
 /// chain_unavailable` to retry, never a `402`, since the money may be moving. Its
-/// `PAYMENT-RESPONSE` says `settlement_pending` with the transaction when one was
-/// broadcast, as x402's servers say it; the identical retry gets the prepared answer
-/// once the chain confirms, and is never charged twice.
+/// `PAYMENT-RESPONSE` says `settlement_pending` (with the transaction when one is known),
+/// as x402's servers say it. The purchase is pending from here: the service follows it
+/// to its end, and the identical retry, with the same payment or none, is answered with
+/// it (see `pending`), never charged twice.
 pub(super) fn settlement_unknown(
     answer_in: AnswerHeader,
     ctx: &PaymentContext,
     failure: &PaymentFailure,
+    until: u64,
 ) -> Response {
     let mut e = ApiError::new(
         ErrorCode::ChainUnavailable,
         match &failure.transaction {
             Some(tx) => format!(
-                "the payment's transfer {tx} is broadcast and not confirmed yet, so the purchase is not answered yet"
+                "the payment's transfer {tx} is broadcast and not confirmed yet, so the purchase is not answered yet; it is pending, and Umpire follows it to its end"
             ),
-            None => "the payment could not be settled right now (chain or facilitator unreachable)"
+            None => "the payment's settlement has no outcome yet (chain or facilitator slow or unreachable); the purchase is pending, and Umpire follows it to its end"
                 .to_owned(),
         },
-        "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: if the payment went through you get its verdict, otherwise it is settled then; you are never charged twice, and you need not sign again.",
+        "Do not sign a new payment. Retry the identical request (same body and Idempotency-Key; the same payment, or none) after Retry-After: once the chain confirms the transfer you get the purchase, and once the payment can no longer land (pending_until) it is voided and a new payment is asked for. You are never charged twice.",
     )
+    .with_detail("reason", FailureReason::SettlementPending.as_str())
+    .with_detail("pending_until", umpire_core::time::rfc3339(until))
     .with_retry_after(RETRY_AFTER_SECS);
     if let Some(tx) = &failure.transaction {
         e = e.with_detail("transaction", tx.as_str());
     }
     let mut r = respond::error(&e);
-    if let Some(tx) = &failure.transaction {
-        let pending = SettlementResponse {
-            success: false,
-            transaction: tx.clone(),
-            network: Some(ctx.rail.network.clone()),
-            payer: ctx.claimed_payer(),
-            error_reason: Some(failure.reason.clone()),
-            extensions: Default::default(),
-        };
-        if let (name, Some(v)) = settlement_header(answer_in, &pending) {
-            r.headers_mut().insert(name, v);
-        }
-    }
-    r
-}
-
-/// The answer to a retry whose purchase is prepared and undecided (its payment may
-/// still land, the chain cannot say yet): `502 chain_unavailable` with
-/// `settlement_pending`, never a `402` inviting a second payment.
-pub(super) fn still_open(answer_in: AnswerHeader, ctx: &PaymentContext) -> Response {
-    let mut r = respond::error(
-        &ApiError::new(
-            ErrorCode::ChainUnavailable,
-            "this request's purchase is prepared and its payment may still land; the chain does not show it yet",
-            "Retry the identical request (same body, payment and Idempotency-Key) in a few seconds: you get its answer once the chain shows the transfer, or it is voided once the payment can no longer land. Do not pay again.",
-        )
-        .with_retry_after(RETRY_AFTER_SECS),
-    );
     let pending = SettlementResponse {
         success: false,
-        transaction: String::new(),
+        transaction: failure.transaction.clone().unwrap_or_default(),
         network: Some(ctx.rail.network.clone()),
         payer: ctx.claimed_payer(),
         error_reason: Some(FailureReason::SettlementPending),

@@ -25,6 +25,8 @@ pub(super) struct Asking<'r> {
     pub(super) wallet: Option<Account>,
     /// The Idempotency-Key it came with, scoped to that wallet.
     pub(super) scoped: Option<ScopedKey>,
+    /// The same key as a rerun that has not paid yet presents it (no wallet named).
+    pub(super) unpaid: Option<ScopedKey>,
     pub(super) deadline: Deadline,
     /// The URL of what is bought, as a receipt names it.
     pub(super) resource_url: String,
@@ -51,7 +53,8 @@ impl<'r> Asking<'r> {
             req,
             answer_in,
             request_hash: idempotency::request_hash(req.method(), target, req.body()),
-            scoped: key.map(|k| k.scoped(wallet.as_ref())),
+            scoped: key.as_ref().map(|k| k.scoped(wallet.as_ref())),
+            unpaid: key.map(|k| k.scoped(None)),
             wallet,
             header,
             deadline,

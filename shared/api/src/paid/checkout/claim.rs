@@ -8,7 +8,7 @@ use umpire_x402::PaymentFailure;
 use umpire_x402::rails::Family;
 
 use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
-use crate::paid::ledger::{self, ClaimError, Hold, PaymentKey, Running};
+use crate::paid::ledger::{self, BoundKey, ClaimError, Hold, PaymentKey, Running};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
@@ -35,8 +35,17 @@ pub(super) async fn claim<'a>(
     let state = sale.state;
     let mut claims = Claims::new(state);
     if let Some(scoped) = &asking.scoped
-        && let Err(r) = claims.take_key(scoped, &asking.request_hash).await
+        && let Err(refused) = claims
+            .take_key(scoped, &asking.request_hash, &paying.payment_key)
+            .await
     {
+        let r = match refused {
+            KeyRefused::Answer(r) => r,
+            // The key's purchase is pending with another payment: this one is not taken.
+            KeyRefused::PendingFor(p) => {
+                return Err(super::pending::answer_for(state, asking.answer_in, &p).await);
+            }
+        };
         if r.headers().contains_key(REPLAYED) {
             // Every replay counts, as every lookup by payment does.
             if let Err(e) = limits::enforce(state, "replay", ClientIp::of(asking.req)).await {
@@ -77,6 +86,8 @@ pub(super) async fn claim<'a>(
     };
     Ok(Checkout {
         answer_in: asking.answer_in,
+        request_hash: asking.request_hash.clone(),
+        unpaid_key: asking.unpaid.clone(),
         network: paying.ctx.rail.network.clone(),
         wallet: asking.wallet,
         payer: paying.payer,
@@ -86,6 +97,7 @@ pub(super) async fn claim<'a>(
         claims,
         hold,
         deadline: asking.deadline,
+        followed: false,
     })
 }
 
@@ -158,10 +170,28 @@ async fn take_payment(
 }
 
 /// The Idempotency-Keys a request holds, released when its purchase is voided or
-/// completed with its answer.
+/// completed with its answer, or bound to it while its settlement is pending.
 pub(super) struct Claims<'a> {
     pub(super) state: &'a AppState,
-    held: Vec<(ScopedKey, RequestHash)>,
+    held: Vec<HeldKey>,
+}
+
+struct HeldKey {
+    key: ScopedKey,
+    hash: RequestHash,
+    /// Bound to the pending purchase already (found so, not claimed by this request):
+    /// it stays bound unless the purchase ends.
+    bound: bool,
+}
+
+/// Why a key could not be taken for a request.
+pub(super) enum KeyRefused {
+    /// The answer instead: the replay of the request it completed, `in_flight`, or a
+    /// reuse refused.
+    Answer(Response),
+    /// Bound to the pending purchase paid with this other payment: that purchase is
+    /// the request's, and the payment presented now is not taken.
+    PendingFor(PaymentKey),
 }
 
 impl<'a> Claims<'a> {
@@ -172,36 +202,140 @@ impl<'a> Claims<'a> {
         }
     }
 
-    /// Takes `key` for this request; `Err` is the answer instead (the replay of the
-    /// request it completed, `in_flight`, or a reuse refused).
+    /// Takes `key` for this request, paying with `payment`; a key bound to this very
+    /// payment's pending purchase is taken as it stands (the purchase is this request's).
     pub(super) async fn take_key(
         &mut self,
         key: &ScopedKey,
         hash: &RequestHash,
-    ) -> Result<(), Response> {
+        payment: &PaymentKey,
+    ) -> Result<(), KeyRefused> {
         match idempotency::claim(self.state, key, hash).await {
             Ok(Decision::Proceed) => {
-                self.held.push((key.clone(), hash.clone()));
+                self.held.push(HeldKey {
+                    key: key.clone(),
+                    hash: hash.clone(),
+                    bound: false,
+                });
                 Ok(())
             }
-            Ok(Decision::Replay(r)) => Err(r),
-            Err(e) => Err(respond::error(&e)),
+            Ok(Decision::Pending(p)) if &p == payment => {
+                self.held.push(HeldKey {
+                    key: key.clone(),
+                    hash: hash.clone(),
+                    bound: true,
+                });
+                Ok(())
+            }
+            Ok(Decision::Pending(p)) => Err(KeyRefused::PendingFor(p)),
+            Ok(Decision::Replay(r)) => Err(KeyRefused::Answer(r)),
+            Err(e) => Err(KeyRefused::Answer(respond::error(&e))),
         }
     }
 
+    /// Gives back the claims this request took; keys bound to a pending purchase stay
+    /// bound (the purchase is left as it was found).
     pub(super) async fn release(&mut self) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::release(self.state, &key, &hash).await {
-                tracing::error!(error = %e.message, key = %key, "could not release a claim");
+        for held in self.held.drain(..) {
+            if held.bound {
+                continue;
+            }
+            if let Err(e) = idempotency::release(self.state, &held.key, &held.hash).await {
+                tracing::error!(error = %e.message, key = %held.key, "could not release a claim");
             }
         }
     }
 
-    pub(super) async fn complete(&mut self, response: &Response) {
-        for (key, hash) in self.held.drain(..) {
-            if let Err(e) = idempotency::complete(self.state, &key, &hash, response).await {
-                tracing::error!(error = %e.message, key = %key, "could not record a completed purchase");
+    /// The purchase is voided: every key is free again, bound ones included.
+    pub(super) async fn unbind(&mut self) {
+        for held in self.held.drain(..) {
+            if let Err(e) = idempotency::release(self.state, &held.key, &held.hash).await {
+                tracing::error!(error = %e.message, key = %held.key, "could not release a claim");
             }
+        }
+    }
+
+    /// The purchase was delivered: every key replays `response`.
+    pub(super) async fn complete(&mut self, response: &Response) {
+        for held in self.held.drain(..) {
+            if let Err(e) = idempotency::complete(self.state, &held.key, &held.hash, response).await
+            {
+                tracing::error!(error = %e.message, key = %held.key, "could not record a completed purchase");
+            }
+        }
+    }
+
+    /// The purchase's settlement is pending: every key this request holds is bound to
+    /// it (paid with `payment`) until `expires_at`, and so is `unpaid`, the customer's
+    /// key as a rerun that has not paid yet presents it. The keys bound, for the
+    /// purchase's reconciler.
+    pub(super) async fn pend(
+        &mut self,
+        payment: &PaymentKey,
+        unpaid: Option<(&ScopedKey, &RequestHash)>,
+        expires_at: u64,
+    ) -> Vec<BoundKey> {
+        let state = self.state;
+        let mut bound = Vec::new();
+        for held in self.held.drain(..) {
+            let ok = held.bound
+                || match idempotency::pend(state, &held.key, &held.hash, payment, expires_at).await
+                {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        tracing::error!(error = %e.message, key = %held.key, "could not bind a key to its pending purchase");
+                        false
+                    }
+                };
+            if ok {
+                bound.push(BoundKey {
+                    key: held.key.as_str().to_owned(),
+                    unpaid: false,
+                });
+            }
+        }
+        if let Some((key, hash)) = unpaid
+            && bound.iter().all(|b| b.key != key.as_str())
+        {
+            // Best effort: a key string another purchase uses already keeps that one.
+            let mut marker = Claims::new(state);
+            if marker.take_key(key, hash, payment).await.is_ok()
+                && let Some(held) = marker.held.pop()
+            {
+                let ok = held.bound
+                    || idempotency::pend(state, key, hash, payment, expires_at)
+                        .await
+                        .unwrap_or(false);
+                if ok {
+                    bound.push(BoundKey {
+                        key: key.as_str().to_owned(),
+                        unpaid: true,
+                    });
+                }
+            }
+        }
+        bound
+    }
+}
+
+/// Ends the keys bound to a purchase that was pending, as its reconciler decided it:
+/// delivered (`Some`, each key of a paid request replays it; the unpaid copy is
+/// released, since an unpaid request never gets a purchase's answer), or voided
+/// (`None`, every key free).
+pub(super) async fn end_bound_keys(
+    state: &AppState,
+    keys: &[BoundKey],
+    hash: &RequestHash,
+    delivered: Option<&Response>,
+) {
+    for k in keys {
+        let key = ScopedKey::from_stored(k.key.clone());
+        let done = match delivered {
+            Some(r) if !k.unpaid => idempotency::complete(state, &key, hash, r).await,
+            _ => idempotency::release(state, &key, hash).await,
+        };
+        if let Err(e) = done {
+            tracing::error!(error = %e.message, key = %key, "could not end a key bound to a pending purchase");
         }
     }
 }

@@ -23,10 +23,19 @@ pub enum AnswerHeader {
 }
 
 impl AnswerHeader {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             AnswerHeader::PaymentResponse => HEADER_PAYMENT_RESPONSE,
             AnswerHeader::XPaymentResponse => HEADER_X_PAYMENT_RESPONSE,
+        }
+    }
+
+    /// The header [`AnswerHeader::name`] names (any case); `PAYMENT-RESPONSE` else.
+    pub(super) fn from_name(name: &str) -> AnswerHeader {
+        if name.eq_ignore_ascii_case(HEADER_X_PAYMENT_RESPONSE) {
+            AnswerHeader::XPaymentResponse
+        } else {
+            AnswerHeader::PaymentResponse
         }
     }
 

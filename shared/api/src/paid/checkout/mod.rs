@@ -47,6 +47,8 @@ mod claim;
 mod front;
 mod header;
 mod owed;
+mod pending;
+pub mod reconcile;
 mod sale;
 mod verify;
 
@@ -65,7 +67,8 @@ use umpire_x402::types::{Account, Network};
 use umpire_x402::{PaymentFailure, SettlementResponse};
 
 use crate::paid::discovery::Listing;
-use crate::paid::ledger::Hold;
+use crate::paid::idempotency::{COMPLETED_SECS, RequestHash, ScopedKey};
+use crate::paid::ledger::{Hold, PendingSale};
 use crate::plumbing::metrics::{self, Metric};
 use crate::plumbing::respond;
 use crate::{AppState, Request, Response};
@@ -143,10 +146,14 @@ pub async fn begin<'a>(
     let sale = Sale::open(state, product).await?;
     let asking = Asking::read(&sale, req, deadline)?;
     let Some(header) = &asking.header else {
+        // A rerun of a purchase still settling is answered with it, never a 402.
+        if let Some(r) = front::pending_unpaid(state, &asking).await {
+            return Err(r);
+        }
         return Err(sale.ask_for_payment());
     };
     let ctx = verify::matched(&sale, &asking, header).await?;
-    let key = front::check_key(state, &asking).await?;
+    let key = front::check_key(state, &asking, &ctx).await?;
     let paying = verify::verify(&sale, &asking, ctx, key).await?;
     let checkout = claim::claim(sale, &asking, paying).await?;
     tracing::Span::current().record("payment_key", checkout.payment_key());
@@ -159,6 +166,10 @@ pub struct Checkout<'a> {
     sale: Sale<'a>,
     /// The header the settlement is answered in.
     answer_in: AnswerHeader,
+    /// What identifies the request.
+    request_hash: RequestHash,
+    /// Its Idempotency-Key as an unpaid rerun presents it.
+    unpaid_key: Option<ScopedKey>,
     network: Network,
     /// The wallet the payment names.
     wallet: Option<Account>,
@@ -174,6 +185,8 @@ pub struct Checkout<'a> {
     hold: Hold,
     /// When this request must have answered.
     deadline: Deadline,
+    /// A reconciler job follows the purchase (queued as its settlement started).
+    followed: bool,
 }
 
 impl Checkout<'_> {
@@ -188,11 +201,18 @@ impl Checkout<'_> {
         )
     }
 
-    /// Gives every claim back after our own failure: nothing was settled.
+    /// Gives every claim back after our own failure: nothing was settled by us. A
+    /// payment that had already moved to us (a bystander, or its payer, executed the
+    /// authorization) was charged all the same: the answer says so, names the
+    /// transaction and tells how to get the purchase (the identical request with the
+    /// same payment buys it; it is charged nothing more), never "nothing was charged".
     pub async fn abandon(mut self, e: ApiError) -> Response {
         self.hold.void(self.claims.state, e.code.as_str()).await;
-        self.claims.release().await;
-        respond::error(&e)
+        self.claims.unbind().await;
+        match &self.settled {
+            Some(paid) => respond::error(&paid_but_not_delivered(e, paid)),
+            None => respond::error(&e),
+        }
     }
 
     /// When the work (fetches, checks, reads) must be done, leaving settlement its
@@ -216,24 +236,19 @@ impl Checkout<'_> {
 
     /// Writes the answer down, then settles: a crash from here on leaves what the
     /// customer's retry needs (see the module notes). Not started when the deadline
-    /// leaves too little time to settle (voided, nothing charged).
+    /// leaves too little time to settle (voided, nothing charged; a payment already
+    /// moved to us is delivered instead: it has nothing left to settle).
     pub async fn settle(&mut self, prepared: &Prepared) -> Result<SettlementResponse, Void> {
         let state = self.claims.state;
-        if !self.deadline.allows(SETTLE_MIN) {
+        if !self.deadline.allows(SETTLE_MIN) && self.settled.is_none() {
             return Err(Void::Internal(out_of_time(state.config.request_budget)));
         }
-        // Kept for this request while the payment may still land; a payment that does
-        // not say (a Solana transaction) is kept for two holds.
-        let now = state.config.clock.now();
-        // No later than the window we offered allows (a payment found already paid may
-        // say it is valid for ages; both stores keep a number they can write).
-        let longest = now
-            .saturating_add(self.ctx.requirements.max_timeout_seconds)
-            .saturating_add(umpire_x402::evm::VALID_BEFORE_SLACK_SECS);
-        let kept_until = match self.ctx.lands_by() {
-            Some(t) => t.min(longest).saturating_add(LANDING_MARGIN_SECS),
-            None => now + 2 * u64::from(state.config.in_progress_secs),
+        let prepared = &Prepared {
+            sale: Some(self.pending_sale()),
+            ..prepared.clone()
         };
+        // Kept for this request while the payment may still land.
+        let kept_until = self.kept_until(state.config.clock.now());
         self.hold
             .prepare(state, prepared, kept_until)
             .await
@@ -241,11 +256,30 @@ impl Checkout<'_> {
         if let Some(settled) = self.settled.take() {
             return Ok(settled);
         }
-        state
-            .payments
-            .settle(&self.ctx, self.deadline)
-            .await
-            .map_err(Void::Settlement)
+        // Followed from now on, beside the settlement (no wait added): should this
+        // process die before it knows the outcome, its reconciler decides it.
+        let (followed, settled) = tokio::join!(
+            reconcile::follow_after(state, self.hold.key(), self.deadline.remaining()),
+            state.payments.settle(&self.ctx, self.deadline)
+        );
+        self.followed = followed;
+        settled.map_err(Void::Settlement)
+    }
+
+    /// What this purchase's reconciler needs, should its settlement's outcome not be
+    /// known in time.
+    fn pending_sale(&self) -> PendingSale {
+        PendingSale {
+            payment: self.ctx.raw.clone(),
+            requirements: self.ctx.requirements.clone(),
+            requirements_v1: self.ctx.requirements_v1.clone(),
+            answer_in: self.answer_in.name().to_owned(),
+            resource_url: self.sale.resource_url(),
+            keys: Vec::new(),
+            transaction: None,
+            followed: false,
+            paid: false,
+        }
     }
 
     /// The ledger key of this purchase's payment (pass 2 of a sworn verdict asks it
@@ -261,7 +295,8 @@ impl Checkout<'_> {
     }
 
     /// Answers a settled purchase and records it in the ledger and for replays, or
-    /// voids a purchase that took nothing and releases its key.
+    /// voids a purchase that took nothing and releases its key, or leaves one whose
+    /// outcome is unknown pending: its keys bound to it, its reconciler following it.
     pub async fn finish(
         mut self,
         answer: Result<(Prepared, SettlementResponse), Void>,
@@ -269,31 +304,54 @@ impl Checkout<'_> {
         let state = self.claims.state;
         match answer {
             Err(v) if v.outcome_unknown() => {
-                // The transfer may have gone through with its answer lost: keep the
-                // prepared answer, so the identical retry either finds the payment
-                // spent and gets it, or finds it unspent and buys afresh.
-                self.hold.leave_unknown(state).await;
-                self.claims.release().await;
-                match &v {
+                // The transfer may have gone through with its answer lost: the answer
+                // stays prepared and the purchase pending until the chain decides.
+                let transaction = match &v {
+                    Void::Settlement(f) => f.transaction.clone(),
+                    Void::Internal(_) => None,
+                };
+                let r = match &v {
                     Void::Settlement(f) => {
-                        tracing::warn!(error = %f, "settlement outcome unknown");
-                        settlement_unknown(self.answer_in, &self.ctx, f)
+                        tracing::warn!(error = %f, "settlement outcome unknown; the purchase is pending");
+                        let until = self.kept_until(state.config.clock.now());
+                        settlement_unknown(self.answer_in, &self.ctx, f, until)
                     }
                     Void::Internal(e) => respond::error(e),
-                }
+                };
+                self.pend(transaction).await;
+                r
             }
             Ok((prepared, settlement)) => {
                 // Every delivered purchase was settled first.
                 metrics::record(Metric::Settlement);
                 let settlement = self.sale.with_receipt(settlement);
-                let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
+                let (r, stored) =
+                    deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 tracing::info!(
                     transaction = %settlement.transaction,
                     status = r.status().as_u16(),
                     "purchase settled and answered"
                 );
-                self.hold.settled(state, &settlement.transaction, &r).await;
                 self.claims.complete(&r).await;
+                if stored {
+                    self.hold.settled(state, &settlement.transaction, &r).await;
+                } else {
+                    // Paid, and its verdict not stored yet: the ledger says Settled only
+                    // once it is. The reconciler stores it from the prepared answer.
+                    tracing::error!(
+                        transaction = %settlement.transaction,
+                        "a settled purchase's verdict could not be stored yet; its reconciler stores it"
+                    );
+                    let tx = settlement.transaction.clone();
+                    let followed = reconcile::follow(state, self.hold.key()).await;
+                    self.hold
+                        .leave_pending(state, |sale| {
+                            sale.transaction = Some(tx);
+                            sale.paid = true;
+                            sale.followed = followed;
+                        })
+                        .await;
+                }
                 r
             }
             Err(Void::Settlement(f)) => {
@@ -301,16 +359,81 @@ impl Checkout<'_> {
                 tracing::warn!(error = %f, "settlement failed; purchase voided");
                 let r = self.refused(&f, Refusal::Voided);
                 self.hold.void(state, f.reason.as_str()).await;
-                self.claims.release().await;
+                self.claims.unbind().await;
                 r
             }
             Err(Void::Internal(e)) => {
+                // Our own failure before any settlement of ours. A payment that had
+                // moved to us already is not voided as "nothing charged".
                 metrics::record(Metric::Void);
-                tracing::warn!(code = e.code.as_str(), "purchase voided; nothing charged");
-                self.hold.void(state, e.code.as_str()).await;
-                self.claims.release().await;
-                respond::error(&e)
+                tracing::warn!(
+                    code = e.code.as_str(),
+                    "purchase voided; nothing charged by us"
+                );
+                self.abandon(e).await
             }
         }
     }
+
+    /// Leaves this purchase pending: its answer prepared, every key of the request
+    /// bound to it (and the key as an unpaid rerun presents it), and a reconciler
+    /// following it to its end.
+    async fn pend(mut self, transaction: Option<String>) {
+        let state = self.claims.state;
+        metrics::record(Metric::PurchasePending);
+        let now = state.config.clock.now();
+        let until = self.kept_until(now);
+        let payment = self.hold.key().clone();
+        let unpaid = self.unpaid_key.as_ref().map(|k| (k, &self.request_hash));
+        let keys = self
+            .claims
+            .pend(&payment, unpaid, until.max(now) + COMPLETED_SECS)
+            .await;
+        let followed = self.followed || reconcile::follow(state, &payment).await;
+        self.hold
+            .leave_pending(state, |sale| {
+                sale.keys = keys;
+                if transaction.is_some() {
+                    sale.transaction = transaction;
+                }
+                sale.followed = followed;
+            })
+            .await;
+    }
+
+    /// Until when this purchase's payment may still land: the authorization's
+    /// `validBefore` and a margin, no later than the window we offered allows (a
+    /// payment found already paid may say it is valid for ages; both stores keep a
+    /// number they can write); a payment that does not say (a Solana transaction) is
+    /// kept for two holds.
+    fn kept_until(&self, now: u64) -> u64 {
+        let state = self.claims.state;
+        let longest = now
+            .saturating_add(self.ctx.requirements.max_timeout_seconds)
+            .saturating_add(umpire_x402::evm::VALID_BEFORE_SLACK_SECS);
+        match self.ctx.lands_by() {
+            Some(t) => t.min(longest).saturating_add(LANDING_MARGIN_SECS),
+            None => now + 2 * u64::from(state.config.in_progress_secs),
+        }
+    }
+}
+
+/// The answer when our own failure ends a purchase whose payment had already moved to
+/// us (whoever executed it): it was charged, and buys this very request when it is
+/// sent again with the same payment, for nothing more.
+fn paid_but_not_delivered(e: ApiError, paid: &SettlementResponse) -> ApiError {
+    let mut out = ApiError::new(
+        e.code,
+        format!(
+            "your payment reached us (transaction {}), but this purchase could not be completed: {}",
+            paid.transaction, e.message
+        ),
+        "You were charged once and are owed this purchase: send the identical request again with the same payment (the same PAYMENT-SIGNATURE header, and Idempotency-Key if you used one). It is answered with the purchase and never charged again. Do not sign a new payment.",
+    )
+    .with_detail("transaction", paid.transaction.as_str())
+    .with_detail("charged", true);
+    if let Some(secs) = e.retry_after {
+        out = out.with_retry_after(secs);
+    }
+    out
 }

@@ -12,15 +12,18 @@ use umpire_core::ApiError;
 use umpire_pay::PaymentContext;
 use umpire_x402::{FailureKind, FailureReason, PaymentFailure, SettlementResponse};
 
+use crate::paid::idempotency::COMPLETED_SECS;
 use crate::paid::ledger::{self, Hold, PaymentKey, Prepared, Retake, Running};
 use crate::plumbing::metrics::{self, Metric};
 use crate::plumbing::{limits, respond};
 use crate::{AppState, ClientIp, Response};
 
-use super::answer::{ANSWER_MARGIN, deliver, settlement_unknown, still_open};
+use super::answer::{ANSWER_MARGIN, deliver};
 use super::asking::Asking;
-use super::claim::Claims;
+use super::claim::{Claims, KeyRefused, end_bound_keys};
 use super::header::withhold_secret;
+use super::pending::{self, PendingState};
+use super::reconcile;
 use super::sale::{Refusal, Sale, payment_in_use, receipted};
 use super::verify::Paying;
 
@@ -62,7 +65,7 @@ impl Asking<'_> {
             Decided::Voided(_) => None,
             // It may still land (our earlier broadcast in a pool): never a 402 that
             // invites a second payment while the first can still be taken.
-            Decided::Refused(_) | Decided::NotPaid => Some(still_open(self.answer_in, ctx)),
+            Decided::Pending(p) => Some(pending::answer(self.answer_in, &p)),
         }
     }
 
@@ -95,14 +98,7 @@ impl Asking<'_> {
                 &f,
                 Refusal::Voided,
             ),
-            Decided::Refused(f) => sale.refused(
-                self.answer_in,
-                Some(&paying.ctx.rail.network),
-                self.wallet,
-                &f,
-                Refusal::Refused,
-            ),
-            Decided::NotPaid => still_open(self.answer_in, &paying.ctx),
+            Decided::Pending(p) => pending::answer(self.answer_in, &p),
         }
     }
 
@@ -154,8 +150,10 @@ impl Asking<'_> {
     }
 
     /// Decides a retaken purchase: delivered (with the secret only if `reveal`) when the
-    /// payment paid us, left prepared when the chain cannot say yet, voided when it
-    /// shows the payment cannot pay. The key is taken as the purchase itself would.
+    /// payment paid us, left pending when the chain cannot say yet (or refuses it now
+    /// while an earlier broadcast may still land), voided when it shows the payment
+    /// cannot pay. The key is taken as the purchase itself would; a pending purchase's
+    /// keys stay bound to it, and its reconciler follows it.
     async fn decide(
         &self,
         state: &AppState,
@@ -166,12 +164,22 @@ impl Asking<'_> {
         reveal: bool,
     ) -> Decided {
         let mut claims = Claims::new(state);
+        let payment = hold.key().clone();
         if let Some(scoped) = &self.scoped
-            && let Err(r) = claims.take_key(scoped, &self.request_hash).await
+            && let Err(refused) = claims.take_key(scoped, &self.request_hash, &payment).await
         {
             hold.leave_unknown(state).await;
-            return Decided::Answer(if reveal { r } else { withhold_secret(r) });
+            return Decided::Answer(match refused {
+                KeyRefused::Answer(r) if reveal => r,
+                KeyRefused::Answer(r) => withhold_secret(r),
+                KeyRefused::PendingFor(p) => pending::answer_for(state, self.answer_in, &p).await,
+            });
         }
+        let bound = prepared
+            .sale
+            .as_ref()
+            .map(|s| s.keys.clone())
+            .unwrap_or_default();
         match self.settlement(state, ctx, how).await {
             Ok(Some(settlement)) => {
                 tracing::warn!(
@@ -180,37 +188,44 @@ impl Asking<'_> {
                 );
                 metrics::record(Metric::Settlement);
                 let settlement = receipted(state, &self.resource_url, settlement);
-                let r = deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
-                hold.settled(state, &settlement.transaction, &r).await;
+                let tx = settlement.transaction.clone();
+                let (r, stored) =
+                    deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
                 claims.complete(&r).await;
+                end_bound_keys(state, &bound, &self.request_hash, Some(&r)).await;
+                if stored {
+                    hold.settled(state, &tx, &r).await;
+                } else {
+                    let followed = reconcile::follow(state, &payment).await;
+                    hold.leave_pending(state, |sale| {
+                        sale.transaction = Some(tx);
+                        sale.paid = true;
+                        sale.followed |= followed;
+                    })
+                    .await;
+                }
                 Decided::Answer(if reveal { r } else { withhold_secret(r) })
             }
             Ok(None) if hold.lapsed(state.config.clock.now()) => {
                 // Unused, and its window (with the margin for a late block) has
                 // passed: it can never pay.
+                metrics::record(Metric::PendingVoided);
                 hold.void(state, FailureReason::EvmValidBefore.as_str())
                     .await;
-                claims.release().await;
+                claims.unbind().await;
+                end_bound_keys(state, &bound, &self.request_hash, None).await;
                 Decided::Voided(PaymentFailure::invalid(
                     FailureReason::EvmValidBefore,
                     "the authorization expired unused: this payment can no longer land",
                 ))
             }
-            Ok(None) => {
-                // Not settled (yet): the answer stays prepared in case a broadcast from
-                // the interrupted purchase still lands.
-                hold.leave_unknown(state).await;
-                claims.release().await;
-                Decided::NotPaid
-            }
+            // Not settled (yet): the answer stays prepared in case a broadcast from
+            // the interrupted purchase still lands.
+            Ok(None) => Decided::Pending(self.still_pending(state, ctx, hold, claims, None).await),
             Err(f) if f.kind == FailureKind::Unavailable => {
                 tracing::warn!(error = %f, "an interrupted purchase could not be decided");
-                hold.leave_unknown(state).await;
-                claims.release().await;
-                Decided::Answer(match f.transaction.as_deref() {
-                    Some(_) => settlement_unknown(self.answer_in, ctx, &f),
-                    None => still_open(self.answer_in, ctx),
-                })
+                let tx = f.transaction.clone();
+                Decided::Pending(self.still_pending(state, ctx, hold, claims, tx).await)
             }
             // Positive evidence it can never pay (canceled, used elsewhere, expired):
             // voided.
@@ -221,18 +236,68 @@ impl Asking<'_> {
                 ) =>
             {
                 tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
+                metrics::record(Metric::PendingVoided);
                 hold.void(state, f.reason.as_str()).await;
-                claims.release().await;
+                claims.unbind().await;
+                end_bound_keys(state, &bound, &self.request_hash, None).await;
                 Decided::Voided(f)
             }
             // Refused now (the payer's balance, a revert) while an earlier broadcast
-            // could still land if that changes: kept prepared, refused for now.
+            // could still land if that changes: still pending, never a 402.
             Err(f) => {
                 tracing::warn!(error = %f, "an interrupted purchase cannot be settled now");
-                hold.leave_unknown(state).await;
-                claims.release().await;
-                Decided::Refused(f)
+                Decided::Pending(self.still_pending(state, ctx, hold, claims, None).await)
             }
+        }
+    }
+
+    /// Leaves a retaken purchase pending: this request's keys bound to it beside the
+    /// ones already bound, a reconciler following it (unless one does already); what
+    /// the answer says of it.
+    async fn still_pending(
+        &self,
+        state: &AppState,
+        ctx: &PaymentContext,
+        hold: Hold,
+        mut claims: Claims<'_>,
+        transaction: Option<String>,
+    ) -> PendingState {
+        let now = state.config.clock.now();
+        let until = hold.kept_until();
+        let payment = hold.key().clone();
+        let unpaid = self.unpaid.as_ref().map(|k| (k, &self.request_hash));
+        let keys = claims
+            .pend(
+                &payment,
+                unpaid,
+                until.unwrap_or(now).max(now) + COMPLETED_SECS,
+            )
+            .await;
+        let sale = hold.prepared().and_then(|p| p.sale);
+        let followed = match &sale {
+            Some(s) if s.followed => true,
+            _ => reconcile::follow(state, &payment).await,
+        };
+        let known = transaction
+            .clone()
+            .or_else(|| sale.as_ref().and_then(|s| s.transaction.clone()));
+        hold.leave_pending(state, |sale| {
+            for k in keys {
+                if !sale.keys.contains(&k) {
+                    sale.keys.push(k);
+                }
+            }
+            if transaction.is_some() {
+                sale.transaction = transaction;
+            }
+            sale.followed = followed;
+        })
+        .await;
+        PendingState {
+            network: Some(ctx.rail.network.clone()),
+            payer: ctx.claimed_payer(),
+            transaction: known,
+            until,
         }
     }
 }
@@ -268,8 +333,6 @@ enum Decided {
     Answer(Response),
     /// The chain shows the payment can never pay; the purchase is voided.
     Voided(PaymentFailure),
-    /// It cannot be settled now (kept prepared: it may still land).
-    Refused(PaymentFailure),
-    /// Not paid yet, nothing to say but that.
-    NotPaid,
+    /// Not paid yet, and it may still land: pending, followed by its reconciler.
+    Pending(PendingState),
 }

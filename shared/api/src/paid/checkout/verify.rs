@@ -152,6 +152,7 @@ fn context(
         rail,
         requirements,
         requirements_v1,
+        transaction: None,
     }
 }
 
