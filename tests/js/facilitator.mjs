@@ -5,6 +5,11 @@
 // POST /verify, POST /settle, GET /supported. Prints {"port": N} once listening.
 //
 //   node tests/js/facilitator.mjs [--devnet devnet.json] [--svm svm.json] [--port 0] [--token secret] [--tuned]
+//                                 [--confirmation-timeout-ms 30000]
+//
+// --confirmation-timeout-ms is how long /settle waits for the receipt before it answers
+// `success: false, errorReason: "settlement_pending"` with the transaction (@x402/evm's
+// own setting; 30 s by default, as the reference facilitator ships).
 //
 // --tuned gives it what a deployer running it under load would: viem's nonce manager (so
 // concurrent settlements do not take the same account nonce) and a 5 ms poll (Umpire's
@@ -32,6 +37,7 @@ const { values: args } = parseArgs({
     token: { type: "string" },
     "v1-network": { type: "string" },
     tuned: { type: "boolean", default: false },
+    "confirmation-timeout-ms": { type: "string", default: "30000" },
   },
 });
 const facilitator = new x402Facilitator();
@@ -54,7 +60,7 @@ if (args.devnet) {
       waitForTransactionReceipt: (a) => client.waitForTransactionReceipt(a),
       getCode: (a) => client.getCode(a),
     },
-    { confirmationTimeoutMs: 30_000 },
+    { confirmationTimeoutMs: Number(args["confirmation-timeout-ms"]) },
   );
   facilitator.register(devnet.network, new ExactEvmScheme(signer));
   if (args["v1-network"]) {

@@ -450,6 +450,22 @@ impl Facilitator {
         v1_network: Option<&str>,
         svm: Option<&crate::svm::SolanaNet>,
     ) -> Facilitator {
+        Facilitator::start_args(devnet, v1_network, svm, &[])
+    }
+
+    /// Whose `/settle` waits `wait` for a receipt, then answers `settlement_pending`
+    /// with the transaction (the reference facilitator's own timeout, 30 s shipped).
+    pub fn start_confirming_within(devnet: &Devnet, wait: std::time::Duration) -> Facilitator {
+        let ms = wait.as_millis().to_string();
+        Facilitator::start_args(devnet, None, None, &["--confirmation-timeout-ms", &ms])
+    }
+
+    fn start_args(
+        devnet: &Devnet,
+        v1_network: Option<&str>,
+        svm: Option<&crate::svm::SolanaNet>,
+        extra: &[&str],
+    ) -> Facilitator {
         let mut cmd = Command::new("node");
         cmd.arg(repo_root().join("tests/js/facilitator.mjs"))
             .args([
@@ -467,6 +483,7 @@ impl Facilitator {
         if let Some(net) = svm {
             cmd.args(["--svm", &net.svm_json()]);
         }
+        cmd.args(extra);
         let mut child = cmd.spawn().expect("start the facilitator");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();

@@ -789,6 +789,12 @@ pub fn run_umpire(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) 
     if !env.iter().any(|(k, _)| k.starts_with("UMPIRE_PIN")) {
         cmd.env("UMPIRE_PIN_DIR", pins.path());
     }
+    // A data directory of its own too (payments held under their keys), unless the
+    // test chose one to share between runs.
+    let data = TempDir::new("cli-data");
+    if !env.iter().any(|(k, _)| *k == "UMPIRE_DATA_DIR") {
+        cmd.env("UMPIRE_DATA_DIR", data.path());
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -65,7 +65,7 @@ async fn buy(api: &Api, args: Buy) -> Result<ExitCode, Local> {
         .idempotency_key
         .unwrap_or_else(|| umpire_host::random_id("umpire-cli"));
     eprintln!(
-        "Idempotency-Key: {key}  (run again with --idempotency-key {key} to resume this purchase without paying twice)"
+        "Idempotency-Key: {key}  (run again with --idempotency-key {key} to resume this purchase: the payment signed for it is sent again, nothing new is signed)"
     );
     Ok(
         match purchase(api, args.tier.as_str(), &body, &payer, &key, !args.no_wait).await? {

@@ -7,6 +7,7 @@ pub mod client;
 pub mod evaluate;
 pub mod feedback;
 pub mod guard;
+pub mod held;
 pub mod judge;
 pub mod keygen;
 pub mod lookup;

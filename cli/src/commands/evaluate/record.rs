@@ -74,10 +74,6 @@ pub fn load(dir: &Path, key: &str) -> Option<Record> {
 /// holds the verdict's secret).
 pub fn save(dir: &Path, key: &str, r: &Record) -> Result<(), Local> {
     let p = path(dir, key);
-    let folder = p
-        .parent()
-        .ok_or_else(|| Local(format!("{}: no folder", p.display())))?;
-    std::fs::create_dir_all(folder).map_err(|e| Local(format!("{}: {e}", folder.display())))?;
     let text = Value::object()
         .with("job", r.job.as_str())
         .with("base", r.base.as_str())
@@ -85,29 +81,7 @@ pub fn save(dir: &Path, key: &str, r: &Record) -> Result<(), Local> {
         .with("verdict_id", r.verdict_id.as_str())
         .with("secret", r.secret.as_str())
         .to_canonical_string();
-    let partial = p.with_extension(format!("json.{}.tmp", std::process::id()));
-    write_private(&partial, text.as_bytes())
-        .map_err(|e| Local(format!("{}: {e}", partial.display())))?;
-    std::fs::rename(&partial, &p).map_err(|e| Local(format!("{}: {e}", p.display())))
-}
-
-#[cfg(unix)]
-fn write_private(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(p)?;
-    f.write_all(bytes)?;
-    f.sync_all()
-}
-
-#[cfg(not(unix))]
-fn write_private(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::write(p, bytes)
+    crate::commands::held::write_private_atomically(&p, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -1,0 +1,419 @@
+//! Charged once however long the chain takes: a settlement whose outcome is not known
+//! by the request's deadline (anvil's mining stopped, as a congested block or a stalled
+//! sequencer would) is a pending purchase, bound to its payment and its key until the
+//! chain decides, and followed to its end by the service itself. Self-settlement and the
+//! reference facilitator (whose `/settle` answers `settlement_pending` when its receipt
+//! wait ends first), with our own client (`umpire buy`, killed at the first pending
+//! answer and rerun with the key it printed) and with `@x402/fetch`. Every test ends by
+//! holding the ledger's Settled entries equal to the transfers the chain shows.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use umpire_blackbox::chain::{Devnet, Facilitator, Mining, Settlement, buy_v2, sign_payment};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, TempDir, decode_b64_json, umpire_bin};
+
+const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
+
+/// A request's budget short enough that a stopped chain outlasts it.
+const BUDGET_MS: &str = "6000";
+
+/// anvil with mining stopped, `umpire serve` selling on it by `settlement`.
+struct Stalled {
+    devnet: Devnet,
+    server: Server,
+    payer: String,
+    payer0: u128,
+    /// Kept alive as long as the server uses it.
+    _facilitator: Option<Facilitator>,
+}
+
+impl Stalled {
+    fn self_settled() -> Stalled {
+        let devnet = Devnet::start();
+        let server = devnet.serve(
+            Settlement::SelfSettle,
+            &[
+                ("UMPIRE_REQUEST_BUDGET_MS", BUDGET_MS),
+                ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+            ],
+        );
+        Stalled::around(devnet, server, None)
+    }
+
+    /// Through the reference facilitator, whose receipt wait (3 s) ends inside our
+    /// request's budget; the chain is read beside it (`UMPIRE_EVM_RPC_URL`).
+    fn through_facilitator() -> Stalled {
+        let devnet = Devnet::start();
+        let facilitator = Facilitator::start_confirming_within(&devnet, Duration::from_secs(3));
+        let rpc = devnet.get("rpc_url");
+        let server = devnet.serve(
+            Settlement::Facilitator(facilitator.url.clone()),
+            &[
+                ("UMPIRE_REQUEST_BUDGET_MS", "8000"),
+                ("UMPIRE_EVM_RPC_URL", rpc.as_str()),
+                ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+            ],
+        );
+        Stalled::around(devnet, server, Some(facilitator))
+    }
+
+    fn around(devnet: Devnet, server: Server, facilitator: Option<Facilitator>) -> Stalled {
+        let payer = devnet.get("payer");
+        let payer0 = devnet.balance(&payer);
+        // Stopped from the first purchase on: nothing is mined until the test says.
+        devnet.set_mining(Mining::Manual);
+        Stalled {
+            devnet,
+            server,
+            payer,
+            payer0,
+            _facilitator: facilitator,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/v1/verdicts/basic", self.server.addr)
+    }
+
+    fn charged(&self) -> u128 {
+        self.payer0 - self.devnet.balance(&self.payer)
+    }
+
+    /// Blocks again, every two seconds, as Base makes them.
+    fn resume_mining(&self) {
+        self.devnet
+            .set_mining(Mining::Every(Duration::from_secs(2)));
+    }
+
+    fn audit(&self) {
+        self.devnet.assert_ledger_matches_chain(&self.server);
+    }
+
+    /// The transfers to us the chain shows.
+    fn transfers(&self) -> usize {
+        self.devnet.authorization_payments().len()
+    }
+}
+
+fn text(r: &Reply) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+fn settlement(r: &Reply) -> serde_json::Value {
+    decode_b64_json(r.header("payment-response").expect("PAYMENT-RESPONSE"))
+}
+
+/// The customer's side: `umpire buy` with its own pins and data directory (where the
+/// payment it signs is held under its key), shared by its runs.
+struct Customer {
+    pins: TempDir,
+    data: TempDir,
+    files: TempDir,
+    base: String,
+    wallet_key: String,
+}
+
+impl Customer {
+    fn of(stalled: &Stalled) -> Customer {
+        let files = TempDir::new("pending-files");
+        let body: serde_json::Value = serde_json::from_str(BODY).expect("body");
+        files.write("spec.json", body["spec"].to_string().as_bytes());
+        files.write(
+            "deliverable.json",
+            body["deliverable"].to_string().as_bytes(),
+        );
+        Customer {
+            pins: TempDir::new("pending-pins"),
+            data: TempDir::new("pending-data"),
+            files,
+            base: format!("http://{}", stalled.server.addr),
+            wallet_key: stalled.devnet.get("payer_private_key"),
+        }
+    }
+
+    fn buy(&self, key: Option<&str>) -> Child {
+        let spec = self.files.path().join("spec.json");
+        let deliverable = self.files.path().join("deliverable.json");
+        let mut cmd = Command::new(umpire_bin());
+        cmd.args(["buy", "basic", "--base", &self.base])
+            .arg("--spec")
+            .arg(&spec)
+            .arg("--deliverable")
+            .arg(&deliverable);
+        if let Some(k) = key {
+            cmd.args(["--idempotency-key", k]);
+        }
+        cmd.env("UMPIRE_WALLET_KEY", &self.wallet_key)
+            .env("UMPIRE_PIN_DIR", self.pins.path())
+            .env("UMPIRE_DATA_DIR", self.data.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run umpire buy")
+    }
+
+    /// The payments held for a rerun.
+    fn held(&self) -> usize {
+        std::fs::read_dir(self.data.path().join("payments"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+}
+
+/// Reads `child`'s stderr until a line containing `needle`: the Idempotency-Key it
+/// printed, and every line read.
+fn read_until(child: &mut Child, needle: &str, within: Duration) -> (String, Vec<String>) {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    loop {
+        let left = within.saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = line.contains(needle);
+                lines.push(line);
+                if done {
+                    break;
+                }
+            }
+            Err(_) => panic!("no {needle:?} within {within:?}; umpire buy said: {lines:#?}"),
+        }
+    }
+    let key = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("Idempotency-Key: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_default()
+        .to_owned();
+    (key, lines)
+}
+
+/// What a finished `umpire buy` printed on stdout, as JSON, and its exit code.
+fn finished(child: Child, within: Duration) -> (i32, serde_json::Value, String) {
+    let started = Instant::now();
+    let mut child = child;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let out = child.wait_with_output().expect("output");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            let v = serde_json::from_str(stdout.trim()).unwrap_or(json!(null));
+            return (status.code().unwrap_or(-1), v, stderr);
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            panic!("umpire buy did not finish within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// (a) The chain stalls past the request's deadline; the customer stops `umpire buy` at
+/// its first pending answer and reruns it with the key it printed; the chain resumes.
+/// One verdict, charged once, and the rerun ends with the first purchase's document.
+fn a_rerun_with_the_printed_key_is_charged_once(stalled: &Stalled) {
+    let customer = Customer::of(stalled);
+    let mut first = customer.buy(None);
+    let (key, said) = read_until(&mut first, "settlement is pending", Duration::from_secs(60));
+    assert!(!key.is_empty(), "no key printed: {said:#?}");
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(
+        customer.held(),
+        1,
+        "the signed payment is held for the rerun"
+    );
+    assert_eq!(stalled.charged(), 0);
+
+    // The rerun: the same payment, never a second one; it waits out the pending answer.
+    let rerun = customer.buy(Some(&key));
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        stalled.transfers(),
+        0,
+        "nothing mined while the chain is stopped"
+    );
+    stalled.resume_mining();
+    let (code, bought, stderr) = finished(rerun, Duration::from_secs(120));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("resuming this purchase with the payment signed for it earlier"),
+        "{stderr}"
+    );
+    assert_eq!(bought["status"], "final", "{bought}");
+    assert!(bought["document"]["signature"].is_object(), "{bought}");
+    assert_eq!(stalled.charged(), PRICE_BASIC, "charged once");
+    assert_eq!(stalled.transfers(), 1);
+    assert_eq!(customer.held(), 0, "answered: nothing held any more");
+    // The purchase's own verdict, the one stored (the only one), is what the rerun
+    // printed (its payment was public on chain by then, so its answer may withhold the
+    // secret: the paying wallet reads the verdict with `umpire status`).
+    let verdict_id = bought["verdict_id"].as_str().expect("verdict_id");
+    assert_eq!(
+        stored_verdicts(&stalled.server),
+        vec![verdict_id.to_owned()]
+    );
+    stalled.audit();
+}
+
+#[test]
+fn self_settled_a_rerun_with_the_printed_key_is_charged_once() {
+    a_rerun_with_the_printed_key_is_charged_once(&Stalled::self_settled());
+}
+
+#[test]
+fn through_the_facilitator_a_rerun_with_the_printed_key_is_charged_once() {
+    a_rerun_with_the_printed_key_is_charged_once(&Stalled::through_facilitator());
+}
+
+/// (b) The same with `@x402/fetch`, which signs whenever it sees a 402: its rerun while
+/// the purchase is pending gets the pending answer (409 `in_flight`, x402's
+/// `settlement_pending`) and signs nothing; once the chain resumes, the service
+/// delivers the purchase by itself, and a rerun gets the first purchase's document
+/// (the authorization it then signs only proves the wallet: never settled).
+fn a_reference_client_rerun_is_charged_once(stalled: &Stalled) {
+    let key = umpire_host::random_id("pending-fetch");
+    let first = buy_v2(&stalled.devnet, &stalled.url(), BODY, Some(&key));
+    assert_eq!(first.status, 502, "{}", first.body);
+    let pending = decode_b64_json(&first.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    let tx = pending["transaction"]
+        .as_str()
+        .expect("the transaction")
+        .to_owned();
+    assert!(tx.starts_with("0x"), "{pending}");
+
+    let rerun = buy_v2(&stalled.devnet, &stalled.url(), BODY, Some(&key));
+    assert_eq!(rerun.status, 409, "{}", rerun.body);
+    assert_eq!(
+        rerun
+            .json()
+            .get("error")
+            .and_then(|e| e.get("reason"))
+            .and_then(|r| r.as_str()),
+        Some("settlement_pending")
+    );
+    assert!(
+        rerun.header("payment-required").is_none(),
+        "no payment asked for"
+    );
+    assert_eq!(stalled.charged(), 0);
+
+    stalled.resume_mining();
+    // Delivered by the service itself: the ledger shows it settled with that transaction.
+    let started = Instant::now();
+    while stalled.transfers() == 0 || !settled_in_ledger(&stalled.server, &tx) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the pending purchase was not delivered by the service"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let again = buy_v2(&stalled.devnet, &stalled.url(), BODY, Some(&key));
+    assert_eq!(again.status, 201, "{}", again.body);
+    let s = decode_b64_json(&again.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(
+        s["transaction"].as_str().map(str::to_lowercase),
+        Some(tx.to_lowercase())
+    );
+    assert_eq!(stalled.charged(), PRICE_BASIC, "charged once");
+    assert_eq!(stalled.transfers(), 1);
+    stalled.audit();
+}
+
+#[test]
+fn self_settled_a_reference_client_rerun_is_charged_once() {
+    a_reference_client_rerun_is_charged_once(&Stalled::self_settled());
+}
+
+#[test]
+fn through_the_facilitator_a_reference_client_rerun_is_charged_once() {
+    a_reference_client_rerun_is_charged_once(&Stalled::through_facilitator());
+}
+
+/// The ids of the verdicts the server stored.
+fn stored_verdicts(server: &Server) -> Vec<String> {
+    let db = server.data.path().join("umpire.sqlite3");
+    let conn = rusqlite::Connection::open(&db).expect("open the server's store");
+    let mut st = conn
+        .prepare("SELECT verdict_id FROM verdicts")
+        .expect("query");
+    st.query_map([], |r| r.get::<_, String>(0))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+/// Whether the server's ledger records `tx` as a settled payment.
+fn settled_in_ledger(server: &Server, tx: &str) -> bool {
+    let db = server.data.path().join("umpire.sqlite3");
+    let Ok(conn) = rusqlite::Connection::open(&db) else {
+        return false;
+    };
+    conn.prepare("SELECT tx_hash FROM payments WHERE phase = 'settled'")
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get::<_, String>(0))
+                .map(|rows| rows.flatten().any(|t| t.eq_ignore_ascii_case(tx)))
+        })
+        .unwrap_or(false)
+}
+
+/// (c) The facilitator answers `settlement_pending` (its receipt wait ended before the
+/// block) and the transfer lands later: the purchase is pending, not voided (never a
+/// 402 "nothing was charged"), and is delivered once, by the service, when the chain
+/// shows the transfer; the identical retry gets it.
+#[test]
+fn a_facilitators_pending_answer_is_delivered_once_when_the_transfer_lands() {
+    let stalled = Stalled::through_facilitator();
+    let payment = sign_payment(&stalled.devnet, &stalled.url(), BODY);
+    let key = umpire_host::random_id("pending-facilitator");
+    let first = stalled.server.buy("basic", BODY, &payment, &key);
+    assert_eq!(first.status, 502, "{}", text(&first));
+    let pending = settlement(&first);
+    assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+    let tx = pending["transaction"]
+        .as_str()
+        .expect("the facilitator's transaction")
+        .to_owned();
+    assert!(
+        first.json().get("document").is_none(),
+        "nothing delivered yet"
+    );
+
+    // Retried while still pending: the pending answer, never a 402.
+    let retry = stalled.server.buy("basic", BODY, &payment, &key);
+    assert_eq!(retry.status, 409, "{}", text(&retry));
+    assert_eq!(settlement(&retry)["errorReason"], "settlement_pending");
+
+    stalled.resume_mining();
+    let started = Instant::now();
+    while !settled_in_ledger(&stalled.server, &tx) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the pending purchase was not delivered by the service"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let delivered = stalled.server.buy("basic", BODY, &payment, &key);
+    assert_eq!(delivered.status, 201, "{}", text(&delivered));
+    assert_eq!(
+        settlement(&delivered)["transaction"]
+            .as_str()
+            .map(str::to_lowercase),
+        Some(tx.to_lowercase())
+    );
+    assert_eq!(stalled.charged(), PRICE_BASIC, "charged once");
+    assert_eq!(stalled.transfers(), 1);
+    stalled.audit();
+}
