@@ -498,7 +498,7 @@ fn the_store_lost_before_the_claim_is_a_500_to_retry_and_nothing_is_charged() {
 }
 
 #[test]
-fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
+fn the_store_lost_during_settlement_still_delivers_and_its_reconciler_stores_it() {
     let in_progress = IN_PROGRESS_SECS.to_string();
     let shop = Shop::open(&[
         ("UMPIRE_IN_PROGRESS_SECONDS", &in_progress),
@@ -506,17 +506,37 @@ fn the_store_lost_during_settlement_still_delivers_and_the_retry_stores_it() {
     ]);
 
     // The money moves while the store is gone: the customer paid and gets the
-    // document, without a secret (there is no stored verdict to use it on).
+    // document with its secret. The purchase's reconciler, queued before the money
+    // moved, stores the verdict once the store is back (the ledger does not call the
+    // payment Settled before that).
     let (r, store_lock) = shop.buy_losing_the_store_at("eth_sendRawTransaction");
     assert_eq!(r.status, 201, "{}", text(&r));
     let first = r.json();
-    assert_eq!(first.get("secret"), Some(&Value::Null), "{}", text(&r));
+    assert!(
+        first.get("secret").and_then(Value::as_str).is_some(),
+        "{}",
+        text(&r)
+    );
     assert_eq!(shop.charged(), PRICE_BASIC);
 
-    // The store is back: the identical retry (once the unrecorded claim lapsed) gets
-    // the same verdict, now stored; its secret goes to a payment signed now (the spent
-    // one is public on chain).
+    // The store is back: without any retry, the status link comes to read the verdict.
     drop(store_lock);
+    let id = first.get("verdict_id").and_then(Value::as_str).expect("id");
+    let secret = first.get("secret").and_then(Value::as_str).expect("secret");
+    let stored_by = Instant::now() + Duration::from_secs(60);
+    while shop.server.verdict_status(id, secret).status != 200 {
+        assert!(
+            Instant::now() < stored_by,
+            "the reconciler did not store the verdict"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        stored_document(&shop.server, &first),
+        first.get("document").cloned().expect("document")
+    );
+    // The identical retry gets the same verdict (its secret goes to a payment signed
+    // now: the spent one is public on chain).
     let deadline = Instant::now() + Duration::from_secs(IN_PROGRESS_SECS + 10);
     let r = retry_until_answered(deadline, || {
         shop.server.buy("basic", BODY, &shop.payment, &shop.key)

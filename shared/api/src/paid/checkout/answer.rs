@@ -57,16 +57,19 @@ pub(super) async fn persist(state: &AppState, record: &VerdictRecord, deadline: 
 pub(super) const ANSWER_MARGIN: Duration = Duration::from_millis(300);
 
 /// The answer of a settled purchase, its settlement in the body and in the x402
-/// header, and whether its verdict is stored. The one-time secret is given either way:
-/// a verdict not stored yet is stored by the purchase's reconciler from the prepared
-/// answer (the ledger does not say Settled before it is), so its status link works
-/// moments later.
+/// header, and whether its verdict is stored. The one-time secret is given with a
+/// stored verdict, and with one not stored yet when `followed`: its reconciler stores
+/// it from the prepared answer (the ledger does not say Settled before it is), so its
+/// status link works moments later. Otherwise it is withheld (there may never be a
+/// status to use it on); the customer's retry stores the verdict, and a payment
+/// signed now gets the secret.
 pub(super) async fn deliver(
     state: &AppState,
     answer_in: AnswerHeader,
     prepared: Prepared,
     settlement: &SettlementResponse,
     deadline: Deadline,
+    followed: bool,
 ) -> (Response, bool) {
     let stored = match &prepared.record {
         Some(record) => persist(state, record, deadline).await,
@@ -74,7 +77,9 @@ pub(super) async fn deliver(
     };
     let mut body = umpire_core::json::parse(prepared.body.as_bytes()).unwrap_or(Value::Null);
     // The secret is derived, never written down (see `secret`).
-    body = secret::reveal(state.signer.as_ref(), body);
+    if stored || followed {
+        body = secret::reveal(state.signer.as_ref(), body);
+    }
     body = set_at(body, &prepared.settlement_at, settlement_value(settlement));
     let mut r = respond::cache(respond::json(prepared.status, &body), "no-store");
     if let Some(v) = prepared

@@ -63,6 +63,11 @@ pub(super) async fn claim<'a>(
     }
     let hold = match take_payment(state, asking, &paying).await {
         Ok(hold) => hold,
+        // The purchase this payment bought for this very request: the key now names it.
+        Err(Taken::Answered(r)) if r.status().is_success() => {
+            claims.complete(&r).await;
+            return Err(r);
+        }
         Err(taken) => {
             claims.release().await;
             return Err(match taken {
@@ -231,6 +236,29 @@ impl<'a> Claims<'a> {
             Ok(Decision::Replay(r)) => Err(KeyRefused::Answer(r)),
             Err(e) => Err(KeyRefused::Answer(respond::error(&e))),
         }
+    }
+
+    /// The keys this request holds, and `unpaid` (the customer's key as an unpaid rerun
+    /// presents it): what the purchase's reconciler ends with it, should the request
+    /// not (a crash, an outcome not known in time).
+    pub(super) fn keys(&self, unpaid: Option<&ScopedKey>) -> Vec<BoundKey> {
+        let mut keys: Vec<BoundKey> = self
+            .held
+            .iter()
+            .map(|h| BoundKey {
+                key: h.key.as_str().to_owned(),
+                unpaid: false,
+            })
+            .collect();
+        if let Some(u) = unpaid
+            && keys.iter().all(|k| k.key != u.as_str())
+        {
+            keys.push(BoundKey {
+                key: u.as_str().to_owned(),
+                unpaid: true,
+            });
+        }
+        keys
     }
 
     /// Gives back the claims this request took; keys bound to a pending purchase stay

@@ -256,14 +256,16 @@ impl Checkout<'_> {
         if let Some(settled) = self.settled.take() {
             return Ok(settled);
         }
-        // Followed from now on, beside the settlement (no wait added): should this
-        // process die before it knows the outcome, its reconciler decides it.
-        let (followed, settled) = tokio::join!(
-            reconcile::follow_after(state, self.hold.key(), self.deadline.remaining()),
-            state.payments.settle(&self.ctx, self.deadline)
-        );
-        self.followed = followed;
-        settled.map_err(Void::Settlement)
+        // Followed from before any money moves: should this process die, or its store
+        // falter, before the outcome is recorded, its reconciler decides it (and stores
+        // its verdict). A queue that refuses leaves the customer's retry to decide it.
+        self.followed =
+            reconcile::follow_after(state, self.hold.key(), self.deadline.remaining()).await;
+        state
+            .payments
+            .settle(&self.ctx, self.deadline)
+            .await
+            .map_err(Void::Settlement)
     }
 
     /// What this purchase's reconciler needs, should its settlement's outcome not be
@@ -275,7 +277,7 @@ impl Checkout<'_> {
             requirements_v1: self.ctx.requirements_v1.clone(),
             answer_in: self.answer_in.name().to_owned(),
             resource_url: self.sale.resource_url(),
-            keys: Vec::new(),
+            keys: self.claims.keys(self.unpaid_key.as_ref()),
             transaction: None,
             followed: false,
             paid: false,
@@ -325,8 +327,17 @@ impl Checkout<'_> {
                 // Every delivered purchase was settled first.
                 metrics::record(Metric::Settlement);
                 let settlement = self.sale.with_receipt(settlement);
-                let (r, stored) =
-                    deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
+                // A verdict not stored yet is stored by the purchase's reconciler: its
+                // secret goes out only when one follows it.
+                let (r, stored) = deliver(
+                    state,
+                    self.answer_in,
+                    prepared,
+                    &settlement,
+                    self.deadline,
+                    self.followed,
+                )
+                .await;
                 tracing::info!(
                     transaction = %settlement.transaction,
                     status = r.status().as_u16(),
@@ -343,7 +354,7 @@ impl Checkout<'_> {
                         "a settled purchase's verdict could not be stored yet; its reconciler stores it"
                     );
                     let tx = settlement.transaction.clone();
-                    let followed = reconcile::follow(state, self.hold.key()).await;
+                    let followed = self.followed || reconcile::follow(state, self.hold.key()).await;
                     self.hold
                         .leave_pending(state, |sale| {
                             sale.transaction = Some(tx);
@@ -392,7 +403,11 @@ impl Checkout<'_> {
         let followed = self.followed || reconcile::follow(state, &payment).await;
         self.hold
             .leave_pending(state, |sale| {
-                sale.keys = keys;
+                for k in keys {
+                    if !sale.keys.contains(&k) {
+                        sale.keys.push(k);
+                    }
+                }
                 if transaction.is_some() {
                     sale.transaction = transaction;
                 }

@@ -189,8 +189,15 @@ impl Asking<'_> {
                 metrics::record(Metric::Settlement);
                 let settlement = receipted(state, &self.resource_url, settlement);
                 let tx = settlement.transaction.clone();
-                let (r, stored) =
-                    deliver(state, self.answer_in, prepared, &settlement, self.deadline).await;
+                let (r, stored) = deliver(
+                    state,
+                    self.answer_in,
+                    prepared,
+                    &settlement,
+                    self.deadline,
+                    false,
+                )
+                .await;
                 claims.complete(&r).await;
                 end_bound_keys(state, &bound, &self.request_hash, Some(&r)).await;
                 if stored {

@@ -322,7 +322,7 @@ async fn delivered(
     let settlement = receipted(state, &sale.resource_url, settlement);
     let tx = settlement.transaction.clone();
     let deadline = state.config.clock.deadline(ROUND_BUDGET);
-    let (r, stored) = deliver(state, answer_in, prepared, &settlement, deadline).await;
+    let (r, stored) = deliver(state, answer_in, prepared, &settlement, deadline, true).await;
     end_bound_keys(state, &sale.keys, hash, Some(&r)).await;
     if !stored {
         tracing::error!(transaction = %tx, "a paid pending purchase's verdict could not be stored yet; asked again");
