@@ -7,13 +7,12 @@
 //! answer and rerun with the key it printed) and with `@x402/fetch`. Every test ends by
 //! holding the ledger's Settled entries equal to the transfers the chain shows.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use umpire_blackbox::chain::{Devnet, Facilitator, Mining, Settlement, buy_v2, sign_payment};
-use umpire_blackbox::{PRICE_BASIC, Reply, Server, TempDir, decode_b64_json, umpire_bin};
+use umpire_blackbox::cli::{Customer, finished, read_until};
+use umpire_blackbox::{PRICE_BASIC, Reply, Server, decode_b64_json};
 
 const BODY: &str = r###"{"spec":{"checks":[{"type":"regex","pattern":"^# Report"},{"type":"length","unit":"words","min":3}]},"deliverable":{"text":"# Report\nall tests pass"}}"###;
 
@@ -106,124 +105,15 @@ fn settlement(r: &Reply) -> serde_json::Value {
     decode_b64_json(r.header("payment-response").expect("PAYMENT-RESPONSE"))
 }
 
-/// The customer's side: `umpire buy` with its own pins and data directory (where the
-/// payment it signs is held under its key), shared by its runs.
-struct Customer {
-    pins: TempDir,
-    data: TempDir,
-    files: TempDir,
-    base: String,
-    wallet_key: String,
-}
-
-impl Customer {
-    fn of(stalled: &Stalled) -> Customer {
-        let files = TempDir::new("pending-files");
-        let body: serde_json::Value = serde_json::from_str(BODY).expect("body");
-        files.write("spec.json", body["spec"].to_string().as_bytes());
-        files.write(
-            "deliverable.json",
-            body["deliverable"].to_string().as_bytes(),
-        );
-        Customer {
-            pins: TempDir::new("pending-pins"),
-            data: TempDir::new("pending-data"),
-            files,
-            base: format!("http://{}", stalled.server.addr),
-            wallet_key: stalled.devnet.get("payer_private_key"),
-        }
-    }
-
-    fn buy(&self, key: Option<&str>) -> Child {
-        let spec = self.files.path().join("spec.json");
-        let deliverable = self.files.path().join("deliverable.json");
-        let mut cmd = Command::new(umpire_bin());
-        cmd.args(["buy", "basic", "--base", &self.base])
-            .arg("--spec")
-            .arg(&spec)
-            .arg("--deliverable")
-            .arg(&deliverable);
-        if let Some(k) = key {
-            cmd.args(["--idempotency-key", k]);
-        }
-        cmd.env("UMPIRE_WALLET_KEY", &self.wallet_key)
-            .env("UMPIRE_PIN_DIR", self.pins.path())
-            .env("UMPIRE_DATA_DIR", self.data.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run umpire buy")
-    }
-
-    /// The payments held for a rerun.
-    fn held(&self) -> usize {
-        std::fs::read_dir(self.data.path().join("payments"))
-            .map(|d| d.count())
-            .unwrap_or(0)
-    }
-}
-
-/// Reads `child`'s stderr until a line containing `needle`: the Idempotency-Key it
-/// printed, and every line read.
-fn read_until(child: &mut Child, needle: &str, within: Duration) -> (String, Vec<String>) {
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let started = Instant::now();
-    let mut lines = Vec::new();
-    loop {
-        let left = within.saturating_sub(started.elapsed());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let done = line.contains(needle);
-                lines.push(line);
-                if done {
-                    break;
-                }
-            }
-            Err(_) => panic!("no {needle:?} within {within:?}; umpire buy said: {lines:#?}"),
-        }
-    }
-    let key = lines
-        .iter()
-        .find_map(|l| l.strip_prefix("Idempotency-Key: "))
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_default()
-        .to_owned();
-    (key, lines)
-}
-
-/// What a finished `umpire buy` printed on stdout, as JSON, and its exit code.
-fn finished(child: Child, within: Duration) -> (i32, serde_json::Value, String) {
-    let started = Instant::now();
-    let mut child = child;
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let out = child.wait_with_output().expect("output");
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-            let v = serde_json::from_str(stdout.trim()).unwrap_or(json!(null));
-            return (status.code().unwrap_or(-1), v, stderr);
-        }
-        if started.elapsed() > within {
-            let _ = child.kill();
-            panic!("umpire buy did not finish within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// (a) The chain stalls past the request's deadline; the customer stops `umpire buy` at
 /// its first pending answer and reruns it with the key it printed; the chain resumes.
 /// One verdict, charged once, and the rerun ends with the first purchase's document.
 fn a_rerun_with_the_printed_key_is_charged_once(stalled: &Stalled) {
-    let customer = Customer::of(stalled);
+    let customer = Customer::new(
+        &format!("http://{}", stalled.server.addr),
+        &stalled.devnet.get("payer_private_key"),
+        BODY,
+    );
     let mut first = customer.buy(None);
     let (key, said) = read_until(&mut first, "settlement is pending", Duration::from_secs(60));
     assert!(!key.is_empty(), "no key printed: {said:#?}");
@@ -416,4 +306,100 @@ fn a_facilitators_pending_answer_is_delivered_once_when_the_transfer_lands() {
     assert_eq!(stalled.charged(), PRICE_BASIC, "charged once");
     assert_eq!(stalled.transfers(), 1);
     stalled.audit();
+}
+
+/// A base-fee spike while 20 purchases wait for their block: every settlement priced
+/// below what the chain now takes is replaced at its own nonce with higher fees (never
+/// at another nonce), and every purchase settles: none voided, none left pending for
+/// a stall, each charged once.
+#[test]
+fn a_base_fee_spike_under_twenty_purchases_replaces_the_stuck_and_settles_all() {
+    const N: usize = 20;
+    let devnet = Devnet::start();
+    let server = std::sync::Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_REQUEST_BUDGET_MS", "20000"),
+            ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+            // Room above the spike for the replacements.
+            ("UMPIRE_EVM_MAX_FEE_GWEI", "200"),
+        ],
+    ));
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let settler = devnet.get("settler");
+    let url = format!("http://{}/v1/verdicts/basic", server.addr);
+    let payments = umpire_blackbox::chain::sign_payments(&devnet, &url, BODY, N);
+    devnet.set_mining(Mining::Manual);
+    let buyers: Vec<_> = payments
+        .into_iter()
+        .map(|p| {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                server.buy("basic", BODY, &p, &umpire_host::random_id("spike"))
+            })
+        })
+        .collect();
+    // Every settlement is in the pool at the fees of the moment, when the next block's
+    // base fee jumps far above them (40 gwei; the chain's was about 1).
+    let started = Instant::now();
+    while devnet.pending_from(&settler).len() < N {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not all broadcast"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let signed_at: Vec<String> = devnet.pending_from(&settler);
+    devnet.rpc("anvil_setNextBlockBaseFeePerGas", json!(["0x9502f9000"]));
+    devnet.set_mining(Mining::Every(Duration::from_secs(2)));
+
+    let mut txs = Vec::new();
+    for b in buyers {
+        let r = b.join().expect("buyer");
+        assert_eq!(r.status, 201, "{}", text(&r));
+        txs.push(
+            settlement(&r)["transaction"]
+                .as_str()
+                .expect("tx")
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        payer0 - devnet.balance(&payer),
+        N as u128 * PRICE_BASIC,
+        "each charged once"
+    );
+    assert_eq!(devnet.authorization_payments().len(), N);
+    // Replaced, not re-sent at new nonces: the settler used exactly N nonces, and the
+    // transactions that landed are not the ones first signed.
+    let nonce = devnet.rpc("eth_getTransactionCount", json!([settler, "latest"]));
+    assert_eq!(nonce, json!(format!("{N:#x}")), "one nonce per settlement");
+    let replaced = txs
+        .iter()
+        .filter(|t| !signed_at.iter().any(|s| s.eq_ignore_ascii_case(t)))
+        .count();
+    assert!(replaced > 0, "the stuck settlements were replaced");
+    for t in &txs {
+        let mined = devnet.rpc("eth_getTransactionByHash", json!([t]));
+        let max_fee = u128::from_str_radix(
+            mined["maxFeePerGas"]
+                .as_str()
+                .expect("fee")
+                .trim_start_matches("0x"),
+            16,
+        )
+        .expect("hex");
+        let block = devnet.rpc("eth_getBlockByNumber", json!([mined["blockNumber"], false]));
+        let base = u128::from_str_radix(
+            block["baseFeePerGas"]
+                .as_str()
+                .expect("base fee")
+                .trim_start_matches("0x"),
+            16,
+        )
+        .expect("hex");
+        assert!(max_fee >= base, "{t} paid its block's base fee");
+    }
+    devnet.assert_ledger_matches_chain(&server);
 }

@@ -238,7 +238,8 @@ pub const SIGNING_KEY_ENV: &str = "UMPIRE_SIGNING_KEY_ARN";
 /// Variables whose values are secrets. A function is given the secret's ARN in
 /// `<NAME>_SECRET` and reads the value from Secrets Manager once, at cold start, so the
 /// value never sits in its configuration (readable with lambda:GetFunctionConfiguration).
-pub const SECRET_VARS: [&str; 4] = [
+pub const SECRET_VARS: [&str; 5] = [
+    "UMPIRE_EVM_RPC_URL",
     "UMPIRE_FACILITATOR_AUTH",
     "UMPIRE_FEEDBACK_RPC_URL",
     "UMPIRE_SOLANA_RPC_URL",

@@ -265,7 +265,14 @@ async fn every_route_and_job_runs_under_its_own_role() {
     // Solana too: USDC through the facilitator, native SOL verified and broadcast by
     // the verdicts function itself on the node named by a secret.
     let solana = umpire_blackbox::svm::SolanaNet::start();
-    let facilitator = Facilitator::start_with(&devnet, None, Some(&solana));
+    // Its /settle waits 3 s for a receipt, then answers settlement_pending (30 s as
+    // shipped: longer than the verdicts function may run).
+    let facilitator = Facilitator::start_args(
+        &devnet,
+        None,
+        Some(&solana),
+        &["--confirmation-timeout-ms", "3000"],
+    );
     let feed = umpire_blackbox::serve_fixed(
         "200 OK",
         "application/json",
@@ -308,6 +315,8 @@ async fn every_route_and_job_runs_under_its_own_role() {
         ),
         ("FeedbackRpcUrlSecretArn".to_owned(), devnet.get("rpc_url")),
         ("SolanaRpcUrlSecretArn".to_owned(), solana.get("rpc_url")),
+        // The chain the facilitator settles on, read to decide what it leaves unknown.
+        ("EvmRpcUrlSecretArn".to_owned(), devnet.get("rpc_url")),
     ];
     let stack = tokio::task::block_in_place(|| {
         LocalStack::start(StackOptions {
@@ -483,8 +492,10 @@ async fn every_route_and_job_runs_under_its_own_role() {
     );
     assert!(String::from_utf8_lossy(&found.body).contains(&sworn_id));
 
-    // A sworn purchase whose settlement fails (its authorization spent on chain while
-    // pass 1 runs): the verdicts function deletes the pending verdict.
+    // A sworn purchase whose authorization its payer executes (to us) while pass 1
+    // runs: the facilitator's /settle answers that the nonce is used, which is no
+    // refusal — the verdicts function reads the chain (EvmRpcUrlSecretArn), finds the
+    // transfer to us, and delivers the purchase (never "nothing was charged").
     let held = umpire_blackbox::Held::start("service up");
     let failing = sworn_body(held.addr, hook.addr);
     let payment =
@@ -500,6 +511,32 @@ async fn every_route_and_job_runs_under_its_own_role() {
         devnet.execute_authorization(&devnet.get("payer"), &payment);
         held.release();
     });
+    let paid = tokio::task::block_in_place(|| buyer.join().expect("buyer"));
+    assert_eq!(paid.status, 202, "{}", String::from_utf8_lossy(&paid.body));
+
+    // A sworn purchase whose payer empties its wallet while pass 1 runs: the
+    // facilitator cannot settle it (refused, or its transaction reverted with nothing
+    // moved), so the verdicts function voids it: its pending verdict deleted, its key
+    // released, a 402 that says nothing was charged.
+    let payer = devnet.get("payer");
+    let stash = devnet.accounts()[8].clone();
+    let held = umpire_blackbox::Held::start("service up");
+    let broke = sworn_body(held.addr, hook.addr);
+    let payment =
+        tokio::task::block_in_place(|| sign_payment(&devnet, &url("/v1/verdicts/sworn"), &broke));
+    let buyer = {
+        let (payment, broke) = (payment.clone(), broke.clone());
+        std::thread::spawn(move || {
+            umpire_blackbox::post_paid(api, "/v1/verdicts/sworn", &broke, &payment, &key())
+        })
+    };
+    let emptied = tokio::task::block_in_place(|| {
+        held.wait_for_request(std::time::Duration::from_secs(60));
+        let all = devnet.balance(&payer);
+        devnet.transfer(&payer, &stash, all);
+        held.release();
+        all
+    });
     let refused = tokio::task::block_in_place(|| buyer.join().expect("buyer"));
     assert_eq!(
         refused.status,
@@ -507,6 +544,93 @@ async fn every_route_and_job_runs_under_its_own_role() {
         "{}",
         String::from_utf8_lossy(&refused.body)
     );
+    tokio::task::block_in_place(|| devnet.transfer(&stash, &payer, emptied));
+
+    // (a) and (c) on the platform: the chain stops past the purchase's deadline, the
+    // facilitator answers settlement_pending, and the purchase is pending, never a 402.
+    // The reference client's rerun is answered with the pending purchase and signs
+    // nothing; `umpire buy`, stopped at its pending answer and rerun with the key it
+    // printed, sends the payment it signed and nothing new. The chain resumes: the
+    // worker's reconciler (a delayed SQS job) and the rerun deliver each purchase once.
+    tokio::task::block_in_place(|| {
+        use umpire_blackbox::chain::Mining;
+        use umpire_blackbox::cli::{Customer, finished, read_until};
+        let payer0 = devnet.balance(&payer);
+        let pending_body = BASIC.replace("7f3c-91ab-basic", "7f3c-91ab-pending");
+        let fetch_key = key();
+        devnet.set_mining(Mining::Manual);
+        let first = buy_v2(
+            &devnet,
+            &url("/v1/verdicts/basic"),
+            &pending_body,
+            Some(&fetch_key),
+        );
+        assert_eq!(first.status, 502, "{}", first.body);
+        let pending = umpire_blackbox::decode_b64_json(
+            &first.header("payment-response").expect("PAYMENT-RESPONSE"),
+        );
+        assert_eq!(pending["errorReason"], "settlement_pending", "{pending}");
+        let rerun = buy_v2(
+            &devnet,
+            &url("/v1/verdicts/basic"),
+            &pending_body,
+            Some(&fetch_key),
+        );
+        assert_eq!(rerun.status, 409, "{}", rerun.body);
+        assert!(rerun.header("payment-required").is_none());
+
+        let customer = Customer::new(
+            &format!("http://{api}"),
+            &devnet.get("payer_private_key"),
+            &BASIC.replace("7f3c-91ab-basic", "7f3c-91ab-customer"),
+        );
+        let mut run = customer.buy(None);
+        let (cli_key, said) = read_until(
+            &mut run,
+            "settlement is pending",
+            std::time::Duration::from_secs(90),
+        );
+        assert!(!cli_key.is_empty(), "{said:#?}");
+        let _ = run.kill();
+        let _ = run.wait();
+        let rerun = customer.buy(Some(&cli_key));
+        assert_eq!(payer0 - devnet.balance(&payer), 0, "nothing mined yet");
+        devnet.set_mining(Mining::Instant);
+        let (code, bought, stderr) = finished(rerun, std::time::Duration::from_secs(120));
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stderr.contains("resuming this purchase"), "{stderr}");
+        assert!(bought["document"]["signature"].is_object(), "{bought}");
+
+        // The reference client's purchase, delivered by the worker alone: its rerun now
+        // gets it (the authorization that rerun signs proves the wallet; never settled).
+        wait_until(
+            "the worker's reconciler",
+            std::time::Duration::from_secs(90),
+            || {
+                let again = buy_v2(
+                    &devnet,
+                    &url("/v1/verdicts/basic"),
+                    &pending_body,
+                    Some(&fetch_key),
+                );
+                again.status == 201
+                    && umpire_blackbox::decode_b64_json(
+                        &again.header("payment-response").expect("PAYMENT-RESPONSE"),
+                    )["transaction"]
+                        .as_str()
+                        .is_some_and(|t| {
+                            t.eq_ignore_ascii_case(
+                                pending["transaction"].as_str().unwrap_or_default(),
+                            )
+                        })
+            },
+        );
+        assert_eq!(
+            payer0 - devnet.balance(&payer),
+            2 * umpire_blackbox::PRICE_BASIC,
+            "two purchases, each charged once"
+        );
+    });
 
     // Feedback, proven on chain, and the merchant's report, bought.
     let merchant = devnet.accounts()[5].clone();

@@ -412,9 +412,15 @@ fn the_account_keeps_administering_the_signing_key() {
 fn no_secret_is_in_any_environment() {
     let arn =
         |name: &str| format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{name}-AbCdEf");
-    let (auth, rpc, solana, validation) =
-        (arn("auth"), arn("rpc"), arn("solana"), arn("validation"));
+    let (auth, rpc, solana, validation, evm) = (
+        arn("auth"),
+        arn("rpc"),
+        arn("solana"),
+        arn("validation"),
+        arn("evm"),
+    );
     let t = resolve_template(&[
+        ("EvmRpcUrlSecretArn", &evm),
         ("FacilitatorAuthSecretArn", &auth),
         ("FeedbackRpcUrlSecretArn", &rpc),
         ("SolanaRpcUrlSecretArn", &solana),
@@ -441,6 +447,7 @@ fn no_secret_is_in_any_environment() {
             let secret = match var {
                 "UMPIRE_FACILITATOR_AUTH" => &auth,
                 "UMPIRE_SOLANA_RPC_URL" => &solana,
+                "UMPIRE_EVM_RPC_URL" => &evm,
                 "UMPIRE_VALIDATION_RPC_URL" => &validation,
                 _ => &rpc,
             };
@@ -456,9 +463,20 @@ fn no_secret_is_in_any_environment() {
         }
     }
     for (secret, readers) in [
-        (&auth, vec!["ReputationFunction", "VerdictsFunction"]),
+        // The paying functions, and the worker that decides their pending purchases.
+        (
+            &auth,
+            vec!["ReputationFunction", "VerdictsFunction", "WorkerFunction"],
+        ),
         (&rpc, vec!["FeedbackFunction", "McpFunction"]),
-        (&solana, vec!["ReputationFunction", "VerdictsFunction"]),
+        (
+            &solana,
+            vec!["ReputationFunction", "VerdictsFunction", "WorkerFunction"],
+        ),
+        (
+            &evm,
+            vec!["ReputationFunction", "VerdictsFunction", "WorkerFunction"],
+        ),
         (&validation, vec!["VerdictsFunction", "WorkerFunction"]),
     ] {
         let got: Vec<&str> = deployed(&t)

@@ -38,6 +38,7 @@ def statements():
         "FacilitatorAuthSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:auth-AbCdEf",
         "FeedbackRpcUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:rpc-AbCdEf",
         "SolanaRpcUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:sol-AbCdEf",
+        "EvmRpcUrlSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:evm-AbCdEf",
     }
     _, cfn = transformed(os.path.join(ROOT, "template.yaml"), params)
     fake = {}

@@ -460,7 +460,8 @@ impl Facilitator {
         Facilitator::start_args(devnet, None, None, &["--confirmation-timeout-ms", &ms])
     }
 
-    fn start_args(
+    /// With the script's own arguments `extra` (`--confirmation-timeout-ms`, ...).
+    pub fn start_args(
         devnet: &Devnet,
         v1_network: Option<&str>,
         svm: Option<&crate::svm::SolanaNet>,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use umpire_core::json::{Value, parse};
 
 pub mod chain;
+pub mod cli;
 pub mod lambda;
 pub mod mirror;
 pub mod stack;

@@ -23,6 +23,8 @@
 //! | `UMPIRE_SETTLEMENT_TIMEOUT_SECONDS` | how long to wait for a settlement receipt | `30` |
 //! | `UMPIRE_EVM_BLOCK_TIME_MS` | the chain's block interval, which receipt polls follow (`0`: blocks at once) | `2000` on Base and Base Sepolia, else `0` |
 //! | `UMPIRE_EVM_PRECONFIRMATIONS` | `on`: answer a purchase on the preconfirmed receipt a flashblocks RPC gives (docs/paying.md states the risk) | `off` |
+//! | `UMPIRE_EVM_MAX_FEE_GWEI` | the most a settlement replaced for its fees (a base-fee spike) may offer per gas, in gwei (decimals allowed) | `1` |
+//! | `UMPIRE_EVM_MAX_SETTLEMENT_GAS` | the most gas one smart-wallet settlement may use (its signature check runs on our gas; a costlier wallet is refused) | `300000` |
 //! | `UMPIRE_SOL_PRICE_URL` | the SOL spot price source (Coinbase's API shape) | Coinbase's spot price |
 //! | `UMPIRE_SOLANA_RPC_URL` | the Solana node native SOL payments are verified and broadcast on, and USDC settlements the facilitator leaves unknown are looked up on | — |
 //! | `UMPIRE_SOLANA_SLOT_MS` | the cluster's slot time, which native SOL's confirmation polls follow (`0`: a node that confirms at once) | `400` |
@@ -325,6 +327,22 @@ pub async fn payments_from(
                     ));
                 }
             };
+            let fee_cap = match get("UMPIRE_EVM_MAX_FEE_GWEI") {
+                None => crate::evm::DEFAULT_FEE_CAP_WEI,
+                Some(g) => gwei_to_wei(&g).ok_or_else(|| {
+                    err(
+                        "UMPIRE_EVM_MAX_FEE_GWEI",
+                        "must be a positive number of gwei, e.g. 1 or 0.05",
+                    )
+                })?,
+            };
+            let gas_cap = whole(
+                &get,
+                "UMPIRE_EVM_MAX_SETTLEMENT_GAS",
+                crate::evm::TRANSFER_GAS_LIMIT..=30_000_000,
+                crate::evm::DEFAULT_GAS_CAP,
+                "must be gas from 150000 to 30000000",
+            )?;
             let chain = EvmChain::connect(
                 &rpc,
                 chain_id,
@@ -334,7 +352,9 @@ pub async fn payments_from(
             )
             .await
             .map_err(|e| err("UMPIRE_EVM_RPC_URL", e.message))?
-            .with_preconfirmations(preconfirmations);
+            .with_preconfirmations(preconfirmations)
+            .with_fee_cap(fee_cap)
+            .with_gas_cap(gas_cap);
             Some(Arc::new(SelfSettler { chain }) as Arc<dyn Settler>)
         }
         (other, _) => {
@@ -448,6 +468,29 @@ pub fn sol_price_from_env(rails: &Rails) -> Result<Option<Arc<SolPriceFeed>>, Pa
         .map_err(|e| err("UMPIRE_SOL_PRICE_URL", e))
 }
 
+/// Gwei as written (`1`, `0.05`, at most 9 decimals) in wei; `None` for anything else,
+/// zero included.
+fn gwei_to_wei(text: &str) -> Option<u128> {
+    let (whole, frac) = text.trim().split_once('.').unwrap_or((text.trim(), ""));
+    if frac.len() > 9
+        || !(whole.chars().all(|c| c.is_ascii_digit()) && frac.chars().all(|c| c.is_ascii_digit()))
+        || (whole.is_empty() && frac.is_empty())
+    {
+        return None;
+    }
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let frac: u128 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}").parse().ok()?
+    };
+    Some(whole.checked_mul(1_000_000_000)?.checked_add(frac)?).filter(|w| *w > 0)
+}
+
 /// Base and Base Sepolia make a block every two seconds; other chains are polled as if
 /// they mined at once unless `UMPIRE_EVM_BLOCK_TIME_MS` says otherwise.
 fn default_block_time_ms(chain_id: u64) -> u64 {
@@ -462,6 +505,27 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    #[test]
+    fn the_fee_cap_reads_gwei_as_written() {
+        assert_eq!(gwei_to_wei("1"), Some(1_000_000_000));
+        assert_eq!(gwei_to_wei("0.05"), Some(50_000_000));
+        assert_eq!(gwei_to_wei(" 12.000000001 "), Some(12_000_000_001));
+        assert_eq!(gwei_to_wei(".5"), Some(500_000_000));
+        for bad in [
+            "",
+            "0",
+            "0.0",
+            "-1",
+            "1e9",
+            "0.0000000001",
+            "abc",
+            "1.2.3",
+            ".",
+        ] {
+            assert_eq!(gwei_to_wei(bad), None, "{bad:?}");
+        }
+    }
 
     fn rails(pairs: &[(&str, &str)]) -> Result<Rails, PayConfigError> {
         let m: HashMap<String, String> = pairs

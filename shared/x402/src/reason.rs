@@ -70,6 +70,11 @@ reasons! {
     EvmAsset => "invalid_exact_evm_payload_asset_mismatch",
     /// The transfer would revert.
     EvmSimulation => "invalid_exact_evm_payload_simulation_failed",
+    /// Settling the payment would take more gas than a settlement may (a smart wallet
+    /// whose signature check is costly).
+    EvmGasCap => "invalid_exact_evm_settlement_gas_too_high",
+    /// The payer's last settled payment reverted on chain: refused for a while.
+    EvmPayerCoolingOff => "invalid_exact_evm_payer_reverted_recently",
     /// The Solana payload is not a transaction.
     SvmTransaction => "invalid_exact_svm_payload_transaction",
     /// A required signature is missing or does not verify.

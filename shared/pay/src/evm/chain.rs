@@ -40,7 +40,7 @@ use tracing::Instrument as _;
 use crate::evm::block_clock::{BlockClock, Poller};
 use crate::settle::polls_every;
 use umpire_x402::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
-use umpire_x402::reason::{FailureReason, PaymentFailure};
+use umpire_x402::reason::{FailureKind, FailureReason, PaymentFailure};
 
 /// Gas for `transferWithAuthorization` with an EOA signature: USDC spends about 85,000
 /// (a cold nonce slot and two balances); the rest is margin. Smart-wallet signatures
@@ -64,6 +64,30 @@ const RECEIPT_LATE_BLOCKS: u32 = 2;
 /// Kept between the last confirmation attempt and the caller's deadline.
 const CONFIRM_MARGIN: Duration = Duration::from_millis(150);
 
+/// A settlement not mined after this many blocks, whose fees the next block would not
+/// take (a base-fee spike, tips that rose), is replaced at its nonce with higher fees.
+pub const REPLACE_AFTER_BLOCKS: u32 = 2;
+
+/// A replacement pays at least this much more, in eighths (12.5%: nodes refuse a
+/// replacement that pays less than 10% more), up to the fee cap.
+const BUMP_EIGHTHS: u128 = 9;
+
+/// The most a replacement may offer per gas, unless the operator says otherwise
+/// (`UMPIRE_EVM_MAX_FEE_GWEI`): 1 gwei, a hundred times Base's usual fees; at the
+/// 150,000 gas of one settlement, 0.00015 ETH.
+pub const DEFAULT_FEE_CAP_WEI: u128 = 1_000_000_000;
+
+/// The most gas one smart-wallet settlement may use, unless the operator says
+/// otherwise (`UMPIRE_EVM_MAX_SETTLEMENT_GAS`): its wallet's signature check is paid by
+/// us, so a wallet whose check costs more is refused before any work.
+pub const DEFAULT_GAS_CAP: u64 = 300_000;
+
+/// How long a payer whose payment we settled and saw revert on chain (its wallet
+/// emptied, its authorization canceled, a smart wallet that passed simulation and
+/// failed in execution) is refused before we broadcast for it again: each revert is
+/// gas we paid for nothing.
+pub const REVERT_COOLING_OFF: Duration = Duration::from_secs(600);
+
 /// A chain reached over JSON-RPC, with an optional settler key for self-settlement.
 #[derive(Clone)]
 pub struct EvmChain {
@@ -78,6 +102,12 @@ pub struct EvmChain {
     /// Whether a purchase may be answered on a preconfirmed receipt (a flashblocks RPC's
     /// receipt in the block being built), see [`EvmChain::with_preconfirmations`].
     preconfirmations: bool,
+    /// The most a replacement offers per gas (wei).
+    fee_cap: u128,
+    /// The most gas a smart-wallet settlement may use.
+    gas_cap: u64,
+    /// Payers whose settlement reverted on chain, and until when they are refused.
+    cooling_off: Arc<Mutex<HashMap<Address, Instant>>>,
 }
 
 /// What one receipt poll found.
@@ -149,13 +179,18 @@ enum Outcome {
     Failed(PaymentFailure),
 }
 
-/// One signed settlement transaction.
+/// One signed settlement transaction, and what it was signed from (a replacement signs
+/// the same call at the same nonce with higher fees).
 #[derive(Debug, Clone)]
 struct Broadcast {
     hash: B256,
     raw: Bytes,
     nonce: u64,
     sent_at: Instant,
+    to: Address,
+    input: Bytes,
+    gas_limit: u64,
+    fees: Fees,
 }
 
 /// How long a process remembers a broadcast it has not seen decided: longer than any
@@ -324,7 +359,39 @@ impl EvmChain {
             block_time,
             clock: Arc::new(Mutex::new(BlockClock::new(block_time))),
             preconfirmations: false,
+            fee_cap: DEFAULT_FEE_CAP_WEI,
+            gas_cap: DEFAULT_GAS_CAP,
+            cooling_off: Default::default(),
         })
+    }
+
+    /// The most a replaced settlement may offer per gas, in wei.
+    pub fn with_fee_cap(mut self, wei: u128) -> EvmChain {
+        self.fee_cap = wei;
+        self
+    }
+
+    /// The most gas a smart-wallet settlement may use.
+    pub fn with_gas_cap(mut self, gas: u64) -> EvmChain {
+        self.gas_cap = gas;
+        self
+    }
+
+    /// Whether `payer` is refused for now: a settlement of theirs reverted on chain.
+    fn cooling_off_until(&self, payer: Address) -> Option<Instant> {
+        let mut map = self.cooling_off.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, until| *until > Instant::now());
+        map.get(&payer).copied()
+    }
+
+    /// Refuses `payer` for [`REVERT_COOLING_OFF`]: our settlement of their payment
+    /// reverted, and we paid its gas.
+    fn cool_off(&self, payer: Address) {
+        tracing::warn!(%payer, "a settlement reverted on chain; the payer is refused for a while");
+        self.cooling_off
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(payer, Instant::now() + REVERT_COOLING_OFF);
     }
 
     /// Answers purchases on preconfirmed receipts: an RPC that streams Base's
@@ -365,6 +432,17 @@ impl EvmChain {
             .map_err(|e| rpc_error("decoding authorizationState", e))
     }
 
+    /// Whether transaction `hash` is mined and reverted (`Some(true)`), mined and
+    /// succeeded (`Some(false)`), or not mined (`None`), as its receipt says.
+    pub async fn reverted(&self, hash: B256) -> Result<Option<bool>, PaymentFailure> {
+        let receipt = self
+            .provider
+            .get_transaction_receipt(hash)
+            .await
+            .map_err(|e| rpc_error("eth_getTransactionReceipt", e))?;
+        Ok(receipt.map(|r| !r.status()))
+    }
+
     /// An `eth_call` against the latest block: what is mined, never the pool (alloy's
     /// default, `pending`, would count our own unconfirmed broadcast as done, or a
     /// stranger's as spent, before the chain does).
@@ -387,6 +465,18 @@ impl EvmChain {
         payment: &Eip3009Payment,
         pay_to: Address,
     ) -> Result<OnChain, PaymentFailure> {
+        if let Some(until) = self.cooling_off_until(payment.payer()) {
+            return Err(invalid(
+                FailureReason::EvmPayerCoolingOff,
+                format!(
+                    "the last payment from this wallet that we settled reverted on chain (its funds moved, its authorization canceled, or its wallet's check failed), and we paid the gas: payments from it are refused for {} more seconds",
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .as_secs()
+                        .max(1)
+                ),
+            ));
+        }
         let mut tx = TransactionRequest::default()
             .with_to(token)
             .with_input(payment.transfer_calldata()?);
@@ -399,7 +489,16 @@ impl EvmChain {
             .block(BlockNumberOrTag::Latest.into())
             .await
         {
-            Ok(_) => Ok(OnChain::Unspent),
+            Ok(_) if payment.is_eoa_signature() => Ok(OnChain::Unspent),
+            // A smart wallet's signature check runs on our gas: one that needs more
+            // than we pay for a settlement is refused before any work.
+            Ok(_) => match self.settler() {
+                Some(from) => self
+                    .smart_wallet_gas(from, token, &payment.transfer_calldata()?)
+                    .await
+                    .map(|_| OnChain::Unspent),
+                None => Ok(OnChain::Unspent),
+            },
             // A revert is the payment's fault; anything else (a rate limit, a node
             // behind, an internal error) is the RPC's.
             Err(e)
@@ -590,7 +689,7 @@ impl EvmChain {
                 token,
                 payment,
                 pay_to,
-                sent.hash,
+                Sending::of(&id, &sent),
                 until,
                 self.preconfirmations,
             )
@@ -598,8 +697,9 @@ impl EvmChain {
         match decided {
             Ok(c) if !c.sealed => self.follow(token, payment, pay_to, c.tx, id),
             Err(ref f) if f.transaction.is_some() => {}
-            // Only this broadcast: a later settlement may have signed anew.
-            _ => settler.forget(&id, sent.hash),
+            // Only this broadcast (or its replacement at its nonce): a later settlement
+            // may have signed anew.
+            _ => settler.forget_nonce(&id, sent.nonce),
         }
         decided.map(|c| c.tx)
     }
@@ -623,8 +723,13 @@ impl EvmChain {
         let until =
             Instant::now() + Duration::from_secs(valid_before.saturating_sub(now).min(3600));
         tokio::spawn(async move {
+            let sending = Sending {
+                id: &id,
+                hash: tx,
+                nonce: None,
+            };
             match chain
-                .confirm(token, &payment, pay_to, tx, until, false)
+                .confirm(token, &payment, pay_to, sending, until, false)
                 .await
             {
                 Ok(c) => tracing::info!(tx = %c.tx, "a preconfirmed settlement is sealed"),
@@ -1030,16 +1135,38 @@ impl EvmChain {
         if payment.is_eoa_signature() {
             return Ok(TRANSFER_GAS_LIMIT);
         }
+        self.smart_wallet_gas(settler.address, token, input).await
+    }
+
+    /// The gas limit of a smart-wallet settlement: the estimate and a quarter, refused
+    /// past the cap (its wallet's check is paid by us).
+    async fn smart_wallet_gas(
+        &self,
+        from: Address,
+        token: Address,
+        input: &Bytes,
+    ) -> Result<u64, PaymentFailure> {
         let tx = TransactionRequest::default()
-            .with_from(settler.address)
+            .with_from(from)
             .with_to(token)
             .with_input(input.clone());
         let gas = self
             .provider
             .estimate_gas(tx)
             .await
-            .map_err(|e| rpc_error("eth_estimateGas", e))?;
-        Ok(gas.saturating_mul(5) / 4)
+            .map_err(|e| rpc_error("eth_estimateGas", e))?
+            .saturating_mul(5)
+            / 4;
+        if gas > self.gas_cap {
+            return Err(invalid(
+                FailureReason::EvmGasCap,
+                format!(
+                    "settling this wallet's payment needs {gas} gas (its signature check), more than the {} we pay for one settlement",
+                    self.gas_cap
+                ),
+            ));
+        }
+        Ok(gas)
     }
 
     /// Fees for the next block: read once a block (a fee history of one block: the
@@ -1108,6 +1235,10 @@ impl EvmChain {
             raw,
             nonce,
             sent_at: Instant::now(),
+            to,
+            input: input.clone(),
+            gas_limit,
+            fees,
         })
     }
 
@@ -1119,12 +1250,17 @@ impl EvmChain {
         token: Address,
         payment: &Eip3009Payment,
         pay_to: Address,
-        hash: B256,
+        sending: Sending<'_>,
         until: Instant,
         preconfirmed_ok: bool,
     ) -> Result<Confirmed, PaymentFailure> {
         let started = Instant::now();
         let late_after = (self.block_time * RECEIPT_LATE_BLOCKS).max(Duration::from_secs(1));
+        // A block's time (a second on a chain that mines at once) between looks at the
+        // fees of a settlement that waits.
+        let block = self.block_time.max(Duration::from_secs(1));
+        let mut fees_looked_at = started + block * (REPLACE_AFTER_BLOCKS - 1);
+        let mut hash = sending.hash;
         let mut polls = self.polls(preconfirmed_ok);
         let mut refilled = false;
         // The latest block our previous poll answered.
@@ -1164,16 +1300,23 @@ impl EvmChain {
                 }
                 Ok(Some(r)) if !r.success && r.sealed => {
                     // Reverted: most likely the authorization was executed first by
-                    // another transaction, or canceled; the chain says which.
-                    return self
+                    // another transaction, or canceled; the chain says which. Unless
+                    // it paid us after all, the payer cost us the gas: refused a while.
+                    let why = self
                         .why_not(
                             token,
                             payment,
                             pay_to,
                             &format!("the transfer {hash} reverted on chain"),
                         )
-                        .await
-                        .map(Confirmed::sealed);
+                        .await;
+                    if why
+                        .as_ref()
+                        .is_err_and(|f| f.kind != FailureKind::Unavailable)
+                    {
+                        self.cool_off(payment.payer());
+                    }
+                    return why.map(Confirmed::sealed);
                 }
                 // Preconfirmed only: the sealed block decides.
                 Ok(_) => {}
@@ -1182,6 +1325,16 @@ impl EvmChain {
             if started.elapsed() >= late_after {
                 if let Some(decided) = self.decided_by_logs(token, payment, pay_to, until).await {
                     return decided.map(Confirmed::sealed);
+                }
+                // Late, unused, and priced below what the chain takes now (a base-fee
+                // spike): replaced at its nonce with higher fees, once a block.
+                if let Some(nonce) = sending.nonce
+                    && Instant::now() >= fees_looked_at
+                {
+                    fees_looked_at = Instant::now() + block;
+                    if let Some(b) = self.replace_if_underpriced(sending.id, nonce).await {
+                        hash = b.hash;
+                    }
                 }
                 // Late, and unused: our transaction may have been dropped, or wait
                 // behind a nonce a lost broadcast left empty. Both are put right.
@@ -1316,7 +1469,112 @@ impl EvmChain {
                 }
             }
         }
+        drop(state);
+        // An earlier settlement of ours priced out of the chain holds every later one
+        // back: replaced here too, whoever is waiting for it.
+        let stuck: Vec<(String, u64)> = settler
+            .broadcasts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, b)| b.nonce < mine.nonce)
+            .map(|(id, b)| (id.clone(), b.nonce))
+            .collect();
+        for (id, nonce) in stuck {
+            self.replace_if_underpriced(&id, nonce).await;
+        }
         let _ = tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&mine.raw)).await;
+    }
+
+    /// The fees the next block takes: its base fee, and what the last block tipped.
+    async fn next_fees(&self) -> Result<(u128, u128), PaymentFailure> {
+        let history = tokio::time::timeout(
+            SEND_CALL_TIMEOUT,
+            self.provider
+                .get_fee_history(1, BlockNumberOrTag::Latest, &[50.0]),
+        )
+        .await
+        .map_err(|_| rpc_error("eth_feeHistory", "no answer in time"))?
+        .map_err(|e| rpc_error("eth_feeHistory", e))?;
+        let base = history.base_fee_per_gas.last().copied().unwrap_or_default();
+        let tip = history
+            .reward
+            .as_ref()
+            .and_then(|r| r.first())
+            .and_then(|r| r.first())
+            .copied()
+            .unwrap_or_default()
+            .max(MIN_PRIORITY_FEE);
+        Ok((base, tip))
+    }
+
+    /// Replaces the settlement this process sent for authorization `id` at `nonce`
+    /// when the next block would not take it (its fee cap below the base fee, or its tip
+    /// below what blocks tip now): the same call at the same nonce, never another
+    /// nonce, with fees at least 12.5% higher and what the chain asks now, up to the
+    /// fee cap. The replacement is remembered in its place (a resend sends it); the
+    /// one it replaces can still be mined instead, which the token's logs show as the
+    /// same payment. `None` when nothing was replaced.
+    async fn replace_if_underpriced(&self, id: &str, nonce: u64) -> Option<Broadcast> {
+        let settler = self.settler.as_ref()?;
+        let current = settler.remembered(id).filter(|b| b.nonce == nonce)?;
+        let (base, tip) = self.next_fees().await.ok()?;
+        let fees = current.fees;
+        if fees.max_fee_per_gas >= base.saturating_add(fees.max_priority_fee_per_gas)
+            && fees.max_priority_fee_per_gas >= tip
+        {
+            return None;
+        }
+        let bump = |x: u128| (x.saturating_mul(BUMP_EIGHTHS)).div_ceil(8).max(x + 1);
+        let tip = bump(fees.max_priority_fee_per_gas).max(tip);
+        let wanted = bump(fees.max_fee_per_gas).max(base.saturating_mul(2).saturating_add(tip));
+        let max_fee = wanted.min(self.fee_cap);
+        if max_fee < bump(fees.max_fee_per_gas) {
+            tracing::error!(
+                nonce,
+                hash = %current.hash,
+                base_fee = base,
+                cap = self.fee_cap,
+                "a settlement priced out of the chain cannot be replaced within the fee cap (UMPIRE_EVM_MAX_FEE_GWEI); it waits for fees to fall"
+            );
+            return None;
+        }
+        let bumped = Fees {
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip.min(max_fee),
+            read_at: Instant::now(),
+        };
+        let replacement = self
+            .sign(
+                settler,
+                current.to,
+                &current.input,
+                nonce,
+                current.gas_limit,
+                bumped,
+            )
+            .ok()?;
+        match tokio::time::timeout(SEND_CALL_TIMEOUT, self.send_raw(&replacement.raw)).await {
+            Ok(Ok(())) => {
+                tracing::warn!(
+                    nonce,
+                    old = %current.hash,
+                    new = %replacement.hash,
+                    max_fee_per_gas = max_fee,
+                    base_fee = base,
+                    "replaced a settlement the chain would not take at its fees"
+                );
+                settler.remember(id, &replacement);
+                Some(replacement)
+            }
+            // Mined meanwhile ("nonce too low"), or another replacement got there:
+            // the receipt or the logs tell.
+            Ok(Err(e)) => {
+                tracing::info!(nonce, error = %e, "a replacement was not taken");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// The pauses between receipt polls. With preconfirmations, a flashblock apart
@@ -1354,7 +1612,34 @@ impl Polls {
     }
 }
 
+/// A settlement being confirmed: the authorization it is for, its transaction, and
+/// its nonce when it is ours to replace (a watch of a preconfirmed one replaces nothing).
+struct Sending<'a> {
+    id: &'a str,
+    hash: B256,
+    nonce: Option<u64>,
+}
+
+impl<'a> Sending<'a> {
+    fn of(id: &'a str, b: &Broadcast) -> Sending<'a> {
+        Sending {
+            id,
+            hash: b.hash,
+            nonce: Some(b.nonce),
+        }
+    }
+}
+
 impl Settler {
+    /// Forgets the broadcast of authorization `id` at `nonce` (the first one or its
+    /// replacement; not one signed anew at another nonce since).
+    fn forget_nonce(&self, id: &str, nonce: u64) {
+        let mut remembered = self.broadcasts.lock().unwrap_or_else(|p| p.into_inner());
+        if remembered.get(id).is_some_and(|b| b.nonce == nonce) {
+            remembered.remove(id);
+        }
+    }
+
     /// Forgets broadcast `hash` of authorization `id` (not one signed anew since).
     fn forget(&self, id: &str, hash: B256) {
         let mut remembered = self.broadcasts.lock().unwrap_or_else(|p| p.into_inner());

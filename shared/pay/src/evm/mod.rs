@@ -7,4 +7,7 @@
 mod block_clock;
 mod chain;
 
-pub use chain::{EvmChain, OnChain, SpentBy, TRANSFER_GAS_LIMIT};
+pub use chain::{
+    DEFAULT_FEE_CAP_WEI, DEFAULT_GAS_CAP, EvmChain, OnChain, REPLACE_AFTER_BLOCKS,
+    REVERT_COOLING_OFF, SpentBy, TRANSFER_GAS_LIMIT,
+};

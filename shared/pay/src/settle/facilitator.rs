@@ -8,7 +8,8 @@
 //! |---|---|
 //! | `success: true` | settled |
 //! | `settlement_pending` (with its transaction) | broadcast, not confirmed: **unknown** |
-//! | `invalid_transaction_state`, `…_transaction_failed`, `transaction_failed` | a transaction went out and failed, perhaps because an earlier one of the same payment landed: **unknown** |
+//! | `invalid_transaction_state`, `…_transaction_failed`, `transaction_failed`, with a transaction | a transaction went out and failed, perhaps because an earlier one of the same payment landed: **unknown** (a transaction the chain shows reverted, with the authorization still unused, is **refused**: nothing moved) |
+//! | `…_transaction_failed` with no transaction | the facilitator's call failed before anything was sent (its simulation, its gas estimate): **refused** |
 //! | `…_nonce_already_used`, `…_authorization_nonce_used`, `duplicate_settlement` | the payment was used, perhaps by our own earlier `/settle`: **unknown** |
 //! | `…_transfer_event_mismatch` | a transaction succeeded without the transfer it should show: **unknown** |
 //! | no answer, a lost answer, a non-JSON answer | the request may have been acted on: **unknown** |
@@ -133,6 +134,37 @@ impl FacilitatorClient {
         self
     }
 
+    /// What the chain says of a settlement the facilitator's answer left unknown: paid
+    /// us (`Ok`), or refused for good when the transaction it names reverted and the
+    /// authorization is still unused (nothing moved; the reference facilitator sends
+    /// one transaction per payment, so no other of its broadcasts is on its way).
+    /// `None` while the chain cannot say.
+    async fn decide_on_chain(
+        &self,
+        ctx: &PaymentContext,
+        failure: &PaymentFailure,
+    ) -> Option<Result<SettlementResponse, PaymentFailure>> {
+        if let Some(settled) = self.find_settlement(ctx).await.ok()? {
+            return Some(Ok(settled));
+        }
+        let (Some(reader), Some(tx)) = (&self.evm_reader, failure.transaction.as_deref()) else {
+            return None;
+        };
+        let hash = tx.parse().ok()?;
+        match reader.chain.reverted(hash).await.ok()? {
+            Some(true) if matches!(self.find_settlement(ctx).await, Ok(None)) => {
+                Some(Err(PaymentFailure::invalid(
+                    FailureReason::SettlementFailed,
+                    format!(
+                        "the facilitator's transaction {tx} reverted and the payment did not move ({})",
+                        failure.message
+                    ),
+                )))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether settlements on `ctx`'s chain can be looked up here.
     pub fn reads_chain_of(&self, ctx: &PaymentContext) -> bool {
         if ctx.rail.is_evm() {
@@ -253,13 +285,13 @@ impl Settler for FacilitatorClient {
             tracing::warn!(error = %failure, "the facilitator's settlement has no outcome yet; reading the chain");
             // The money may have moved: the chain says, while the request has time.
             if self.reads_chain_of(ctx) && deadline.allows(SETTLE_RETRY_MIN) {
-                let found = tokio::time::timeout(
+                let decided = tokio::time::timeout(
                     deadline.remaining().saturating_sub(ANSWER_MARGIN),
-                    self.find_settlement(ctx),
+                    self.decide_on_chain(ctx, &failure),
                 )
                 .await;
-                if let Ok(Ok(Some(settled))) = found {
-                    return Ok(settled);
+                if let Ok(Some(decided)) = decided {
+                    return decided;
                 }
             }
             return Err(failure);
@@ -302,13 +334,12 @@ fn no_reader(variable: &str) -> PaymentFailure {
 }
 
 /// Reasons a facilitator gives when the payment may have moved anyway (see the module
-/// notes): an unknown outcome, never a refusal.
+/// notes): an unknown outcome, never a refusal. A failed transaction counts when it
+/// names one (any reason naming a transaction does); without one, the facilitator's
+/// call failed before anything was sent.
 const MAY_HAVE_MOVED: &[&str] = &[
     "settlement_pending",
     "invalid_transaction_state",
-    "invalid_exact_evm_transaction_failed",
-    "invalid_exact_svm_transaction_failed",
-    "transaction_failed",
     "invalid_exact_evm_nonce_already_used",
     "invalid_exact_evm_payload_authorization_nonce_used",
     "duplicate_settlement",
@@ -367,6 +398,7 @@ mod tests {
             ("settlement_pending", tx),
             ("invalid_transaction_state", tx),
             ("invalid_exact_evm_transaction_failed", tx),
+            ("invalid_exact_svm_transaction_failed", tx),
             ("invalid_exact_evm_nonce_already_used", ""),
             ("duplicate_settlement", ""),
             ("invalid_exact_evm_transfer_event_mismatch", tx),
@@ -382,6 +414,7 @@ mod tests {
             );
         }
         for reason in [
+            "invalid_exact_evm_transaction_failed",
             "invalid_exact_evm_signature",
             "invalid_exact_evm_insufficient_balance",
             "invalid_exact_evm_payload_authorization_valid_before",

@@ -47,10 +47,11 @@ pub const JOB_RECONCILE: &str = "purchase.reconcile";
 /// worker's timeout.
 const ROUND_BUDGET: Duration = Duration::from_secs(20);
 
-/// The first look comes a couple of seconds after the deadline (a block on Base); each
-/// later one waits twice as long, up to a minute.
+/// The first look comes a couple of seconds after the deadline (a block on Base); the
+/// wait doubles every second round (most pending payments land within a few blocks),
+/// up to half a minute.
 const FIRST_DELAY: Duration = Duration::from_secs(2);
-const LONGEST_DELAY: Duration = Duration::from_secs(60);
+const LONGEST_DELAY: Duration = Duration::from_secs(30);
 
 /// One round of following a pending purchase.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +99,7 @@ impl ReconcileJob {
     /// How long after this round the next one comes.
     fn next_delay(&self) -> Duration {
         FIRST_DELAY
-            .saturating_mul(1u32 << self.attempt.min(16))
+            .saturating_mul(1u32 << (self.attempt / 2).min(16))
             .min(LONGEST_DELAY)
     }
 }
@@ -403,7 +404,15 @@ mod tests {
                 .as_secs()
             })
             .collect();
-        assert_eq!(delays, [4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(delays, [2, 4, 4, 8, 8, 16, 16]);
+        assert_eq!(
+            ReconcileJob {
+                attempt: 40,
+                ..job.clone()
+            }
+            .next_delay(),
+            LONGEST_DELAY
+        );
         assert!(
             ReconcileJob::parse(&Job {
                 kind: "sworn.pass2".into(),
