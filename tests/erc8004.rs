@@ -258,7 +258,11 @@ impl Validator {
 
     /// The request's status once its latest answer is tagged `tag`.
     fn answered(&self, hash: &str, tag: &str) -> Value {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        self.answered_within(hash, tag, std::time::Duration::from_secs(30))
+    }
+
+    fn answered_within(&self, hash: &str, tag: &str, within: std::time::Duration) -> Value {
+        let until = std::time::Instant::now() + within;
         loop {
             let s = self.status(hash);
             if s["tag"] == tag {
@@ -598,4 +602,65 @@ fn posting_survives_the_rpc_refusing_its_first_two_attempts() {
         3,
         "two refused, one sent"
     );
+}
+
+/// A purchase that answers a validation request, and a sworn one, whose settlements stay
+/// pending (the chain stopped past their deadlines) three holds long, past the two
+/// holds after which the answer and pass 2 once gave up (the hold is 8 s here, 120 s
+/// as shipped: this is the five-minute stall, scaled). Once the chain resumes, each
+/// purchase's reconciler delivers it, pass 2 runs, and both answers are posted.
+#[test]
+fn answers_of_purchases_pending_past_their_holds_are_posted_once_the_chain_decides() {
+    use std::time::Duration;
+    use umpire_blackbox::chain::Mining;
+    const HOLD_SECS: u64 = 8;
+    let hold = HOLD_SECS.to_string();
+    let v = Validator::start(&[
+        ("UMPIRE_REQUEST_BUDGET_MS", "6000"),
+        ("UMPIRE_IN_PROGRESS_SECONDS", hold.as_str()),
+        ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+        ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "180"),
+    ]);
+    let other = r##"{"text":"# Report\nall tests green, twice"}"##;
+    let (basic_ref, basic_hash) = v.request(&request_file(SPEC, GOOD), None);
+    let (sworn_ref, sworn_hash) = v.request(&request_file(SPEC, other), None);
+    let before = v.payer_balance();
+    v.devnet.set_mining(Mining::Manual);
+    let basic = v.buy_keyed(
+        "basic",
+        SPEC,
+        GOOD,
+        &basic_ref,
+        Some("pending-erc8004-basic-1"),
+    );
+    assert_eq!(basic.status, 502, "{}", basic.body);
+    let sworn = v.buy_keyed(
+        "sworn",
+        SPEC,
+        other,
+        &sworn_ref,
+        Some("pending-erc8004-sworn-1"),
+    );
+    assert_eq!(sworn.status, 502, "{}", sworn.body);
+    std::thread::sleep(Duration::from_secs(3 * HOLD_SECS));
+    assert_eq!(
+        v.payer_balance(),
+        before,
+        "nothing mined while the chain is stopped"
+    );
+    v.devnet.set_mining(Mining::Every(Duration::from_secs(2)));
+
+    let answered = v.answered_within(&basic_hash, "umpire:basic", Duration::from_secs(90));
+    assert_eq!(answered["response"], 100);
+    let last = v.answered_within(&sworn_hash, "umpire:sworn", Duration::from_secs(120));
+    assert_eq!(
+        last["response"], 100,
+        "pass 2 ran and its final answer is posted"
+    );
+    assert_eq!(
+        before - v.payer_balance(),
+        6_000_000,
+        "$1 and $5, each charged once"
+    );
+    v.devnet.assert_ledger_matches_chain(&v.server);
 }
