@@ -245,6 +245,82 @@ fn stored_verdicts(server: &Server) -> Vec<String> {
         .collect()
 }
 
+/// The documented JS client (`docs/examples/buy-once.mjs`, the reference x402 client
+/// libraries holding the payment under its key): a run that gives up waiting on a
+/// pending purchase holds its payment; its rerun with the key sends that payment and
+/// signs nothing; charged once.
+fn the_documented_js_client_is_charged_once(stalled: &Stalled) {
+    let hold = umpire_blackbox::TempDir::new("buy-once");
+    let hold_dir = hold.path().to_string_lossy().into_owned();
+    let key = umpire_host::random_id("buy-once");
+    let (url, network, asset, wallet) = (
+        stalled.url(),
+        stalled.devnet.get("network"),
+        stalled.devnet.get("asset"),
+        stalled.devnet.get("payer_private_key"),
+    );
+    let run = |wait: &str| {
+        umpire_blackbox::chain::node_json(
+            "docs/examples/buy-once.mjs",
+            &[
+                "--url",
+                &url,
+                "--body",
+                BODY,
+                "--key",
+                &key,
+                "--private-key",
+                &wallet,
+                "--network",
+                &network,
+                "--asset",
+                &asset,
+                "--hold-dir",
+                &hold_dir,
+                "--max-wait-seconds",
+                wait,
+            ],
+        )
+    };
+    let first = run("8");
+    assert_eq!(first["signed"], 1, "{first}");
+    assert!(
+        first["status"] == 502 || first["status"] == 409,
+        "still pending when it gave up: {first}"
+    );
+    assert_eq!(
+        std::fs::read_dir(hold.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        1,
+        "held"
+    );
+    stalled.resume_mining();
+    let rerun = run("120");
+    assert_eq!(rerun["status"], 201, "{rerun}");
+    assert_eq!(rerun["signed"], 0, "nothing new signed: {rerun}");
+    assert_eq!(rerun["resent"], true, "{rerun}");
+    assert_eq!(
+        std::fs::read_dir(hold.path())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "let go"
+    );
+    assert_eq!(stalled.charged(), PRICE_BASIC, "charged once");
+    stalled.audit();
+}
+
+#[test]
+fn self_settled_the_documented_js_client_is_charged_once() {
+    the_documented_js_client_is_charged_once(&Stalled::self_settled());
+}
+
+#[test]
+fn through_the_facilitator_the_documented_js_client_is_charged_once() {
+    the_documented_js_client_is_charged_once(&Stalled::through_facilitator());
+}
+
 /// Whether the server's ledger records `tx` as a settled payment.
 fn settled_in_ledger(server: &Server, tx: &str) -> bool {
     let db = server.data.path().join("umpire.sqlite3");
