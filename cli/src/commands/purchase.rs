@@ -174,6 +174,13 @@ async fn until_answered(
                 tokio::time::sleep(a.retry_after()).await;
             }
             Ok(a) if a.status == 409 && a.error_code() == Some("in_flight") => {
+                if waited >= PENDING_WAIT {
+                    return Err(Local(format!(
+                        "the purchase is still being processed after {} s; run again with --idempotency-key {}: the same payment is sent, nothing new is signed",
+                        waited.as_secs(),
+                        key.1
+                    )));
+                }
                 eprintln!("the purchase is still being processed; asking again");
                 tokio::time::sleep(a.retry_after()).await;
             }

@@ -296,6 +296,28 @@ impl umpire_store::IdempotencyStore for FlakyStore {
             .pend_idempotency(key, hash, payment, expires)
             .await
     }
+    async fn complete_bound_idempotency(
+        &self,
+        key: &str,
+        hash: &str,
+        payment: &str,
+        response: &umpire_store::StoredResponse,
+        expires: u64,
+    ) -> umpire_store::Result<bool> {
+        self.inner
+            .complete_bound_idempotency(key, hash, payment, response, expires)
+            .await
+    }
+    async fn release_bound_idempotency(
+        &self,
+        key: &str,
+        hash: &str,
+        payment: &str,
+    ) -> umpire_store::Result<bool> {
+        self.inner
+            .release_bound_idempotency(key, hash, payment)
+            .await
+    }
     async fn get_idempotency(
         &self,
         key: &str,
@@ -696,6 +718,7 @@ fn context_at(
         requirements,
         requirements_v1: None,
         transaction: None,
+        settled_before: false,
     }
 }
 
@@ -1298,4 +1321,76 @@ async fn a_verdict_whose_store_write_fails_is_stored_by_its_reconciler() {
         (1, 1, 0),
         "(verify, settle, find): the chain is not asked again"
     );
+}
+
+/// A process that dies while its settlement is on its way leaves the purchase's key bound
+/// to it (bound before any money moved): long after the claim's hold lapses, a rerun
+/// under the key — without a payment, or with a new one — is answered with the pending
+/// purchase, never a 402, and the new payment is never taken.
+#[tokio::test]
+async fn a_crash_mid_settlement_leaves_the_key_bound_to_the_purchase() {
+    let shop = shop(|_| {});
+    FakeChain::script(&shop.chain.settle, &[Step::BroadcastThenHang]);
+    const KEY: &str = "crash-bound-key-00001";
+    let payment = shop.pay().await;
+    let state = shop.state.clone();
+    let p = payment.clone();
+    let running =
+        tokio::spawn(async move { umpire_api::handle(&state, request(Some(&p), Some(KEY))).await });
+    shop.chain.settling.notified().await;
+    running.abort();
+    assert!(running.await.is_err_and(|e| e.is_cancelled()));
+    // Hours later than any claim's hold.
+    shop.clock.advance(3 * 3600);
+    let unpaid = shop.send(None, Some(KEY)).await;
+    assert_pending(&unpaid);
+    let second = shop.pay().await;
+    let calls = shop.calls();
+    assert_pending(&shop.send(Some(&second), Some(KEY)).await);
+    assert_eq!(shop.calls(), calls, "the new payment is not even verified");
+    assert_eq!(shop.phase(&second).await, None);
+    assert_eq!(shop.chain.charged(), 1, "only the first payment moved");
+}
+
+/// A pending purchase whose settlement attempt is refused (a facilitator that answers
+/// "expired", a balance that went away) is not voided on that word: only the chain's
+/// own evidence voids it, since the refusal may follow a transfer that landed.
+#[tokio::test]
+async fn the_reconciler_voids_only_on_the_chains_evidence() {
+    let shop = shop(|_| {});
+    FakeChain::script(
+        &shop.chain.settle,
+        &[
+            Step::Fail(PaymentFailure::unavailable("the RPC is down")),
+            Step::Fail(PaymentFailure::invalid(
+                FailureReason::EvmValidBefore,
+                "the authorization is expired",
+            )),
+            Step::Fail(PaymentFailure::invalid(
+                FailureReason::InsufficientFunds,
+                "the wallet holds too little",
+            )),
+        ],
+    );
+    let payment = shop.pay().await;
+    let first = shop
+        .send(Some(&payment), Some("evidence-key-000000001"))
+        .await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    for _ in 0..2 {
+        assert_eq!(
+            shop.reconcile(&payment).await,
+            umpire_api::paid::checkout::reconcile::Round::Again
+        );
+        assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+    }
+    assert_pending(&shop.send(None, Some("evidence-key-000000001")).await);
+    // The chain shows the transfer landed after all (the earlier broadcast): delivered.
+    shop.chain.broadcast(&context(&shop.state, &payment));
+    assert_eq!(
+        shop.reconcile(&payment).await,
+        umpire_api::paid::checkout::reconcile::Round::Done
+    );
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    assert_eq!(shop.chain.charged(), 1);
 }

@@ -328,7 +328,11 @@ impl Settler for NativeSolSettler {
         match self.rpc.status(&tx.id(), true).await? {
             Landed::Ok => Ok(Some(settled(ctx, &tx))),
             Landed::Failed(err) => Err(failed_on_chain(&err)),
-            Landed::No | Landed::Processed => Ok(None),
+            // Processed, not confirmed yet: it may still land (or be dropped).
+            Landed::Processed => Err(PaymentFailure::unavailable(
+                "the transaction is processed and not confirmed yet",
+            )),
+            Landed::No => Ok(None),
         }
     }
 }
@@ -357,7 +361,11 @@ pub async fn find_spl_settlement(
             extensions: Default::default(),
         })),
         Landed::Failed(err) => Err(failed_on_chain(&err)),
-        Landed::No | Landed::Processed => Ok(None),
+        // Processed, not confirmed yet: it may still land (or be dropped).
+        Landed::Processed => Err(PaymentFailure::unavailable(
+            "the transaction is processed and not confirmed yet",
+        )),
+        Landed::No => Ok(None),
     }
 }
 

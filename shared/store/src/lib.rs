@@ -421,9 +421,29 @@ pub trait IdempotencyStore: Send + Sync {
         response: &StoredResponse,
         expires_at: Unix,
     ) -> Result<()>;
-    /// Gives a claim back (a voided purchase), in progress or pending: the key may be
-    /// used again.
+    /// Gives a claim back (a voided purchase) while it is in progress: the key may be
+    /// used again. A key bound to a pending purchase is released by
+    /// [`IdempotencyStore::release_bound_idempotency`] only.
     async fn release_idempotency(&self, key: &str, request_hash: &str) -> Result<()>;
+    /// Completes a key bound to the pending purchase paid with `payment_key` (pending,
+    /// for `request_hash`, that payment) with the purchase's answer; `false` when the key
+    /// is not so bound (never bound, ended already, or bound to another purchase).
+    async fn complete_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<bool>;
+    /// Releases a key bound to the pending purchase paid with `payment_key` (voided, or
+    /// an unpaid copy whose purchase ended); `false` when it is not so bound.
+    async fn release_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+    ) -> Result<bool>;
     /// Binds a claim held for `request_hash` (in progress) to the pending purchase of
     /// `payment_key` until `expires_at`; `false` when the key holds no such claim (it
     /// lapsed and was taken over, or is pending already).

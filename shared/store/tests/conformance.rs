@@ -419,19 +419,60 @@ async fn a_pending_key_stays_bound_until_its_purchase_ends(store: &dyn Store) {
             .await
             .expect("pend")
     );
-    // Delivered: completed like any claim.
-    store
-        .complete_idempotency(k, "h", &response("{\"ok\":1}"), NOW + 90_000)
-        .await
-        .expect("complete");
+    // Only its own purchase ends it: another payment's, another request's, or a plain
+    // release of a claim leave it bound.
+    let ok = response("{\"ok\":1}");
+    assert!(
+        !store
+            .complete_bound_idempotency(k, "h", "pay2", &ok, NOW + 90_000)
+            .await
+            .expect("complete")
+    );
+    assert!(
+        !store
+            .complete_bound_idempotency(k, "h2", "pay1", &ok, NOW + 90_000)
+            .await
+            .expect("complete")
+    );
+    assert!(
+        !store
+            .release_bound_idempotency(k, "h", "pay2")
+            .await
+            .expect("release")
+    );
+    store.release_idempotency(k, "h").await.expect("release");
     let rec = store
         .get_idempotency(k, NOW)
         .await
         .expect("get")
         .expect("present");
-    assert_eq!(
-        rec.state,
-        IdempotencyState::Completed(response("{\"ok\":1}"))
+    assert_eq!(rec.state, pending);
+    // Delivered: completed with the answer, once.
+    assert!(
+        store
+            .complete_bound_idempotency(k, "h", "pay1", &ok, NOW + 90_000)
+            .await
+            .expect("complete")
+    );
+    let rec = store
+        .get_idempotency(k, NOW)
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(rec.state, IdempotencyState::Completed(ok.clone()));
+    assert_eq!(rec.expires_at, NOW + 90_000);
+    assert!(
+        !store
+            .complete_bound_idempotency(k, "h", "pay1", &response("late"), NOW + 90_000)
+            .await
+            .expect("complete"),
+        "a completed key is not completed again"
+    );
+    assert!(
+        !store
+            .release_bound_idempotency(k, "h", "pay1")
+            .await
+            .expect("release")
     );
     // Voided: released, and the key is free.
     let v = "anon|key-pending-void-0000";
@@ -445,12 +486,19 @@ async fn a_pending_key_stays_bound_until_its_purchase_ends(store: &dyn Store) {
             .await
             .expect("pend")
     );
-    store
-        .release_idempotency(v, "other")
-        .await
-        .expect("release");
+    assert!(
+        !store
+            .release_bound_idempotency(v, "other", "pay3")
+            .await
+            .expect("release")
+    );
     assert!(store.get_idempotency(v, NOW).await.expect("get").is_some());
-    store.release_idempotency(v, "h").await.expect("release");
+    assert!(
+        store
+            .release_bound_idempotency(v, "h", "pay3")
+            .await
+            .expect("release")
+    );
     assert_eq!(store.get_idempotency(v, NOW).await.expect("get"), None);
     // Its expiry frees it, as any record's does.
     let e = "anon|key-pending-expiry-00";

@@ -321,6 +321,45 @@ pub async fn pend(
         .map_err(crate::internal)
 }
 
+/// Completes a key bound to the purchase paid with `payment_key` with its answer;
+/// `false` when the key is not so bound.
+pub async fn complete_bound(
+    state: &AppState,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
+    payment_key: &crate::paid::ledger::PaymentKey,
+    response: &Response,
+) -> Result<bool, ApiError> {
+    let stored = stored_answer(state, response);
+    let now = state.config.clock.now();
+    state
+        .store
+        .complete_bound_idempotency(
+            scoped_key,
+            request_hash,
+            payment_key,
+            &stored,
+            now + COMPLETED_SECS,
+        )
+        .await
+        .map_err(crate::internal)
+}
+
+/// Releases a key bound to the purchase paid with `payment_key`; `false` when it is not
+/// so bound.
+pub async fn release_bound(
+    state: &AppState,
+    scoped_key: &ScopedKey,
+    request_hash: &RequestHash,
+    payment_key: &crate::paid::ledger::PaymentKey,
+) -> Result<bool, ApiError> {
+    state
+        .store
+        .release_bound_idempotency(scoped_key, request_hash, payment_key)
+        .await
+        .map_err(crate::internal)
+}
+
 /// Gives the key back: the purchase was voided and may be retried with it.
 pub async fn release(
     state: &AppState,

@@ -40,7 +40,7 @@ use tracing::Instrument as _;
 use crate::evm::block_clock::{BlockClock, Poller};
 use crate::settle::polls_every;
 use umpire_x402::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
-use umpire_x402::reason::{FailureKind, FailureReason, PaymentFailure};
+use umpire_x402::reason::{FailureReason, PaymentFailure};
 
 /// Gas for `transferWithAuthorization` with an EOA signature: USDC spends about 85,000
 /// (a cold nonce slot and two balances); the rest is margin. Smart-wallet signatures
@@ -1312,7 +1312,7 @@ impl EvmChain {
                         .await;
                     if why
                         .as_ref()
-                        .is_err_and(|f| f.kind != FailureKind::Unavailable)
+                        .is_err_and(|f| payer_made_it_revert(payment, f))
                     {
                         self.cool_off(payment.payer());
                     }
@@ -1662,6 +1662,23 @@ impl Settler {
         remembered.retain(|_, old| old.sent_at.elapsed() < REMEMBER_BROADCASTS);
         remembered.insert(id.to_owned(), b.clone());
     }
+}
+
+/// Whether the payer made our settlement revert, as `why` (the chain's reason) tells
+/// it: the funds moved away between verification and the block, or a smart wallet that
+/// passed simulation failed in execution, while the authorization was still valid (a
+/// settlement of ours mined late, after `validBefore`, is our doing; one spent by
+/// someone else, a cancellation included, may be a front-run, not the payer's).
+fn payer_made_it_revert(payment: &Eip3009Payment, why: &PaymentFailure) -> bool {
+    let now = umpire_host::Clock::system().now();
+    let valid_before = u64::try_from(payment.authorization.validBefore).unwrap_or(u64::MAX);
+    let still_valid = now.saturating_add(umpire_x402::evm::VALID_BEFORE_SLACK_SECS) < valid_before;
+    still_valid
+        && match why.reason {
+            FailureReason::InsufficientFunds => true,
+            FailureReason::EvmSimulation => !payment.is_eoa_signature(),
+            _ => false,
+        }
 }
 
 /// What [`EvmChain::broadcast`] did.

@@ -2,19 +2,16 @@
 //! them, with the chain read beside it: a facilitator's `success: false` does not
 //! always mean that no money moved.
 //!
-//! How a `/settle` answer reads (docs/paying.md has the table):
-//!
-//! | answer | means |
-//! |---|---|
-//! | `success: true` | settled |
-//! | `settlement_pending` (with its transaction) | broadcast, not confirmed: **unknown** |
-//! | `invalid_transaction_state`, `…_transaction_failed`, `transaction_failed`, with a transaction | a transaction went out and failed, perhaps because an earlier one of the same payment landed: **unknown** (a transaction the chain shows reverted, with the authorization still unused, is **refused**: nothing moved) |
-//! | `…_transaction_failed` with no transaction | the facilitator's call failed before anything was sent (its simulation, its gas estimate): **refused** |
-//! | `…_nonce_already_used`, `…_authorization_nonce_used`, `duplicate_settlement` | the payment was used, perhaps by our own earlier `/settle`: **unknown** |
-//! | `…_transfer_event_mismatch` | a transaction succeeded without the transfer it should show: **unknown** |
-//! | no answer, a lost answer, a non-JSON answer | the request may have been acted on: **unknown** |
-//! | any other reason, with no transaction | the facilitator refused before broadcasting: **refused**, nothing moved |
-//! | any other reason, with a transaction | something went out: **unknown** |
+//! How a `/settle` answer reads (docs/paying.md has the table): `success: true` is
+//! settled; a refusal its verification gives before it sends anything (a bad
+//! signature, a balance too low, an expired authorization, ...: the list below), naming
+//! no transaction, on the payment's first `/settle`, is a refusal: nothing moved. Every
+//! other answer is an **unknown outcome**: `settlement_pending`, a transaction that went
+//! out and failed or reverted (perhaps because an earlier one of the payment landed), a
+//! nonce already used or a duplicate settlement (perhaps by our own earlier `/settle`),
+//! a reason we do not know, no answer at all, and any refusal after an earlier `/settle`
+//! of the payment (our retry of a lost answer, or the purchase's before it went
+//! pending), which may follow money that moved.
 //!
 //! An unknown outcome is decided on the chain ([`Settler::find_settlement`]: the EIP-3009
 //! authorization's state and the token's logs, on `UMPIRE_EVM_RPC_URL`; a Solana
@@ -135,19 +132,22 @@ impl FacilitatorClient {
     }
 
     /// What the chain says of a settlement the facilitator's answer left unknown: paid
-    /// us (`Ok`), or refused for good when the transaction it names reverted and the
-    /// authorization is still unused (nothing moved; the reference facilitator sends
-    /// one transaction per payment, so no other of its broadcasts is on its way).
-    /// `None` while the chain cannot say.
+    /// us (`Ok`), or — on the payment's `first` `/settle`, so the transaction it names
+    /// is the only one sent for it — refused for good when that transaction reverted
+    /// and the authorization is still unused (nothing moved). `None` while the chain
+    /// cannot say.
     async fn decide_on_chain(
         &self,
         ctx: &PaymentContext,
         failure: &PaymentFailure,
+        first: bool,
     ) -> Option<Result<SettlementResponse, PaymentFailure>> {
         if let Some(settled) = self.find_settlement(ctx).await.ok()? {
             return Some(Ok(settled));
         }
-        let (Some(reader), Some(tx)) = (&self.evm_reader, failure.transaction.as_deref()) else {
+        let (true, Some(reader), Some(tx)) =
+            (first, &self.evm_reader, failure.transaction.as_deref())
+        else {
             return None;
         };
         let hash = tx.parse().ok()?;
@@ -270,15 +270,19 @@ impl Settler for FacilitatorClient {
         // One retry on a lost answer, while the deadline allows: the facilitator
         // reconciles a repeated settle of the same payload against the transfer it
         // already broadcast.
+        // A refusal proves nothing moved only when no earlier /settle of this payment
+        // (ours, lost; or the purchase's before it went pending) may have acted.
+        let mut first = !ctx.settled_before;
         let answer: SettleAnswer = match self.post("/settle", &body, wait()).await {
             Err(e) if e.kind == FailureKind::Unavailable && deadline.allows(SETTLE_RETRY_MIN) => {
                 tracing::warn!(error = %e, "facilitator /settle failed; retrying once");
+                first = false;
                 self.post("/settle", &body, wait()).await?
             }
             other => other?,
         };
         if !answer.success {
-            let failure = read_failure(&answer);
+            let failure = read_failure(&answer, first);
             if failure.kind != FailureKind::Unavailable {
                 return Err(failure);
             }
@@ -287,7 +291,7 @@ impl Settler for FacilitatorClient {
             if self.reads_chain_of(ctx) && deadline.allows(SETTLE_RETRY_MIN) {
                 let decided = tokio::time::timeout(
                     deadline.remaining().saturating_sub(ANSWER_MARGIN),
-                    self.decide_on_chain(ctx, &failure),
+                    self.decide_on_chain(ctx, &failure, first),
                 )
                 .await;
                 if let Ok(Some(decided)) = decided {
@@ -333,48 +337,94 @@ fn no_reader(variable: &str) -> PaymentFailure {
     ))
 }
 
-/// Reasons a facilitator gives when the payment may have moved anyway (see the module
-/// notes): an unknown outcome, never a refusal. A failed transaction counts when it
-/// names one (any reason naming a transaction does); without one, the facilitator's
-/// call failed before anything was sent.
-const MAY_HAVE_MOVED: &[&str] = &[
-    "settlement_pending",
-    "invalid_transaction_state",
-    "invalid_exact_evm_nonce_already_used",
-    "invalid_exact_evm_payload_authorization_nonce_used",
-    "duplicate_settlement",
-    "invalid_exact_evm_transfer_event_mismatch",
+/// Reasons a facilitator gives when it refused a payment before broadcasting anything:
+/// its verification's (the reference facilitator's `exact` EVM and SVM codes, and the
+/// spec's generic ones). Only these, on a payment's first `/settle` and naming no
+/// transaction, are refusals; every other answer may follow money that moved (see the
+/// module notes) and is an unknown outcome, which the chain decides.
+const REFUSED_BEFORE_SENDING: &[&str] = &[
+    "invalid_exact_evm_scheme",
+    "invalid_exact_evm_network_mismatch",
+    "invalid_exact_evm_missing_eip712_domain",
+    "invalid_exact_evm_recipient_mismatch",
+    "invalid_exact_evm_signature",
+    "invalid_exact_evm_payload_signature",
+    "invalid_exact_evm_payload_authorization_valid_before",
+    "invalid_exact_evm_payload_authorization_valid_after",
+    "invalid_exact_evm_authorization_value",
+    "invalid_exact_evm_payload_authorization_value",
+    "invalid_exact_evm_payload_authorization_value_mismatch",
+    "invalid_exact_evm_payload_recipient_mismatch",
+    "invalid_exact_evm_token_name_mismatch",
+    "invalid_exact_evm_token_version_mismatch",
+    "invalid_exact_evm_eip3009_not_supported",
+    "invalid_exact_evm_insufficient_balance",
+    "invalid_exact_evm_transaction_simulation_failed",
+    "invalid_exact_evm_failed_to_parse_signature",
+    // Its call failed before sending (the catch of its settle: a gas estimate).
+    "invalid_exact_evm_transaction_failed",
+    "asset_not_deployed_contract",
+    "eip6492_factory_not_allowed",
+    "smart_wallet_deployment_failed",
+    "unsupported_payload_type",
+    "invalid_exact_svm_network_mismatch",
+    "invalid_exact_svm_unsupported_scheme",
+    "invalid_exact_svm_transaction_simulation_failed",
+    "invalid_exact_svm_verification_failed",
+    "transaction_simulation_failed",
+    "insufficient_funds",
+    "invalid_payload",
+    "invalid_payment_requirements",
+    "invalid_payment",
+    "unsupported_scheme",
+    "invalid_network",
 ];
 
-/// A `success: false` settlement answer, read as what it means: an unknown outcome
-/// when the payment may have moved, else the facilitator's refusal.
-pub(super) fn read_failure(answer: &SettleAnswer) -> PaymentFailure {
+/// Families of the reference SVM facilitator's verification codes (the transaction's
+/// shape, its fee payer, a smart wallet's checks): refused before sending too.
+const REFUSED_BEFORE_SENDING_PREFIXES: &[&str] = &[
+    "invalid_exact_svm_payload_",
+    "invalid_exact_svm_fee_payer_",
+    "invalid_exact_svm_smart_wallet_",
+];
+
+fn refused_before_sending(reason: &str) -> bool {
+    REFUSED_BEFORE_SENDING.contains(&reason)
+        || REFUSED_BEFORE_SENDING_PREFIXES
+            .iter()
+            .any(|p| reason.starts_with(p))
+}
+
+/// A `success: false` settlement answer, read as what it means: the facilitator's
+/// refusal when it refused before sending anything on the payment's `first` `/settle`;
+/// otherwise an unknown outcome (the money may have moved).
+pub(super) fn read_failure(answer: &SettleAnswer, first: bool) -> PaymentFailure {
     let reason = answer.error_reason.as_deref().unwrap_or_default();
     let tx = Some(answer.transaction.as_str()).filter(|t| !t.is_empty());
     let message = answer
         .error_message
         .clone()
         .unwrap_or_else(|| "the facilitator could not settle the payment".into());
-    if MAY_HAVE_MOVED.contains(&reason) || tx.is_some() {
-        let mut f = match tx {
-            Some(tx) => PaymentFailure::pending(
-                tx.to_owned(),
-                format!("the facilitator answered {reason}: {message}"),
-            ),
-            None => {
-                PaymentFailure::unavailable(format!("the facilitator answered {reason}: {message}"))
-            }
-        };
-        f.reason = FailureReason::SettlementPending;
-        return f;
+    if first && tx.is_none() && refused_before_sending(reason) {
+        return PaymentFailure::invalid(
+            answer
+                .error_reason
+                .clone()
+                .map_or(FailureReason::SettlementFailed, FailureReason::from),
+            message,
+        );
     }
-    PaymentFailure::invalid(
-        answer
-            .error_reason
-            .clone()
-            .map_or(FailureReason::SettlementFailed, FailureReason::from),
-        message,
-    )
+    let mut f = match tx {
+        Some(tx) => PaymentFailure::pending(
+            tx.to_owned(),
+            format!("the facilitator answered {reason}: {message}"),
+        ),
+        None => {
+            PaymentFailure::unavailable(format!("the facilitator answered {reason}: {message}"))
+        }
+    };
+    f.reason = FailureReason::SettlementPending;
+    f
 }
 
 #[cfg(test)]
@@ -402,9 +452,15 @@ mod tests {
             ("invalid_exact_evm_nonce_already_used", ""),
             ("duplicate_settlement", ""),
             ("invalid_exact_evm_transfer_event_mismatch", tx),
+            // The spec's generic settle error: a public facilitator's RPC timeout after
+            // it broadcast.
+            ("unexpected_settle_error", ""),
+            ("something_new", ""),
             ("something_new", tx),
+            // A reason that refuses before sending, but naming a transaction: sent.
+            ("invalid_exact_evm_insufficient_balance", tx),
         ] {
-            let f = read_failure(&answer(reason, with_tx));
+            let f = read_failure(&answer(reason, with_tx), true);
             assert_eq!(f.kind, FailureKind::Unavailable, "{reason}");
             assert_eq!(f.reason, FailureReason::SettlementPending, "{reason}");
             assert_eq!(
@@ -419,11 +475,15 @@ mod tests {
             "invalid_exact_evm_insufficient_balance",
             "invalid_exact_evm_payload_authorization_valid_before",
             "invalid_exact_svm_payload_amount_mismatch",
-            "something_new",
+            "invalid_exact_svm_fee_payer_mismatch",
         ] {
-            let f = read_failure(&answer(reason, ""));
+            let f = read_failure(&answer(reason, ""), true);
             assert_eq!(f.kind, FailureKind::Invalid, "{reason}");
             assert_eq!(f.reason.as_str(), reason);
+            // After an earlier /settle of the payment (its answer lost, or the purchase
+            // pending), the same refusal may follow money that moved: unknown.
+            let again = read_failure(&answer(reason, ""), false);
+            assert_eq!(again.kind, FailureKind::Unavailable, "{reason}, not first");
         }
     }
 }

@@ -65,6 +65,9 @@ pub struct PaymentContext {
     /// A transaction known to carry this payment (a facilitator named it in a pending
     /// answer): how a Solana payment whose signature is the facilitator's is found.
     pub transaction: Option<String>,
+    /// A settlement of this payment was started before (the purchase is pending, or
+    /// resumed): a refusal now is no proof that nothing moved.
+    pub settled_before: bool,
 }
 
 impl PaymentContext {
@@ -349,6 +352,21 @@ impl Payments {
         ctx: &PaymentContext,
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
         self.settler_for(&ctx.rail)?.find_settlement(ctx).await
+    }
+
+    /// Whether `ctx`'s settlement can be looked up on the chain here (self-settlement,
+    /// native SOL; a facilitator with a reader for its chain, and on Solana the
+    /// transaction it named): without it, only asking the facilitator again tells.
+    pub fn reads_chain(&self, ctx: &PaymentContext) -> bool {
+        match self.settler_for(&ctx.rail) {
+            Ok(s) => match &self.facilitator {
+                Some(f) if std::ptr::addr_eq(s, f.as_ref() as &dyn Settler) => {
+                    f.reads_chain_of(ctx) && (ctx.rail.is_evm() || ctx.transaction.is_some())
+                }
+                _ => true,
+            },
+            Err(_) => false,
+        }
     }
 
     /// What the facilitator's `/supported` contradicts in our configuration: rails it

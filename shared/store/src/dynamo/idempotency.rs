@@ -90,11 +90,10 @@ impl IdempotencyStore for DynamoStore {
             .delete_item()
             .table_name(&self.names.idempotency)
             .key("idem_key", s(key))
-            .condition_expression("request_hash = :h AND #s IN (:inprogress, :pending)")
+            .condition_expression("request_hash = :h AND #s = :inprogress")
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":h", s(request_hash))
             .expression_attribute_values(":inprogress", s("INPROGRESS"))
-            .expression_attribute_values(":pending", s("PENDING"))
             .send()
             .await;
         match r {
@@ -124,6 +123,66 @@ impl IdempotencyStore for DynamoStore {
             .expression_attribute_values(":p", s(payment_key))
             .expression_attribute_values(":exp", n(expires_at))
             .expression_attribute_values(":h", s(request_hash))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn complete_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<bool> {
+        let text = response.encode()?;
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .update_expression(
+                "SET #s = :completed, #r = :resp, expires_at = :exp REMOVE payment_key",
+            )
+            .condition_expression("request_hash = :h AND #s = :pending AND payment_key = :p")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_names("#r", "response")
+            .expression_attribute_values(":completed", s("COMPLETED"))
+            .expression_attribute_values(":pending", s("PENDING"))
+            .expression_attribute_values(":resp", s(text))
+            .expression_attribute_values(":exp", n(expires_at))
+            .expression_attribute_values(":h", s(request_hash))
+            .expression_attribute_values(":p", s(payment_key))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if condition_failed(&e) => Ok(false),
+            Err(e) => Err(sdk(e)),
+        }
+    }
+
+    async fn release_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+    ) -> Result<bool> {
+        let r = self
+            .client
+            .delete_item()
+            .table_name(&self.names.idempotency)
+            .key("idem_key", s(key))
+            .condition_expression("request_hash = :h AND #s = :pending AND payment_key = :p")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":h", s(request_hash))
+            .expression_attribute_values(":pending", s("PENDING"))
+            .expression_attribute_values(":p", s(payment_key))
             .send()
             .await;
         match r {

@@ -76,7 +76,7 @@ impl IdempotencyStore for SqliteStore {
         let (k, h) = (key.to_owned(), request_hash.to_owned());
         self.run(move |c| {
             c.execute(
-                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status IN ('INPROGRESS', 'PENDING')",
+                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
                 params![k, h],
             )
         })
@@ -100,6 +100,51 @@ impl IdempotencyStore for SqliteStore {
             c.execute(
                 "UPDATE idempotency SET status = 'PENDING', response = ?3, expires_at = ?4 WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
                 params![k, h, p, expires_at],
+            )
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    async fn complete_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+        response: &StoredResponse,
+        expires_at: Unix,
+    ) -> Result<bool> {
+        let text = response.encode()?;
+        let (k, h, p) = (
+            key.to_owned(),
+            request_hash.to_owned(),
+            payment_key.to_owned(),
+        );
+        self.run(move |c| {
+            c.execute(
+                "UPDATE idempotency SET status = 'COMPLETED', response = ?4, expires_at = ?5 WHERE key = ?1 AND request_hash = ?2 AND status = 'PENDING' AND response = ?3",
+                params![k, h, p, text, expires_at],
+            )
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    async fn release_bound_idempotency(
+        &self,
+        key: &str,
+        request_hash: &str,
+        payment_key: &str,
+    ) -> Result<bool> {
+        let (k, h, p) = (
+            key.to_owned(),
+            request_hash.to_owned(),
+            payment_key.to_owned(),
+        );
+        self.run(move |c| {
+            c.execute(
+                "DELETE FROM idempotency WHERE key = ?1 AND request_hash = ?2 AND status = 'PENDING' AND response = ?3",
+                params![k, h, p],
             )
         })
         .await

@@ -150,7 +150,7 @@ pub(super) fn settlement_unknown(
             None => "the payment's settlement has no outcome yet (chain or facilitator slow or unreachable); the purchase is pending, and Umpire follows it to its end"
                 .to_owned(),
         },
-        "Do not sign a new payment. Retry the identical request (same body and Idempotency-Key; the same payment, or none) after Retry-After: once the chain confirms the transfer you get the purchase, and once the payment can no longer land (pending_until) it is voided and a new payment is asked for. You are never charged twice.",
+        "Do not sign a new payment. After Retry-After, retry the identical request with the same payment (or, under the same Idempotency-Key, with none; without a key, a request with no payment is asked to pay again): once the chain confirms the transfer you get the purchase, and once the payment can no longer land (pending_until) it is voided and a new payment is asked for. You are never charged twice for it.",
     )
     .with_detail("reason", FailureReason::SettlementPending.as_str())
     .with_detail("pending_until", umpire_core::time::rfc3339(until))

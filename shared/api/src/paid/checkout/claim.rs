@@ -43,7 +43,13 @@ pub(super) async fn claim<'a>(
             KeyRefused::Answer(r) => r,
             // The key's purchase is pending with another payment: this one is not taken.
             KeyRefused::PendingFor(p) => {
-                return Err(super::pending::answer_for(state, asking.answer_in, &p).await);
+                return Err(super::pending::answer_for(
+                    state,
+                    asking.answer_in,
+                    &p,
+                    Some((scoped, &asking.request_hash)),
+                )
+                .await);
             }
         };
         if r.headers().contains_key(REPLAYED) {
@@ -174,19 +180,24 @@ async fn take_payment(
     }
 }
 
-/// The Idempotency-Keys a request holds, released when its purchase is voided or
-/// completed with its answer, or bound to it while its settlement is pending.
+/// The Idempotency-Keys a request holds: claimed (in progress) for it, then bound to its
+/// purchase (pending, with its payment) before any money moves, and finally completed
+/// with the purchase's answer or released when it is voided.
 pub(super) struct Claims<'a> {
     pub(super) state: &'a AppState,
     held: Vec<HeldKey>,
+    /// The payment the bound keys are bound to.
+    payment: Option<PaymentKey>,
 }
 
 struct HeldKey {
     key: ScopedKey,
     hash: RequestHash,
-    /// Bound to the pending purchase already (found so, not claimed by this request):
-    /// it stays bound unless the purchase ends.
+    /// Bound to the purchase (pending, with its payment): found so, or bound here.
     bound: bool,
+    /// The customer's key as an unpaid rerun presents it: released when the purchase
+    /// ends, never completed (an unpaid request never gets a purchase's answer).
+    unpaid: bool,
 }
 
 /// Why a key could not be taken for a request.
@@ -204,65 +215,103 @@ impl<'a> Claims<'a> {
         Claims {
             state,
             held: Vec::new(),
+            payment: None,
         }
     }
 
     /// Takes `key` for this request, paying with `payment`; a key bound to this very
-    /// payment's pending purchase is taken as it stands (the purchase is this request's).
+    /// payment's purchase is taken as it stands (the purchase is this request's).
     pub(super) async fn take_key(
         &mut self,
         key: &ScopedKey,
         hash: &RequestHash,
         payment: &PaymentKey,
     ) -> Result<(), KeyRefused> {
-        match idempotency::claim(self.state, key, hash).await {
-            Ok(Decision::Proceed) => {
-                self.held.push(HeldKey {
-                    key: key.clone(),
-                    hash: hash.clone(),
-                    bound: false,
-                });
-                Ok(())
+        let bound = match idempotency::claim(self.state, key, hash).await {
+            Ok(Decision::Proceed) => false,
+            Ok(Decision::Pending(p)) if &p == payment => true,
+            Ok(Decision::Pending(p)) => return Err(KeyRefused::PendingFor(p)),
+            Ok(Decision::Replay(r)) => return Err(KeyRefused::Answer(r)),
+            Err(e) => return Err(KeyRefused::Answer(respond::error(&e))),
+        };
+        self.payment = Some(payment.clone());
+        self.held.push(HeldKey {
+            key: key.clone(),
+            hash: hash.clone(),
+            bound,
+            unpaid: false,
+        });
+        Ok(())
+    }
+
+    /// Binds every key this request holds to its purchase, paid with `payment`, until
+    /// `expires_at`, and `unpaid` too (the customer's key as a rerun with no payment
+    /// presents it): from now until the purchase ends, they answer it, never a new 402
+    /// and never a second purchase. The keys bound, for the purchase's reconciler.
+    pub(super) async fn bind(
+        &mut self,
+        payment: &PaymentKey,
+        unpaid: Option<(&ScopedKey, &RequestHash)>,
+        expires_at: u64,
+    ) -> Vec<BoundKey> {
+        let state = self.state;
+        self.payment = Some(payment.clone());
+        for held in self.held.iter_mut().filter(|h| !h.bound) {
+            match idempotency::pend(state, &held.key, &held.hash, payment, expires_at).await {
+                Ok(ok) => held.bound = ok,
+                Err(e) => {
+                    tracing::error!(error = %e.message, key = %held.key, "could not bind a key to its purchase")
+                }
             }
-            Ok(Decision::Pending(p)) if &p == payment => {
+        }
+        if let Some((key, hash)) = unpaid
+            && self.held.iter().all(|h| h.key != *key)
+        {
+            // Best effort: a key string another purchase uses already keeps that one.
+            let claimed = matches!(
+                idempotency::claim(state, key, hash).await,
+                Ok(Decision::Proceed)
+            );
+            let bound = claimed
+                && idempotency::pend(state, key, hash, payment, expires_at)
+                    .await
+                    .unwrap_or(false);
+            if claimed && !bound {
+                let _ = idempotency::release(state, key, hash).await;
+            }
+            if bound
+                || matches!(idempotency::check(state, key, hash).await, Ok(Decision::Pending(p)) if &p == payment)
+            {
                 self.held.push(HeldKey {
                     key: key.clone(),
                     hash: hash.clone(),
                     bound: true,
+                    unpaid: true,
                 });
-                Ok(())
             }
-            Ok(Decision::Pending(p)) => Err(KeyRefused::PendingFor(p)),
-            Ok(Decision::Replay(r)) => Err(KeyRefused::Answer(r)),
-            Err(e) => Err(KeyRefused::Answer(respond::error(&e))),
         }
+        self.keys()
     }
 
-    /// The keys this request holds, and `unpaid` (the customer's key as an unpaid rerun
-    /// presents it): what the purchase's reconciler ends with it, should the request
-    /// not (a crash, an outcome not known in time).
-    pub(super) fn keys(&self, unpaid: Option<&ScopedKey>) -> Vec<BoundKey> {
-        let mut keys: Vec<BoundKey> = self
-            .held
+    /// The keys bound to the purchase, as its reconciler ends them.
+    pub(super) fn keys(&self) -> Vec<BoundKey> {
+        self.held
             .iter()
+            .filter(|h| h.bound)
             .map(|h| BoundKey {
                 key: h.key.as_str().to_owned(),
-                unpaid: false,
+                unpaid: h.unpaid,
             })
-            .collect();
-        if let Some(u) = unpaid
-            && keys.iter().all(|k| k.key != u.as_str())
-        {
-            keys.push(BoundKey {
-                key: u.as_str().to_owned(),
-                unpaid: true,
-            });
-        }
-        keys
+            .collect()
     }
 
-    /// Gives back the claims this request took; keys bound to a pending purchase stay
-    /// bound (the purchase is left as it was found).
+    /// Lets go of every key as it stands (a purchase left pending: its keys stay bound).
+    pub(super) fn forget(&mut self) {
+        self.held.clear();
+    }
+
+    /// Gives back the claims this request took and did not bind; bound keys stay bound
+    /// (the purchase is left as it was found: pending, or decided by another).
     pub(super) async fn release(&mut self) {
         for held in self.held.drain(..) {
             if held.bound {
@@ -276,91 +325,65 @@ impl<'a> Claims<'a> {
 
     /// The purchase is voided: every key is free again, bound ones included.
     pub(super) async fn unbind(&mut self) {
+        let payment = self.payment.clone();
         for held in self.held.drain(..) {
-            if let Err(e) = idempotency::release(self.state, &held.key, &held.hash).await {
+            let done = match (&payment, held.bound) {
+                (Some(p), true) => idempotency::release_bound(self.state, &held.key, &held.hash, p)
+                    .await
+                    .map(|_| ()),
+                _ => idempotency::release(self.state, &held.key, &held.hash).await,
+            };
+            if let Err(e) = done {
                 tracing::error!(error = %e.message, key = %held.key, "could not release a claim");
             }
         }
     }
 
-    /// The purchase was delivered: every key replays `response`.
+    /// The purchase was delivered: every key of a paid request replays `response`; the
+    /// unpaid copy is released.
     pub(super) async fn complete(&mut self, response: &Response) {
+        let payment = self.payment.clone();
         for held in self.held.drain(..) {
-            if let Err(e) = idempotency::complete(self.state, &held.key, &held.hash, response).await
-            {
+            let done = match (&payment, held.bound, held.unpaid) {
+                (Some(p), true, true) => {
+                    idempotency::release_bound(self.state, &held.key, &held.hash, p)
+                        .await
+                        .map(|_| ())
+                }
+                (Some(p), true, false) => {
+                    idempotency::complete_bound(self.state, &held.key, &held.hash, p, response)
+                        .await
+                        .map(|_| ())
+                }
+                _ => idempotency::complete(self.state, &held.key, &held.hash, response).await,
+            };
+            if let Err(e) = done {
                 tracing::error!(error = %e.message, key = %held.key, "could not record a completed purchase");
             }
         }
     }
-
-    /// The purchase's settlement is pending: every key this request holds is bound to
-    /// it (paid with `payment`) until `expires_at`, and so is `unpaid`, the customer's
-    /// key as a rerun that has not paid yet presents it. The keys bound, for the
-    /// purchase's reconciler.
-    pub(super) async fn pend(
-        &mut self,
-        payment: &PaymentKey,
-        unpaid: Option<(&ScopedKey, &RequestHash)>,
-        expires_at: u64,
-    ) -> Vec<BoundKey> {
-        let state = self.state;
-        let mut bound = Vec::new();
-        for held in self.held.drain(..) {
-            let ok = held.bound
-                || match idempotency::pend(state, &held.key, &held.hash, payment, expires_at).await
-                {
-                    Ok(ok) => ok,
-                    Err(e) => {
-                        tracing::error!(error = %e.message, key = %held.key, "could not bind a key to its pending purchase");
-                        false
-                    }
-                };
-            if ok {
-                bound.push(BoundKey {
-                    key: held.key.as_str().to_owned(),
-                    unpaid: false,
-                });
-            }
-        }
-        if let Some((key, hash)) = unpaid
-            && bound.iter().all(|b| b.key != key.as_str())
-        {
-            // Best effort: a key string another purchase uses already keeps that one.
-            let mut marker = Claims::new(state);
-            if marker.take_key(key, hash, payment).await.is_ok()
-                && let Some(held) = marker.held.pop()
-            {
-                let ok = held.bound
-                    || idempotency::pend(state, key, hash, payment, expires_at)
-                        .await
-                        .unwrap_or(false);
-                if ok {
-                    bound.push(BoundKey {
-                        key: key.as_str().to_owned(),
-                        unpaid: true,
-                    });
-                }
-            }
-        }
-        bound
-    }
 }
 
-/// Ends the keys bound to a purchase that was pending, as its reconciler decided it:
-/// delivered (`Some`, each key of a paid request replays it; the unpaid copy is
-/// released, since an unpaid request never gets a purchase's answer), or voided
-/// (`None`, every key free).
+/// Ends the keys bound to the purchase paid with `payment`, as its reconciler (or a
+/// retry) decided it: delivered (`Some`, each key of a paid request replays it; the
+/// unpaid copy is released), or voided (`None`, every key free). Only keys bound to
+/// this very purchase are touched: a key since bound to another, or ended, is not.
 pub(super) async fn end_bound_keys(
     state: &AppState,
     keys: &[BoundKey],
     hash: &RequestHash,
+    payment: &PaymentKey,
     delivered: Option<&Response>,
 ) {
     for k in keys {
         let key = ScopedKey::from_stored(k.key.clone());
         let done = match delivered {
-            Some(r) if !k.unpaid => idempotency::complete(state, &key, hash, r).await,
-            _ => idempotency::release(state, &key, hash).await,
+            Some(r) if !k.unpaid => idempotency::complete_bound(state, &key, hash, payment, r)
+                .await
+                .map(|_| ()),
+            _ => idempotency::release_bound(state, &key, hash, payment)
+                .await
+                .map(|_| ()),
         };
         if let Err(e) = done {
             tracing::error!(error = %e.message, key = %key, "could not end a key bound to a pending purchase");

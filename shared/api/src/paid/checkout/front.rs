@@ -40,9 +40,13 @@ pub(super) async fn check_key(
         Ok(Decision::Replay(_)) => Ok(KeyState::Completed),
         Ok(Decision::Proceed) => Ok(KeyState::Fresh),
         Ok(Decision::Pending(p)) if p == ledger::payment_key(ctx) => Ok(KeyState::Pending),
-        Ok(Decision::Pending(p)) => {
-            Err(super::pending::answer_for(state, asking.answer_in, &p).await)
-        }
+        Ok(Decision::Pending(p)) => Err(super::pending::answer_for(
+            state,
+            asking.answer_in,
+            &p,
+            Some((scoped, &asking.request_hash)),
+        )
+        .await),
         Err(e) => Err(respond::error(&e)),
     }
 }
@@ -59,7 +63,15 @@ pub(super) async fn pending_unpaid(state: &AppState, asking: &Asking<'_>) -> Opt
             if rec.request_hash == asking.request_hash.as_str() =>
         {
             let p = ledger::PaymentKey::from_stored(payment_key);
-            Some(super::pending::answer_for(state, asking.answer_in, &p).await)
+            Some(
+                super::pending::answer_for(
+                    state,
+                    asking.answer_in,
+                    &p,
+                    Some((scoped, &asking.request_hash)),
+                )
+                .await,
+            )
         }
         _ => None,
     }

@@ -243,12 +243,22 @@ impl Checkout<'_> {
         if !self.deadline.allows(SETTLE_MIN) && self.settled.is_none() {
             return Err(Void::Internal(out_of_time(state.config.request_budget)));
         }
+        // Kept for this request while the payment may still land.
+        let now = state.config.clock.now();
+        let kept_until = self.kept_until(now);
+        // The request's keys are bound to the purchase before any money moves: from here
+        // until it ends, whatever happens to this process, a rerun under them (paid or
+        // not) is answered with it, never asked for a second payment.
+        let payment = self.hold.key().clone();
+        let unpaid = self.unpaid_key.as_ref().map(|k| (k, &self.request_hash));
+        let keys = self
+            .claims
+            .bind(&payment, unpaid, kept_until.max(now) + COMPLETED_SECS)
+            .await;
         let prepared = &Prepared {
-            sale: Some(self.pending_sale()),
+            sale: Some(self.pending_sale(keys)),
             ..prepared.clone()
         };
-        // Kept for this request while the payment may still land.
-        let kept_until = self.kept_until(state.config.clock.now());
         self.hold
             .prepare(state, prepared, kept_until)
             .await
@@ -259,8 +269,13 @@ impl Checkout<'_> {
         // Followed from before any money moves: should this process die, or its store
         // falter, before the outcome is recorded, its reconciler decides it (and stores
         // its verdict). A queue that refuses leaves the customer's retry to decide it.
-        self.followed =
-            reconcile::follow_after(state, self.hold.key(), self.deadline.remaining()).await;
+        // (Bounded: a slow queue must not eat the settlement's time.)
+        self.followed = tokio::time::timeout(
+            FOLLOW_WITHIN,
+            reconcile::follow_after(state, self.hold.key(), self.deadline.remaining()),
+        )
+        .await
+        .unwrap_or(false);
         state
             .payments
             .settle(&self.ctx, self.deadline)
@@ -270,14 +285,14 @@ impl Checkout<'_> {
 
     /// What this purchase's reconciler needs, should its settlement's outcome not be
     /// known in time.
-    fn pending_sale(&self) -> PendingSale {
+    fn pending_sale(&self, keys: Vec<crate::paid::ledger::BoundKey>) -> PendingSale {
         PendingSale {
             payment: self.ctx.raw.clone(),
             requirements: self.ctx.requirements.clone(),
             requirements_v1: self.ctx.requirements_v1.clone(),
             answer_in: self.answer_in.name().to_owned(),
             resource_url: self.sale.resource_url(),
-            keys: self.claims.keys(self.unpaid_key.as_ref()),
+            keys,
             transaction: None,
             followed: false,
             paid: false,
@@ -386,28 +401,16 @@ impl Checkout<'_> {
         }
     }
 
-    /// Leaves this purchase pending: its answer prepared, every key of the request
-    /// bound to it (and the key as an unpaid rerun presents it), and a reconciler
-    /// following it to its end.
+    /// Leaves this purchase pending: its answer prepared, its keys bound to it since
+    /// before it settled, and a reconciler following it to its end.
     async fn pend(mut self, transaction: Option<String>) {
         let state = self.claims.state;
         metrics::record(Metric::PurchasePending);
-        let now = state.config.clock.now();
-        let until = self.kept_until(now);
-        let payment = self.hold.key().clone();
-        let unpaid = self.unpaid_key.as_ref().map(|k| (k, &self.request_hash));
-        let keys = self
-            .claims
-            .pend(&payment, unpaid, until.max(now) + COMPLETED_SECS)
-            .await;
-        let followed = self.followed || reconcile::follow(state, &payment).await;
+        let followed = self.followed || reconcile::follow(state, self.hold.key()).await;
+        // The keys stay bound: dropped here unreleased.
+        self.claims.forget();
         self.hold
             .leave_pending(state, |sale| {
-                for k in keys {
-                    if !sale.keys.contains(&k) {
-                        sale.keys.push(k);
-                    }
-                }
                 if transaction.is_some() {
                     sale.transaction = transaction;
                 }
@@ -432,6 +435,9 @@ impl Checkout<'_> {
         }
     }
 }
+
+/// How long the reconciler's queueing may hold a purchase's settlement back.
+const FOLLOW_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The answer when our own failure ends a purchase whose payment had already moved to
 /// us (whoever executed it): it was charged, and buys this very request when it is

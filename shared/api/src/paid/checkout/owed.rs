@@ -85,7 +85,10 @@ impl Asking<'_> {
             Some(s) => Decide::Paid(s),
             None => Decide::Settle,
         };
-        let reveal = paying.proves_wallet();
+        // Never the secret: a payment whose settlement started is in a public pool (or
+        // on chain), where anyone can copy it; the wallet reads the verdict by signing
+        // in, or gets the secret with a payment signed now (a replay, never settled).
+        let reveal = false;
         match self
             .decide(state, &paying.ctx, hold, prepared, how, reveal)
             .await
@@ -172,7 +175,15 @@ impl Asking<'_> {
             return Decided::Answer(match refused {
                 KeyRefused::Answer(r) if reveal => r,
                 KeyRefused::Answer(r) => withhold_secret(r),
-                KeyRefused::PendingFor(p) => pending::answer_for(state, self.answer_in, &p).await,
+                KeyRefused::PendingFor(p) => {
+                    pending::answer_for(
+                        state,
+                        self.answer_in,
+                        &p,
+                        Some((scoped, &self.request_hash)),
+                    )
+                    .await
+                }
             });
         }
         let bound = prepared
@@ -199,7 +210,7 @@ impl Asking<'_> {
                 )
                 .await;
                 claims.complete(&r).await;
-                end_bound_keys(state, &bound, &self.request_hash, Some(&r)).await;
+                end_bound_keys(state, &bound, &self.request_hash, &payment, Some(&r)).await;
                 if stored {
                     hold.settled(state, &tx, &r).await;
                 } else {
@@ -220,7 +231,7 @@ impl Asking<'_> {
                 hold.void(state, FailureReason::EvmValidBefore.as_str())
                     .await;
                 claims.unbind().await;
-                end_bound_keys(state, &bound, &self.request_hash, None).await;
+                end_bound_keys(state, &bound, &self.request_hash, &payment, None).await;
                 Decided::Voided(PaymentFailure::invalid(
                     FailureReason::EvmValidBefore,
                     "the authorization expired unused: this payment can no longer land",
@@ -237,16 +248,14 @@ impl Asking<'_> {
             // Positive evidence it can never pay (canceled, used elsewhere, expired):
             // voided.
             Err(f)
-                if matches!(
-                    f.reason,
-                    FailureReason::EvmNonceUsed | FailureReason::EvmValidBefore
-                ) =>
+                if f.reason == FailureReason::EvmNonceUsed
+                    && f.kind != FailureKind::Unavailable =>
             {
                 tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
                 metrics::record(Metric::PendingVoided);
                 hold.void(state, f.reason.as_str()).await;
                 claims.unbind().await;
-                end_bound_keys(state, &bound, &self.request_hash, None).await;
+                end_bound_keys(state, &bound, &self.request_hash, &payment, None).await;
                 Decided::Voided(f)
             }
             // Refused now (the payer's balance, a revert) while an earlier broadcast
@@ -274,12 +283,13 @@ impl Asking<'_> {
         let payment = hold.key().clone();
         let unpaid = self.unpaid.as_ref().map(|k| (k, &self.request_hash));
         let keys = claims
-            .pend(
+            .bind(
                 &payment,
                 unpaid,
                 until.unwrap_or(now).max(now) + COMPLETED_SECS,
             )
             .await;
+        claims.forget();
         let sale = hold.prepared().and_then(|p| p.sale);
         let followed = match &sale {
             Some(s) if s.followed => true,
@@ -319,7 +329,15 @@ impl Asking<'_> {
     ) -> Result<Option<SettlementResponse>, PaymentFailure> {
         match how {
             Decide::Paid(s) => Ok(Some(s.clone())),
-            Decide::Settle => state.payments.settle(ctx, self.deadline).await.map(Some),
+            // A purchase whose settlement started before: a refusal now may follow a
+            // transfer that landed, so it is no proof that nothing moved.
+            Decide::Settle => {
+                let ctx = PaymentContext {
+                    settled_before: true,
+                    ..ctx.clone()
+                };
+                state.payments.settle(&ctx, self.deadline).await.map(Some)
+            }
             Decide::Find => tokio::time::timeout_at(
                 self.deadline.less(ANSWER_MARGIN).instant().into(),
                 state.payments.find_settlement(ctx),

@@ -12,6 +12,7 @@ use umpire_store::PaymentState;
 use umpire_x402::types::{Account, Network};
 use umpire_x402::{FailureReason, SettlementResponse};
 
+use crate::paid::idempotency::{self, RequestHash, ScopedKey};
 use crate::paid::ledger::{PaymentKey, Prepared};
 use crate::plumbing::respond;
 use crate::{AppState, Response};
@@ -40,7 +41,7 @@ pub(super) fn answer(answer_in: AnswerHeader, p: &PendingState) -> Response {
             ),
             None => "this request's purchase is paid with a payment whose settlement is not confirmed yet; Umpire follows it to its end".to_owned(),
         },
-        "Do not sign a new payment. Retry the identical request (same body and Idempotency-Key; the same payment, or none) after Retry-After: once the chain confirms the transfer you get the purchase, and once the payment can no longer land (pending_until) it is voided and a new payment is asked for.",
+        "Do not sign a new payment. After Retry-After, retry the identical request with the same payment (or, under the same Idempotency-Key, with none): once the chain confirms the transfer you get the purchase, and once the payment can no longer land (pending_until) it is voided and a new payment is asked for.",
     )
     .with_detail("reason", FailureReason::SettlementPending.as_str())
     .with_retry_after(RETRY_AFTER_SECS);
@@ -89,22 +90,46 @@ pub(super) async fn state_of(state: &AppState, payment_key: &PaymentKey) -> Opti
 }
 
 /// The answer for a key bound to the purchase paid with `payment_key`: its pending
-/// state, or, when it has ended meanwhile, a moment's wait (the retry finds the key
-/// completed, or free).
+/// state, or, when it has ended meanwhile, a moment's wait. A key `bound` to a purchase
+/// that ended without its key being ended (a store that failed then) is put right here
+/// from the ledger: completed with the purchase's answer when it was delivered for that
+/// very request, released when it was voided or is gone, so the retry finds it so.
 pub(super) async fn answer_for(
     state: &AppState,
     answer_in: AnswerHeader,
     payment_key: &PaymentKey,
+    bound: Option<(&ScopedKey, &RequestHash)>,
 ) -> Response {
-    match state_of(state, payment_key).await {
-        Some(p) => answer(answer_in, &p),
-        None => respond::error(
-            &ApiError::new(
-                ErrorCode::InFlight,
-                "this request's purchase has just been decided",
-                "Retry the identical request in a second: you get its answer (or, if its payment could not land, a new 402).",
-            )
-            .with_retry_after(1),
-        ),
+    if let Some(p) = state_of(state, payment_key).await {
+        return answer(answer_in, &p);
     }
+    if let Some((key, hash)) = bound {
+        let now = state.config.clock.now();
+        let ended = match state.store.get_payment(payment_key, now).await {
+            Ok(Some(entry)) => match entry.state {
+                PaymentState::Settled { response, .. } if entry.request_hash == hash.as_str() => {
+                    let r = idempotency::replay_without_secret(&response);
+                    idempotency::complete_bound(state, key, hash, payment_key, &r).await
+                }
+                PaymentState::Settled { .. } | PaymentState::Voided { .. } => {
+                    idempotency::release_bound(state, key, hash, payment_key).await
+                }
+                // Claimed afresh, or prepared again: someone is on it.
+                _ => Ok(false),
+            },
+            Ok(None) => idempotency::release_bound(state, key, hash, payment_key).await,
+            Err(e) => Err(crate::internal(e)),
+        };
+        if let Err(e) = ended {
+            tracing::error!(error = %e.message, "could not put right a key whose purchase ended");
+        }
+    }
+    respond::error(
+        &ApiError::new(
+            ErrorCode::InFlight,
+            "this request's purchase has just been decided",
+            "Retry the identical request in a second: you get its answer (or, if its payment could not land, a new 402).",
+        )
+        .with_retry_after(1),
+    )
 }

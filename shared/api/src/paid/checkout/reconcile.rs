@@ -53,6 +53,10 @@ const ROUND_BUDGET: Duration = Duration::from_secs(20);
 const FIRST_DELAY: Duration = Duration::from_secs(2);
 const LONGEST_DELAY: Duration = Duration::from_secs(30);
 
+/// How long past the last moment its payment could land a pending purchase is still
+/// followed before its reconciler stops (and says so).
+const PARK_AFTER_SECS: u64 = 6 * 3600;
+
 /// One round of following a pending purchase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileJob {
@@ -173,6 +177,14 @@ async fn round(state: &AppState, key: &PaymentKey) -> Result<Round, String> {
         return Ok(Round::Done);
     };
     match &entry.state {
+        // Undecidable for hours past its last moment to land (the chain unreadable all
+        // along, a verdict that will not store): parked, for an operator; the
+        // customer's retry can still decide it.
+        PaymentState::Prepared { kept_until, .. } if *kept_until + PARK_AFTER_SECS <= now => {
+            tracing::error!(payment_key = %key, "a pending purchase undecided for hours is parked: no more rounds");
+            metrics::record(Metric::PendingOverdue);
+            return Ok(Round::Done);
+        }
         PaymentState::Prepared { .. } if entry.held_until > now => {
             // A request (the customer's retry) is deciding it right now.
             return Ok(Round::Again);
@@ -238,6 +250,8 @@ fn context(state: &AppState, sale: &PendingSale) -> Result<PaymentContext, Strin
         requirements: sale.requirements.clone(),
         requirements_v1: sale.requirements_v1.clone(),
         transaction: sale.transaction.clone(),
+        // Its settlement started before it went pending: a refusal now proves nothing.
+        settled_before: true,
     })
 }
 
@@ -250,6 +264,25 @@ async fn decide(
     hash: &RequestHash,
 ) -> Round {
     let deadline = state.config.clock.deadline(ROUND_BUDGET);
+    let now = state.config.clock.now();
+    // Settled again only while it can still land with a margin (an authorization about
+    // to expire would be refused, or revert on our gas).
+    let may_settle = ctx
+        .lands_by()
+        .is_none_or(|t| t > now + umpire_x402::evm::VALID_BEFORE_SLACK_SECS)
+        && !hold.lapsed(now);
+    let settle = || async {
+        tokio::time::timeout_at(
+            deadline.instant().into(),
+            state.payments.settle(ctx, deadline),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(PaymentFailure::unavailable(
+                "the settlement did not answer in the round",
+            ))
+        })
+    };
     let found = match (&sale.transaction, sale.paid) {
         // Paid already (its verdict's store write failed): only storing is left.
         (Some(tx), true) => Ok(Some(SettlementResponse {
@@ -260,6 +293,17 @@ async fn decide(
             error_reason: None,
             extensions: Default::default(),
         })),
+        // No chain to read here (a facilitator without its RPC): only asking it again
+        // tells (the reference facilitator reconciles a repeated /settle of a payment).
+        _ if !state.payments.reads_chain(ctx) => {
+            if may_settle {
+                settle().await.map(Some)
+            } else {
+                Err(PaymentFailure::unavailable(
+                    "no chain is read here to decide this payment, and it is too late to settle it again",
+                ))
+            }
+        }
         _ => tokio::time::timeout_at(
             deadline.instant().into(),
             state.payments.find_settlement(ctx),
@@ -273,18 +317,15 @@ async fn decide(
     };
     let found = match found {
         // Unused: landed never yet. Still valid: settled now (a dropped broadcast sent
-        // again, the facilitator asked again); expired: it can never land.
-        Ok(None) if !hold.lapsed(state.config.clock.now()) => {
-            match state.payments.settle(ctx, deadline).await {
-                Ok(s) => Ok(Some(s)),
-                Err(f) => Err(f),
-            }
-        }
+        // again, the facilitator asked again).
+        Ok(None) if may_settle => settle().await.map(Some),
         other => other,
     };
     match found {
         Ok(Some(settlement)) => delivered(state, hold, prepared, sale, settlement, hash).await,
-        Ok(None) => {
+        // Unused on the chain, and its window (with the margin for a late block) has
+        // passed: it can never land.
+        Ok(None) if hold.lapsed(state.config.clock.now()) => {
             voided(
                 state,
                 hold,
@@ -294,15 +335,22 @@ async fn decide(
             )
             .await
         }
-        // Canceled, spent on something that did not pay us, or expired unused: the
-        // chain's own evidence (a facilitator's "nonce used" is not: it is an unknown
-        // outcome, decided by the lookup).
+        // Unused, too close to its end to settle again: looked at again until it lapses.
+        Ok(None) => {
+            still_pending(
+                state,
+                hold,
+                PaymentFailure::unavailable("unused, and too late to settle again"),
+            )
+            .await
+        }
+        // Canceled, or spent on something that did not pay us (the token's logs), or a
+        // Solana transaction that failed on chain: the chain's own evidence. A refusal
+        // of a settlement attempt is not (it may follow a transfer that landed).
         Err(f)
             if matches!(
                 f.reason,
-                FailureReason::EvmNonceUsed
-                    | FailureReason::EvmValidBefore
-                    | FailureReason::SvmFailed
+                FailureReason::EvmNonceUsed | FailureReason::SvmFailed
             ) && f.kind != FailureKind::Unavailable =>
         {
             voided(state, hold, &sale, hash, f.reason.as_str()).await
@@ -324,7 +372,7 @@ async fn delivered(
     let tx = settlement.transaction.clone();
     let deadline = state.config.clock.deadline(ROUND_BUDGET);
     let (r, stored) = deliver(state, answer_in, prepared, &settlement, deadline, true).await;
-    end_bound_keys(state, &sale.keys, hash, Some(&r)).await;
+    end_bound_keys(state, &sale.keys, hash, hold.key(), Some(&r)).await;
     if !stored {
         tracing::error!(transaction = %tx, "a paid pending purchase's verdict could not be stored yet; asked again");
         hold.leave_pending(state, |s| {
@@ -354,8 +402,9 @@ async fn voided(
     );
     metrics::record(Metric::PendingVoided);
     metrics::record(Metric::Void);
+    let payment = hold.key().clone();
     hold.void(state, reason).await;
-    end_bound_keys(state, &sale.keys, hash, None).await;
+    end_bound_keys(state, &sale.keys, hash, &payment, None).await;
     Round::Done
 }
 

@@ -153,6 +153,7 @@ fn context(
         requirements,
         requirements_v1,
         transaction: None,
+        settled_before: false,
     }
 }
 
