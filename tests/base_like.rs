@@ -927,3 +927,90 @@ fn lost_batch_answer(fault: Fault) {
     );
     base.audit();
 }
+
+/// A smart-wallet payment: `tests/js/costly_wallet.mjs` deploys a contract wallet whose
+/// ERC-1271 check burns `burn` rounds of hashing on the settler's gas, funds it, and
+/// signs `count` payments from it for `url`'s 402: the wallet and the headers.
+fn costly_wallet(devnet: &Devnet, url: &str, burn: u64, count: usize) -> (String, Vec<String>) {
+    let dn = devnet.devnet_json();
+    let (burn, count) = (burn.to_string(), count.to_string());
+    let v = umpire_blackbox::chain::node_json(
+        "tests/js/costly_wallet.mjs",
+        &[
+            "--devnet", &dn, "--url", url, "--body", BODY, "--burn", &burn, "--count", &count,
+        ],
+    );
+    let headers = v["headers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no headers: {v}"))
+        .iter()
+        .filter_map(|h| h.as_str().map(str::to_owned))
+        .collect();
+    (v["wallet"].as_str().expect("wallet").to_owned(), headers)
+}
+
+/// Our gas is not the attacker's: a smart wallet whose signature check would cost more
+/// than one settlement may use is refused at verification, before any work and with
+/// nothing broadcast; a cheap one pays as any payer does.
+#[test]
+fn a_smart_wallet_costlier_than_the_gas_cap_is_refused_before_any_work() {
+    let base = Base::open(Mining::Instant, &[]);
+    let (_, costly) = costly_wallet(&base.devnet, &base.url(), 20_000, 1);
+    let r = base.buy(&costly[0], &key());
+    assert_eq!(r.status, 402, "{}", text(&r));
+    assert_eq!(
+        settlement(&r)["errorReason"],
+        "invalid_exact_evm_settlement_gas_too_high",
+        "{}",
+        text(&r)
+    );
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing sent"
+    );
+    let (_, cheap) = costly_wallet(&base.devnet, &base.url(), 0, 1);
+    let r = base.buy(&cheap[0], &key());
+    assert_eq!(r.status, 201, "{}", text(&r));
+    base.audit();
+}
+
+/// A payer whose payment passed verification and then made our settlement revert on
+/// chain (its smart wallet turned its check off between our verification and the
+/// block, on our gas) is refused for a while: its next payment is turned away before
+/// any work, with nothing broadcast.
+#[test]
+fn a_payer_whose_settlement_reverted_on_our_gas_is_refused_for_a_while() {
+    let base = Base::open(Mining::Instant, &[]);
+    let (wallet, headers) = costly_wallet(&base.devnet, &base.url(), 0, 2);
+    let mut purchase = None;
+    let paused = base.proxy.pause_next("eth_sendRawTransaction", || {
+        purchase = Some(base.buy_in_background(&headers[0], &key()));
+    });
+    // Verified and judged; our transaction is about to go out: the owner arms the
+    // wallet, whose check refuses from now on.
+    let dn = base.devnet.devnet_json();
+    let armed = umpire_blackbox::chain::node_json(
+        "tests/js/costly_wallet.mjs",
+        &["--devnet", &dn, "--arm", &wallet],
+    );
+    assert_eq!(armed["armed"], true, "{armed}");
+    paused.resume();
+    let r = purchase.expect("started").join().expect("buyer");
+    assert_eq!(r.status, 402, "voided, nothing moved: {}", text(&r));
+    let sends = base.proxy.calls_of("eth_sendRawTransaction");
+    let again = base.buy(&headers[1], &key());
+    assert_eq!(again.status, 402, "{}", text(&again));
+    assert_eq!(
+        settlement(&again)["errorReason"],
+        "invalid_exact_evm_payer_reverted_recently",
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction"),
+        sends,
+        "nothing more sent on its account"
+    );
+    base.audit();
+}

@@ -618,12 +618,26 @@ fn a_sworn_purchase_killed_before_settling_finishes_only_the_verdict_sold() {
         .and_then(Value::as_str)
         .expect("id")
         .to_owned();
-    let secret = r
-        .json()
-        .get("secret")
-        .and_then(Value::as_str)
-        .expect("secret")
-        .to_owned();
+    // Its secret: with it when the retry bought afresh; when it resumed the purchase
+    // (whose payment is public by then), to a payment signed now, a replay never
+    // settled.
+    let secret = match r.json().get("secret").and_then(Value::as_str) {
+        Some(s) => s.to_owned(),
+        None => {
+            let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+            let fresh = sign_payments(&devnet, &url, &body, 1).remove(0);
+            let proven = server.buy("sworn", &body, &fresh, &key);
+            assert_eq!(proven.status, 202, "{}", text(&proven));
+            assert_eq!(proven.header("idempotent-replayed"), Some("true"));
+            proven
+                .json()
+                .get("secret")
+                .and_then(Value::as_str)
+                .expect("a payment signed now proves the wallet")
+                .to_owned()
+        }
+    };
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_SWORN, "paid once");
 
     // Exactly one webhook delivery, for the verdict sold; the other was deleted.
     let started = Instant::now();

@@ -479,3 +479,87 @@ fn a_base_fee_spike_under_twenty_purchases_replaces_the_stuck_and_settles_all() 
     }
     devnet.assert_ledger_matches_chain(&server);
 }
+
+/// (d) A bystander executes the payment (to us) before its request arrives, and our own
+/// work then fails (the probe's page holds its answer past the work's deadline): the
+/// customer is never told "nothing was charged" — the answer names the transaction,
+/// says it was charged, and that the same payment buys the purchase — and the same
+/// payment sent again buys it, for nothing more.
+fn a_bystanders_payment_whose_work_fails_is_owned_up_to(through_facilitator: bool) {
+    let devnet = Devnet::start();
+    let facilitator = through_facilitator.then(|| Facilitator::start(&devnet, None));
+    let rpc = devnet.get("rpc_url");
+    let mut env = vec![
+        ("UMPIRE_REQUEST_BUDGET_MS", "6000"),
+        ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+    ];
+    let how = match &facilitator {
+        Some(f) => {
+            env.push(("UMPIRE_EVM_RPC_URL", rpc.as_str()));
+            Settlement::Facilitator(f.url.clone())
+        }
+        None => Settlement::SelfSettle,
+    };
+    let server = devnet.serve(how, &env);
+    let page = umpire_blackbox::Held::start("service up");
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"deployed"}}}}"#,
+        page.addr
+    );
+    let url = format!("http://{}/v1/verdicts/probe", server.addr);
+    let payment = sign_payment(&devnet, &url, &body);
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let bystander = devnet.accounts()[7].clone();
+    let receipt = devnet.execute_authorization(&bystander, &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let tx = receipt["transactionHash"]
+        .as_str()
+        .expect("hash")
+        .to_lowercase();
+    let key = umpire_host::random_id("paid-work-fails");
+
+    let failed = server.buy("probe", &body, &payment, &key);
+    assert!(failed.status >= 500, "{}", text(&failed));
+    let e = failed.json().get("error").cloned().expect("an error");
+    let field = |k: &str| {
+        e.get(k)
+            .and_then(umpire_core::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(field("message").contains("reached us"), "{}", text(&failed));
+    assert!(
+        !field("hint").to_lowercase().contains("nothing was charged"),
+        "{}",
+        text(&failed)
+    );
+    assert_eq!(field("transaction").to_lowercase(), tx);
+    assert_eq!(e.get("charged"), Some(&umpire_core::Value::Bool(true)));
+
+    page.release();
+    let bought = server.buy("probe", &body, &payment, &key);
+    assert_eq!(bought.status, 201, "{}", text(&bought));
+    assert_eq!(
+        settlement(&bought)["transaction"]
+            .as_str()
+            .map(str::to_lowercase),
+        Some(tx)
+    );
+    assert_eq!(
+        payer0 - devnet.balance(&payer),
+        umpire_blackbox::PRICE_PROBE,
+        "charged once"
+    );
+    devnet.assert_ledger_matches_chain(&server);
+}
+
+#[test]
+fn self_settled_a_bystanders_payment_whose_work_fails_is_owned_up_to() {
+    a_bystanders_payment_whose_work_fails_is_owned_up_to(false);
+}
+
+#[test]
+fn through_the_facilitator_a_bystanders_payment_whose_work_fails_is_owned_up_to() {
+    a_bystanders_payment_whose_work_fails_is_owned_up_to(true);
+}

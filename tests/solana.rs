@@ -298,8 +298,22 @@ fn an_unconfirmed_sol_transfer_is_delivered_only_once_it_lands() {
         body.get("document").is_none(),
         "nothing delivered unconfirmed"
     );
-    // Still unconfirmed: the retry is not delivered either.
-    assert_eq!(post(&server, &headers).status, 502);
+    // Still unconfirmed: the retry is not delivered either; the purchase is pending
+    // (409 in_flight, settlement_pending), never a 402.
+    let still = post(&server, &headers);
+    assert_eq!(
+        still.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&still.body)
+    );
+    assert_eq!(
+        json_of(&still)
+            .get("error")
+            .and_then(|e| e.get("reason"))
+            .and_then(Value::as_str),
+        Some("settlement_pending")
+    );
 
     net.hold_statuses(false);
     let delivered = post(&server, &headers);

@@ -766,8 +766,6 @@ async fn every_route_and_job_runs_under_its_own_role() {
             r#"FeedbackFunction FeedbackFunctionRolePolicy0#2: ["dynamodb:Query"]"#,
             r#"McpFunction McpFunctionRolePolicy0#3: ["dynamodb:UpdateItem"]"#,
             r#"McpFunction McpFunctionRolePolicy0#4: ["dynamodb:Query"]"#,
-            // An Idempotency-Key released when a report's purchase is voided.
-            r#"ReputationFunction ReputationFunctionRolePolicy0#2: ["dynamodb:DeleteItem"]"#,
         ],
         "grants no call of this run needed, beyond the known ones:\n{report}"
     );

@@ -623,6 +623,10 @@ fn an_operator_sees_logs_traces_and_alarms() {
         ),
         ("pass 2 giving up", "Umpire/SwornUnresolved"),
         (
+            "a purchase pending past its payment's window",
+            "Umpire/PendingOverdue",
+        ),
+        (
             "a stack selling nothing for want of a key",
             "Umpire/NotKeyed",
         ),

@@ -1159,7 +1159,8 @@ async fn a_pending_purchase_keeps_its_key_and_never_takes_a_second_payment() {
 }
 
 /// A pending purchase whose payment is still valid and unused (the broadcast was
-/// dropped) is settled by its reconciler, not left to the customer.
+/// dropped) is settled by its reconciler, not left to the customer: with the minute a
+/// reference client signs for, well inside it.
 #[tokio::test]
 async fn the_reconciler_settles_a_pending_payment_that_can_still_land() {
     let shop = shop(|_| {});
@@ -1167,7 +1168,7 @@ async fn the_reconciler_settles_a_pending_payment_that_can_still_land() {
         &shop.chain.settle,
         &[Step::Fail(PaymentFailure::unavailable("the RPC is down"))],
     );
-    let payment = shop.pay().await;
+    let payment = shop.sign(60).await;
     let first = shop
         .send(Some(&payment), Some("reconcile-settles-001"))
         .await;

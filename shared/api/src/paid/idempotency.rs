@@ -169,7 +169,8 @@ pub enum Decision {
     /// The identical request's purchase is pending (its settlement's outcome is not
     /// known yet): the key answers that purchase, paid with this payment, until the
     /// chain decides.
-    Pending(crate::paid::ledger::PaymentKey),
+    /// (the ledger key of that payment).
+    Pending(String),
 }
 
 fn conflict(
@@ -188,9 +189,7 @@ fn conflict(
             "Send a new Idempotency-Key for a new request; reuse a key only to retry the identical request (same path and body).",
         )),
         IdempotencyState::Pending { payment_key } if rec.request_hash == request_hash.as_str() => {
-            Ok(Decision::Pending(
-                crate::paid::ledger::PaymentKey::from_stored(payment_key.clone()),
-            ))
+            Ok(Decision::Pending(payment_key.clone()))
         }
         IdempotencyState::Pending { .. } => Err(ApiError::new(
             ErrorCode::IdempotencyKeyReuse,
@@ -311,7 +310,7 @@ pub async fn pend(
     state: &AppState,
     scoped_key: &ScopedKey,
     request_hash: &RequestHash,
-    payment_key: &crate::paid::ledger::PaymentKey,
+    payment_key: &str,
     expires_at: u64,
 ) -> Result<bool, ApiError> {
     state
@@ -327,7 +326,7 @@ pub async fn complete_bound(
     state: &AppState,
     scoped_key: &ScopedKey,
     request_hash: &RequestHash,
-    payment_key: &crate::paid::ledger::PaymentKey,
+    payment_key: &str,
     response: &Response,
 ) -> Result<bool, ApiError> {
     let stored = stored_answer(state, response);
@@ -351,7 +350,7 @@ pub async fn release_bound(
     state: &AppState,
     scoped_key: &ScopedKey,
     request_hash: &RequestHash,
-    payment_key: &crate::paid::ledger::PaymentKey,
+    payment_key: &str,
 ) -> Result<bool, ApiError> {
     state
         .store

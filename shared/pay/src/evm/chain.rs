@@ -1672,7 +1672,7 @@ impl Settler {
 fn payer_made_it_revert(payment: &Eip3009Payment, why: &PaymentFailure) -> bool {
     let now = umpire_host::Clock::system().now();
     let valid_before = u64::try_from(payment.authorization.validBefore).unwrap_or(u64::MAX);
-    let still_valid = now.saturating_add(umpire_x402::evm::VALID_BEFORE_SLACK_SECS) < valid_before;
+    let still_valid = now.saturating_add(umpire_x402::evm::VALID_BEFORE_MARGIN_SECS) < valid_before;
     still_valid
         && match why.reason {
             FailureReason::InsufficientFunds => true,

@@ -251,12 +251,29 @@ impl Settler for FacilitatorClient {
                 FailureReason::InvalidPayload,
                 "the facilitator verified the payment but neither it nor the payment names a payer",
             )),
-            (false, _) => Err(PaymentFailure::invalid(
-                a.invalid_reason
-                    .map_or(FailureReason::InvalidPayment, FailureReason::from),
-                a.invalid_message
-                    .unwrap_or_else(|| "the facilitator refused the payment".into()),
-            )),
+            (false, named) => {
+                let refused = PaymentFailure::invalid(
+                    a.invalid_reason
+                        .clone()
+                        .map_or(FailureReason::InvalidPayment, FailureReason::from),
+                    a.invalid_message
+                        .unwrap_or_else(|| "the facilitator refused the payment".into()),
+                );
+                // Used already, perhaps (the reference facilitator says so in several
+                // words: a nonce used, a simulation reverting "authorization is used or
+                // canceled"): by a transfer to us, if a bystander or the payer executed
+                // it. The chain says (one read, on refusals only); paid us is made.
+                if self.reads_chain_of(ctx)
+                    && let Ok(Some(settled)) = self.find_settlement(ctx).await
+                    && let Some(payer) = named.or_else(|| ctx.claimed_payer())
+                {
+                    return Ok(Verified {
+                        payer,
+                        settled: Some(settled),
+                    });
+                }
+                Err(refused)
+            }
         }
     }
 
@@ -361,8 +378,10 @@ const REFUSED_BEFORE_SENDING: &[&str] = &[
     "invalid_exact_evm_insufficient_balance",
     "invalid_exact_evm_transaction_simulation_failed",
     "invalid_exact_evm_failed_to_parse_signature",
-    // Its call failed before sending (the catch of its settle: a gas estimate).
+    // Its call failed before sending (the catch of its settle: a gas estimate, a node
+    // refusing the broadcast).
     "invalid_exact_evm_transaction_failed",
+    "invalid_exact_svm_transaction_failed",
     "asset_not_deployed_contract",
     "eip6492_factory_not_allowed",
     "smart_wallet_deployment_failed",

@@ -39,33 +39,7 @@ pub(super) async fn claim<'a>(
             .take_key(scoped, &asking.request_hash, &paying.payment_key)
             .await
     {
-        let r = match refused {
-            KeyRefused::Answer(r) => r,
-            // The key's purchase is pending with another payment: this one is not taken.
-            KeyRefused::PendingFor(p) => {
-                return Err(super::pending::answer_for(
-                    state,
-                    asking.answer_in,
-                    &p,
-                    Some((scoped, &asking.request_hash)),
-                )
-                .await);
-            }
-        };
-        if r.headers().contains_key(REPLAYED) {
-            // Every replay counts, as every lookup by payment does.
-            if let Err(e) = limits::enforce(state, "replay", ClientIp::of(asking.req)).await {
-                return Err(respond::error(&e));
-            }
-            // The secret goes to a payment that proves the wallet now: unspent, and
-            // never seen here before (a payment we claimed may sit in a public pool, where
-            // anyone can copy it before it is mined). A proof signed for the purpose is
-            // both.
-            if !paying.proves_wallet() || seen_before(state, &paying.payment_key).await {
-                return Err(withhold_secret(r));
-            }
-        }
-        return Err(r);
+        return Err(key_refused(state, asking, scoped, &paying, refused).await);
     }
     let hold = match take_payment(state, asking, &paying).await {
         Ok(hold) => hold,
@@ -110,6 +84,44 @@ pub(super) async fn claim<'a>(
         deadline: asking.deadline,
         followed: false,
     })
+}
+
+/// The answer when the request's key is not free for it: the replay of the request it
+/// completed (its one-time secret only to a payment that proves the wallet now), the
+/// pending state of the purchase it is bound to (paid otherwise: this payment is not
+/// taken), or the refusal.
+async fn key_refused(
+    state: &AppState,
+    asking: &Asking<'_>,
+    scoped: &ScopedKey,
+    paying: &Paying,
+    refused: KeyRefused,
+) -> Response {
+    let r = match refused {
+        KeyRefused::Answer(r) => r,
+        KeyRefused::PendingFor(p) => {
+            return super::pending::answer_for(
+                state,
+                asking.answer_in,
+                &p,
+                Some((scoped, &asking.request_hash)),
+            )
+            .await;
+        }
+    };
+    if r.headers().contains_key(REPLAYED) {
+        // Every replay counts, as every lookup by payment does.
+        if let Err(e) = limits::enforce(state, "replay", ClientIp::of(asking.req)).await {
+            return respond::error(&e);
+        }
+        // The secret goes to a payment that proves the wallet now: unspent, and never
+        // seen here before (a payment we claimed may sit in a public pool, where anyone
+        // can copy it before it is mined). A proof signed for the purpose is both.
+        if !paying.proves_wallet() || seen_before(state, &paying.payment_key).await {
+            return withhold_secret(r);
+        }
+    }
+    r
 }
 
 /// Why the payment could not be held for this request.
@@ -229,8 +241,10 @@ impl<'a> Claims<'a> {
     ) -> Result<(), KeyRefused> {
         let bound = match idempotency::claim(self.state, key, hash).await {
             Ok(Decision::Proceed) => false,
-            Ok(Decision::Pending(p)) if &p == payment => true,
-            Ok(Decision::Pending(p)) => return Err(KeyRefused::PendingFor(p)),
+            Ok(Decision::Pending(p)) if p == payment.as_str() => true,
+            Ok(Decision::Pending(p)) => {
+                return Err(KeyRefused::PendingFor(PaymentKey::from_stored(p)));
+            }
             Ok(Decision::Replay(r)) => return Err(KeyRefused::Answer(r)),
             Err(e) => return Err(KeyRefused::Answer(respond::error(&e))),
         };
@@ -280,7 +294,7 @@ impl<'a> Claims<'a> {
                 let _ = idempotency::release(state, key, hash).await;
             }
             if bound
-                || matches!(idempotency::check(state, key, hash).await, Ok(Decision::Pending(p)) if &p == payment)
+                || matches!(idempotency::check(state, key, hash).await, Ok(Decision::Pending(p)) if p == payment.as_str())
             {
                 self.held.push(HeldKey {
                     key: key.clone(),

@@ -39,11 +39,11 @@ pub(super) async fn check_key(
     match idempotency::check(state, scoped, &asking.request_hash).await {
         Ok(Decision::Replay(_)) => Ok(KeyState::Completed),
         Ok(Decision::Proceed) => Ok(KeyState::Fresh),
-        Ok(Decision::Pending(p)) if p == ledger::payment_key(ctx) => Ok(KeyState::Pending),
+        Ok(Decision::Pending(p)) if p == ledger::payment_key(ctx).as_str() => Ok(KeyState::Pending),
         Ok(Decision::Pending(p)) => Err(super::pending::answer_for(
             state,
             asking.answer_in,
-            &p,
+            &ledger::PaymentKey::from_stored(p),
             Some((scoped, &asking.request_hash)),
         )
         .await),

@@ -338,48 +338,7 @@ impl Checkout<'_> {
                 self.pend(transaction).await;
                 r
             }
-            Ok((prepared, settlement)) => {
-                // Every delivered purchase was settled first.
-                metrics::record(Metric::Settlement);
-                let settlement = self.sale.with_receipt(settlement);
-                // A verdict not stored yet is stored by the purchase's reconciler: its
-                // secret goes out only when one follows it.
-                let (r, stored) = deliver(
-                    state,
-                    self.answer_in,
-                    prepared,
-                    &settlement,
-                    self.deadline,
-                    self.followed,
-                )
-                .await;
-                tracing::info!(
-                    transaction = %settlement.transaction,
-                    status = r.status().as_u16(),
-                    "purchase settled and answered"
-                );
-                self.claims.complete(&r).await;
-                if stored {
-                    self.hold.settled(state, &settlement.transaction, &r).await;
-                } else {
-                    // Paid, and its verdict not stored yet: the ledger says Settled only
-                    // once it is. The reconciler stores it from the prepared answer.
-                    tracing::error!(
-                        transaction = %settlement.transaction,
-                        "a settled purchase's verdict could not be stored yet; its reconciler stores it"
-                    );
-                    let tx = settlement.transaction.clone();
-                    let followed = self.followed || reconcile::follow(state, self.hold.key()).await;
-                    self.hold
-                        .leave_pending(state, |sale| {
-                            sale.transaction = Some(tx);
-                            sale.paid = true;
-                            sale.followed = followed;
-                        })
-                        .await;
-                }
-                r
-            }
+            Ok((prepared, settlement)) => self.delivered(prepared, settlement).await,
             Err(Void::Settlement(f)) => {
                 metrics::record(Metric::Void);
                 tracing::warn!(error = %f, "settlement failed; purchase voided");
@@ -399,6 +358,50 @@ impl Checkout<'_> {
                 self.abandon(e).await
             }
         }
+    }
+
+    /// Answers a settled purchase: its verdict stored, its keys completed, the ledger
+    /// Settled once the verdict is stored (a verdict the store would not take yet is
+    /// stored by the purchase's reconciler from the prepared answer: its secret goes
+    /// out only when one follows it).
+    async fn delivered(mut self, prepared: Prepared, settlement: SettlementResponse) -> Response {
+        let state = self.claims.state;
+        // Every delivered purchase was settled first.
+        metrics::record(Metric::Settlement);
+        let settlement = self.sale.with_receipt(settlement);
+        let (r, stored) = deliver(
+            state,
+            self.answer_in,
+            prepared,
+            &settlement,
+            self.deadline,
+            self.followed,
+        )
+        .await;
+        tracing::info!(
+            transaction = %settlement.transaction,
+            status = r.status().as_u16(),
+            "purchase settled and answered"
+        );
+        self.claims.complete(&r).await;
+        if stored {
+            self.hold.settled(state, &settlement.transaction, &r).await;
+            return r;
+        }
+        tracing::error!(
+            transaction = %settlement.transaction,
+            "a settled purchase's verdict could not be stored yet; its reconciler stores it"
+        );
+        let tx = settlement.transaction.clone();
+        let followed = self.followed || reconcile::follow(state, self.hold.key()).await;
+        self.hold
+            .leave_pending(state, |sale| {
+                sale.transaction = Some(tx);
+                sale.paid = true;
+                sale.followed = followed;
+            })
+            .await;
+        r
     }
 
     /// Leaves this purchase pending: its answer prepared, its keys bound to it since

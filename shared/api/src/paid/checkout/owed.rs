@@ -56,10 +56,7 @@ impl Asking<'_> {
             Ok(taken) => taken,
             Err(r) => return Some(r),
         };
-        match self
-            .decide(state, ctx, hold, prepared, Decide::Find, false)
-            .await
-        {
+        match self.decide(state, ctx, hold, prepared, Decide::Find).await {
             Decided::Answer(r) => Some(r),
             // The chain shows it cannot pay: refused for what verification found.
             Decided::Voided(_) => None,
@@ -85,14 +82,11 @@ impl Asking<'_> {
             Some(s) => Decide::Paid(s),
             None => Decide::Settle,
         };
-        // Never the secret: a payment whose settlement started is in a public pool (or
-        // on chain), where anyone can copy it; the wallet reads the verdict by signing
-        // in, or gets the secret with a payment signed now (a replay, never settled).
-        let reveal = false;
-        match self
-            .decide(state, &paying.ctx, hold, prepared, how, reveal)
-            .await
-        {
+        // Never the secret (see `decide`): a payment whose settlement started is in a
+        // public pool (or on chain), where anyone can copy it; the wallet reads the
+        // verdict by signing in, or gets the secret with a payment signed now (a
+        // replay, never settled).
+        match self.decide(state, &paying.ctx, hold, prepared, how).await {
             Decided::Answer(r) => r,
             Decided::Voided(f) => sale.refused(
                 self.answer_in,
@@ -152,11 +146,11 @@ impl Asking<'_> {
         }
     }
 
-    /// Decides a retaken purchase: delivered (with the secret only if `reveal`) when the
-    /// payment paid us, left pending when the chain cannot say yet (or refuses it now
-    /// while an earlier broadcast may still land), voided when it shows the payment
-    /// cannot pay. The key is taken as the purchase itself would; a pending purchase's
-    /// keys stay bound to it, and its reconciler follows it.
+    /// Decides a retaken purchase: delivered (its secret withheld: the payment is
+    /// public by now) when the payment paid us, left pending when the chain cannot say
+    /// yet (or refuses it now while an earlier broadcast may still land), voided when
+    /// it shows the payment cannot pay. The key is taken as the purchase itself would;
+    /// a pending purchase's keys stay bound to it, and its reconciler follows it.
     async fn decide(
         &self,
         state: &AppState,
@@ -164,27 +158,11 @@ impl Asking<'_> {
         hold: Hold,
         prepared: Prepared,
         how: Decide<'_>,
-        reveal: bool,
     ) -> Decided {
         let mut claims = Claims::new(state);
-        let payment = hold.key().clone();
-        if let Some(scoped) = &self.scoped
-            && let Err(refused) = claims.take_key(scoped, &self.request_hash, &payment).await
-        {
+        if let Some(r) = self.take_key(state, &mut claims, hold.key()).await {
             hold.leave_unknown(state).await;
-            return Decided::Answer(match refused {
-                KeyRefused::Answer(r) if reveal => r,
-                KeyRefused::Answer(r) => withhold_secret(r),
-                KeyRefused::PendingFor(p) => {
-                    pending::answer_for(
-                        state,
-                        self.answer_in,
-                        &p,
-                        Some((scoped, &self.request_hash)),
-                    )
-                    .await
-                }
-            });
+            return Decided::Answer(r);
         }
         let bound = prepared
             .sale
@@ -193,49 +171,19 @@ impl Asking<'_> {
             .unwrap_or_default();
         match self.settlement(state, ctx, how).await {
             Ok(Some(settlement)) => {
-                tracing::warn!(
-                    transaction = settlement.transaction,
-                    "delivering a purchase interrupted after its answer was prepared"
-                );
-                metrics::record(Metric::Settlement);
-                let settlement = receipted(state, &self.resource_url, settlement);
-                let tx = settlement.transaction.clone();
-                let (r, stored) = deliver(
-                    state,
-                    self.answer_in,
-                    prepared,
-                    &settlement,
-                    self.deadline,
-                    false,
-                )
-                .await;
-                claims.complete(&r).await;
-                end_bound_keys(state, &bound, &self.request_hash, &payment, Some(&r)).await;
-                if stored {
-                    hold.settled(state, &tx, &r).await;
-                } else {
-                    let followed = reconcile::follow(state, &payment).await;
-                    hold.leave_pending(state, |sale| {
-                        sale.transaction = Some(tx);
-                        sale.paid = true;
-                        sale.followed |= followed;
-                    })
+                let r = self
+                    .deliver_retaken(state, hold, prepared, settlement, claims, &bound)
                     .await;
-                }
-                Decided::Answer(if reveal { r } else { withhold_secret(r) })
+                Decided::Answer(withhold_secret(r))
             }
+            // Unused, and its window (with the margin for a late block) has passed: it
+            // can never pay.
             Ok(None) if hold.lapsed(state.config.clock.now()) => {
-                // Unused, and its window (with the margin for a late block) has
-                // passed: it can never pay.
-                metrics::record(Metric::PendingVoided);
-                hold.void(state, FailureReason::EvmValidBefore.as_str())
-                    .await;
-                claims.unbind().await;
-                end_bound_keys(state, &bound, &self.request_hash, &payment, None).await;
-                Decided::Voided(PaymentFailure::invalid(
+                let f = PaymentFailure::invalid(
                     FailureReason::EvmValidBefore,
                     "the authorization expired unused: this payment can no longer land",
-                ))
+                );
+                self.void_retaken(state, hold, claims, &bound, f).await
             }
             // Not settled (yet): the answer stays prepared in case a broadcast from
             // the interrupted purchase still lands.
@@ -245,18 +193,10 @@ impl Asking<'_> {
                 let tx = f.transaction.clone();
                 Decided::Pending(self.still_pending(state, ctx, hold, claims, tx).await)
             }
-            // Positive evidence it can never pay (canceled, used elsewhere, expired):
-            // voided.
-            Err(f)
-                if f.reason == FailureReason::EvmNonceUsed
-                    && f.kind != FailureKind::Unavailable =>
-            {
+            // The chain's evidence that it can never pay (canceled, used elsewhere).
+            Err(f) if f.reason == FailureReason::EvmNonceUsed => {
                 tracing::warn!(error = %f, "an interrupted purchase was not paid to us");
-                metrics::record(Metric::PendingVoided);
-                hold.void(state, f.reason.as_str()).await;
-                claims.unbind().await;
-                end_bound_keys(state, &bound, &self.request_hash, &payment, None).await;
-                Decided::Voided(f)
+                self.void_retaken(state, hold, claims, &bound, f).await
             }
             // Refused now (the payer's balance, a revert) while an earlier broadcast
             // could still land if that changes: still pending, never a 402.
@@ -265,6 +205,94 @@ impl Asking<'_> {
                 Decided::Pending(self.still_pending(state, ctx, hold, claims, None).await)
             }
         }
+    }
+
+    /// Takes this request's key for its retaken purchase paid with `payment`; `Some`
+    /// is the answer instead (a replay without the secret, a reuse refused, another
+    /// purchase's pending state).
+    async fn take_key(
+        &self,
+        state: &AppState,
+        claims: &mut Claims<'_>,
+        payment: &PaymentKey,
+    ) -> Option<Response> {
+        let scoped = self.scoped.as_ref()?;
+        match claims.take_key(scoped, &self.request_hash, payment).await {
+            Ok(()) => None,
+            Err(KeyRefused::Answer(r)) => Some(withhold_secret(r)),
+            Err(KeyRefused::PendingFor(p)) => Some(
+                pending::answer_for(
+                    state,
+                    self.answer_in,
+                    &p,
+                    Some((scoped, &self.request_hash)),
+                )
+                .await,
+            ),
+        }
+    }
+
+    /// Delivers a retaken purchase the chain shows paid: its verdict stored (or, should
+    /// the store falter, stored by its reconciler), its keys completed, the ledger
+    /// Settled once the verdict is stored.
+    async fn deliver_retaken(
+        &self,
+        state: &AppState,
+        hold: Hold,
+        prepared: Prepared,
+        settlement: SettlementResponse,
+        mut claims: Claims<'_>,
+        bound: &[crate::paid::ledger::BoundKey],
+    ) -> Response {
+        tracing::warn!(
+            transaction = settlement.transaction,
+            "delivering a purchase interrupted after its answer was prepared"
+        );
+        metrics::record(Metric::Settlement);
+        let payment = hold.key().clone();
+        let settlement = receipted(state, &self.resource_url, settlement);
+        let tx = settlement.transaction.clone();
+        let (r, stored) = deliver(
+            state,
+            self.answer_in,
+            prepared,
+            &settlement,
+            self.deadline,
+            false,
+        )
+        .await;
+        claims.complete(&r).await;
+        end_bound_keys(state, bound, &self.request_hash, &payment, Some(&r)).await;
+        if stored {
+            hold.settled(state, &tx, &r).await;
+        } else {
+            let followed = reconcile::follow(state, &payment).await;
+            hold.leave_pending(state, |sale| {
+                sale.transaction = Some(tx);
+                sale.paid = true;
+                sale.followed |= followed;
+            })
+            .await;
+        }
+        r
+    }
+
+    /// Voids a retaken purchase the chain shows can never pay: nothing was taken, its
+    /// keys free.
+    async fn void_retaken(
+        &self,
+        state: &AppState,
+        hold: Hold,
+        mut claims: Claims<'_>,
+        bound: &[crate::paid::ledger::BoundKey],
+        f: PaymentFailure,
+    ) -> Decided {
+        metrics::record(Metric::PendingVoided);
+        let payment = hold.key().clone();
+        hold.void(state, f.reason.as_str()).await;
+        claims.unbind().await;
+        end_bound_keys(state, bound, &self.request_hash, &payment, None).await;
+        Decided::Voided(f)
     }
 
     /// Leaves a retaken purchase pending: this request's keys bound to it beside the

@@ -263,65 +263,7 @@ async fn decide(
     ctx: &PaymentContext,
     hash: &RequestHash,
 ) -> Round {
-    let deadline = state.config.clock.deadline(ROUND_BUDGET);
-    let now = state.config.clock.now();
-    // Settled again only while it can still land with a margin (an authorization about
-    // to expire would be refused, or revert on our gas).
-    let may_settle = ctx
-        .lands_by()
-        .is_none_or(|t| t > now + umpire_x402::evm::VALID_BEFORE_SLACK_SECS)
-        && !hold.lapsed(now);
-    let settle = || async {
-        tokio::time::timeout_at(
-            deadline.instant().into(),
-            state.payments.settle(ctx, deadline),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(PaymentFailure::unavailable(
-                "the settlement did not answer in the round",
-            ))
-        })
-    };
-    let found = match (&sale.transaction, sale.paid) {
-        // Paid already (its verdict's store write failed): only storing is left.
-        (Some(tx), true) => Ok(Some(SettlementResponse {
-            success: true,
-            transaction: tx.clone(),
-            network: Some(ctx.rail.network.clone()),
-            payer: ctx.claimed_payer(),
-            error_reason: None,
-            extensions: Default::default(),
-        })),
-        // No chain to read here (a facilitator without its RPC): only asking it again
-        // tells (the reference facilitator reconciles a repeated /settle of a payment).
-        _ if !state.payments.reads_chain(ctx) => {
-            if may_settle {
-                settle().await.map(Some)
-            } else {
-                Err(PaymentFailure::unavailable(
-                    "no chain is read here to decide this payment, and it is too late to settle it again",
-                ))
-            }
-        }
-        _ => tokio::time::timeout_at(
-            deadline.instant().into(),
-            state.payments.find_settlement(ctx),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(PaymentFailure::unavailable(
-                "the chain did not answer within the reconciler's round",
-            ))
-        }),
-    };
-    let found = match found {
-        // Unused: landed never yet. Still valid: settled now (a dropped broadcast sent
-        // again, the facilitator asked again).
-        Ok(None) if may_settle => settle().await.map(Some),
-        other => other,
-    };
-    match found {
+    match settlement(state, &hold, &sale, ctx).await {
         Ok(Some(settlement)) => delivered(state, hold, prepared, sale, settlement, hash).await,
         // Unused on the chain, and its window (with the margin for a late block) has
         // passed: it can never land.
@@ -356,6 +298,74 @@ async fn decide(
             voided(state, hold, &sale, hash, f.reason.as_str()).await
         }
         Err(f) => still_pending(state, hold, f).await,
+    }
+}
+
+/// What one round finds of the pending purchase's payment: paid us (its settlement),
+/// unused (`None`: settled now while it can still land with a margin), or not known.
+async fn settlement(
+    state: &AppState,
+    hold: &Hold,
+    sale: &PendingSale,
+    ctx: &PaymentContext,
+) -> Result<Option<SettlementResponse>, PaymentFailure> {
+    let deadline = state.config.clock.deadline(ROUND_BUDGET);
+    let now = state.config.clock.now();
+    // Settled again only while it can still land with a margin (an authorization about
+    // to expire would be refused, or revert on our gas).
+    let may_settle = ctx
+        .lands_by()
+        .is_none_or(|t| t > now + umpire_x402::evm::VALID_BEFORE_MARGIN_SECS)
+        && !hold.lapsed(now);
+    let settle = || async {
+        tokio::time::timeout_at(
+            deadline.instant().into(),
+            state.payments.settle(ctx, deadline),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(PaymentFailure::unavailable(
+                "the settlement did not answer in the round",
+            ))
+        })
+        .map(Some)
+    };
+    if let (Some(tx), true) = (&sale.transaction, sale.paid) {
+        // Paid already (its verdict's store write failed): only storing is left.
+        return Ok(Some(SettlementResponse {
+            success: true,
+            transaction: tx.clone(),
+            network: Some(ctx.rail.network.clone()),
+            payer: ctx.claimed_payer(),
+            error_reason: None,
+            extensions: Default::default(),
+        }));
+    }
+    if !state.payments.reads_chain(ctx) {
+        // No chain to read here (a facilitator without its RPC): only asking it again
+        // tells (the reference facilitator reconciles a repeated /settle of a payment).
+        if !may_settle {
+            return Err(PaymentFailure::unavailable(
+                "no chain is read here to decide this payment, and it is too late to settle it again",
+            ));
+        }
+        return settle().await;
+    }
+    let found = tokio::time::timeout_at(
+        deadline.instant().into(),
+        state.payments.find_settlement(ctx),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(PaymentFailure::unavailable(
+            "the chain did not answer within the reconciler's round",
+        ))
+    })?;
+    match found {
+        // Unused: landed never yet. Still valid: settled now (a dropped broadcast sent
+        // again, the facilitator asked again).
+        None if may_settle => settle().await,
+        other => Ok(other),
     }
 }
 
