@@ -591,17 +591,17 @@ fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
         "nothing is delivered"
     );
 
-    // Funds back: the same key buys (it was released), and the money moves once.
+    // Funds back: the key was released, but the payer's revert cost us its gas, so its
+    // payments are refused for a while (before any work, nothing sent, nothing charged).
     devnet.transfer(&elsewhere, &payer, payer0);
-    let bought = buy_v2(&devnet, &url(&server, "probe"), &body, Some(&idem));
-    assert_eq!(bought.status, 201, "{}", bought.body);
-    assert_eq!(devnet.balance(&payer), payer0 - PRICE_PROBE);
-    let doc = bought.json().get("document").cloned().expect("document");
+    let paused = buy_v2(&devnet, &url(&server, "probe"), &body, Some(&idem));
+    assert_eq!(paused.status, 402, "{}", paused.body);
+    let s = decode_b64_json(&paused.header("payment-response").expect("PAYMENT-RESPONSE"));
     assert_eq!(
-        doc.get("verdict").and_then(Value::as_str),
-        Some("pass"),
-        "the page answered this time"
+        s["errorReason"], "invalid_exact_evm_payer_reverted_recently",
+        "{s}"
     );
+    assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
 }
 
 /// A payment that reached us is delivered, whoever broadcast it: an authorization a

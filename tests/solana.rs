@@ -183,7 +183,11 @@ fn usdc_on_solana_is_bought_with_the_reference_client_and_facilitator() {
 fn a_solana_settlement_that_fails_voids_the_purchase_and_the_key_buys_again() {
     let net = SolanaNet::start();
     let facilitator = SvmFacilitator::start(&net);
-    let server = net.serve(&facilitator, &price_feed("150.00"), &[]);
+    let server = net.serve(
+        &facilitator,
+        &price_feed("150.00"),
+        &[("UMPIRE_REQUEST_BUDGET_MS", "6000")],
+    );
     let (payer_usdc, our_usdc) = (
         net.get("payer_usdc_account"),
         net.get("pay_to_usdc_account"),
@@ -191,29 +195,46 @@ fn a_solana_settlement_that_fails_voids_the_purchase_and_the_key_buys_again() {
     let payer0 = net.token_units(&payer_usdc);
     let idem = key();
 
-    // The node refuses the facilitator's broadcast: voided, nothing charged.
+    // The facilitator's broadcast fails at the node: it says `transaction_failed` and
+    // names no transaction, which is also what a broadcast whose answer was lost looks
+    // like. So the purchase is pending (502, never a 402 "nothing was charged").
     let payment = sign_svm_payment(&net, &url(&server), &body());
     net.fail_sends(1);
-    let voided = post(
+    let pending = post(
         &server,
         &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],
     );
     assert_eq!(
-        voided.status,
-        402,
+        pending.status,
+        502,
         "{}",
-        String::from_utf8_lossy(&voided.body)
+        String::from_utf8_lossy(&pending.body)
     );
-    let s = settlement(&voided, "payment-response");
+    let s = settlement(&pending, "payment-response");
     assert_eq!(s["success"], false);
-    assert!(
-        s["errorReason"].as_str().is_some_and(|r| r.contains("svm")),
-        "named for Solana: {s}"
+    assert_eq!(s["errorReason"], "settlement_pending", "{s}");
+    // A new payment under the key is never taken.
+    let second = sign_svm_payment(&net, &url(&server), &body());
+    let refused = post(
+        &server,
+        &[("PAYMENT-SIGNATURE", &second), ("Idempotency-Key", &idem)],
     );
-    assert_eq!(net.token_units(&payer_usdc), payer0);
-
-    // The same key, a new payment: bought, charged once.
-    let payment = sign_svm_payment(&net, &url(&server), &body());
+    assert_eq!(
+        refused.status,
+        409,
+        "{}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    // Its reconciler asks the facilitator again (no signature is known to look up):
+    // settled once, by the service itself.
+    let started = std::time::Instant::now();
+    while net.token_units(&our_usdc) < BASIC_USDC {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the pending purchase was not settled by its reconciler"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
     let bought = post(
         &server,
         &[("PAYMENT-SIGNATURE", &payment), ("Idempotency-Key", &idem)],

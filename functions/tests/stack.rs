@@ -514,28 +514,31 @@ async fn every_route_and_job_runs_under_its_own_role() {
     let paid = tokio::task::block_in_place(|| buyer.join().expect("buyer"));
     assert_eq!(paid.status, 202, "{}", String::from_utf8_lossy(&paid.body));
 
-    // A sworn purchase whose payer empties its wallet while pass 1 runs: the
-    // facilitator cannot settle it (refused, or its transaction reverted with nothing
-    // moved), so the verdicts function voids it: its pending verdict deleted, its key
-    // released, a 402 that says nothing was charged.
+    // A sworn purchase whose payer cancels its authorization while pass 1 runs: the
+    // facilitator cannot settle it, the chain shows the authorization canceled, and
+    // the verdicts function voids it: its pending verdict deleted, its key released, a
+    // 402 that says nothing was charged.
     let payer = devnet.get("payer");
-    let stash = devnet.accounts()[8].clone();
     let held = umpire_blackbox::Held::start("service up");
-    let broke = sworn_body(held.addr, hook.addr);
-    let payment =
-        tokio::task::block_in_place(|| sign_payment(&devnet, &url("/v1/verdicts/sworn"), &broke));
+    let canceled = sworn_body(held.addr, hook.addr);
+    let payment = tokio::task::block_in_place(|| {
+        sign_payment(&devnet, &url("/v1/verdicts/sworn"), &canceled)
+    });
     let buyer = {
-        let (payment, broke) = (payment.clone(), broke.clone());
+        let (payment, canceled) = (payment.clone(), canceled.clone());
         std::thread::spawn(move || {
-            umpire_blackbox::post_paid(api, "/v1/verdicts/sworn", &broke, &payment, &key())
+            umpire_blackbox::post_paid(api, "/v1/verdicts/sworn", &canceled, &payment, &key())
         })
     };
-    let emptied = tokio::task::block_in_place(|| {
+    tokio::task::block_in_place(|| {
         held.wait_for_request(std::time::Duration::from_secs(60));
-        let all = devnet.balance(&payer);
-        devnet.transfer(&payer, &stash, all);
+        let dn = devnet.devnet_json();
+        let done = umpire_blackbox::chain::node_json(
+            "tests/js/cancel.mjs",
+            &["--devnet", &dn, "--payment", &payment],
+        );
+        assert_eq!(done["status"], "success", "{done}");
         held.release();
-        all
     });
     let refused = tokio::task::block_in_place(|| buyer.join().expect("buyer"));
     assert_eq!(
@@ -544,7 +547,6 @@ async fn every_route_and_job_runs_under_its_own_role() {
         "{}",
         String::from_utf8_lossy(&refused.body)
     );
-    tokio::task::block_in_place(|| devnet.transfer(&stash, &payer, emptied));
 
     // (a) and (c) on the platform: the chain stops past the purchase's deadline, the
     // facilitator answers settlement_pending, and the purchase is pending, never a 402.

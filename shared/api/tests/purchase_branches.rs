@@ -190,6 +190,8 @@ const PATH: &str = "/v1/reputation?merchant=0x1111111111111111111111111111111111
 struct FlakyStore {
     inner: Arc<SqliteStore>,
     fail_verdict_writes: AtomicUsize,
+    /// Binding a key to a purchase fails (`pend_idempotency`).
+    fail_binds: std::sync::atomic::AtomicBool,
 }
 
 fn faltering() -> umpire_store::StoreError {
@@ -292,6 +294,9 @@ impl umpire_store::IdempotencyStore for FlakyStore {
         payment: &str,
         expires: u64,
     ) -> umpire_store::Result<bool> {
+        if self.fail_binds.load(Ordering::SeqCst) {
+            return Err(faltering());
+        }
         self.inner
             .pend_idempotency(key, hash, payment, expires)
             .await
@@ -454,6 +459,7 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
     let flaky = Arc::new(FlakyStore {
         inner: store.clone(),
         fail_verdict_writes: AtomicUsize::new(0),
+        fail_binds: std::sync::atomic::AtomicBool::new(false),
     });
     let judging = Arc::new(Judging::default());
     let state = AppState::new(
@@ -1393,5 +1399,29 @@ async fn the_reconciler_voids_only_on_the_chains_evidence() {
         umpire_api::paid::checkout::reconcile::Round::Done
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    assert_eq!(shop.chain.charged(), 1);
+}
+
+/// A purchase whose key cannot be bound to it (the store falters) is stopped before
+/// any money moves: a rerun under an unbound key could buy again while the first
+/// payment lands. Nothing is charged, and the same payment and key buy once the store
+/// is back.
+#[tokio::test]
+async fn a_key_that_cannot_be_bound_stops_the_purchase_before_money_moves() {
+    let shop = shop(|_| {});
+    let payment = shop.pay().await;
+    shop.flaky.fail_binds.store(true, Ordering::SeqCst);
+    let stopped = shop
+        .send(Some(&payment), Some("unbindable-key-000001"))
+        .await;
+    assert_eq!(stopped.status(), 503, "{:?}", json(&stopped));
+    assert_eq!(shop.calls().1, 0, "no settlement started");
+    assert_eq!(shop.chain.charged(), 0);
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
+    shop.flaky.fail_binds.store(false, Ordering::SeqCst);
+    let bought = shop
+        .send(Some(&payment), Some("unbindable-key-000001"))
+        .await;
+    assert_eq!(bought.status(), 200, "{:?}", json(&bought));
     assert_eq!(shop.chain.charged(), 1);
 }

@@ -413,7 +413,9 @@ pub trait IdempotencyStore: Send + Sync {
         in_progress_until: Unix,
         expires_at: Unix,
     ) -> Result<Claim>;
-    /// Stores the response of a claim this caller holds.
+    /// Stores the response of a claim this caller holds (in progress: a key bound to a
+    /// pending purchase is completed by [`IdempotencyStore::complete_bound_idempotency`]
+    /// only).
     async fn complete_idempotency(
         &self,
         key: &str,

@@ -419,8 +419,12 @@ async fn a_pending_key_stays_bound_until_its_purchase_ends(store: &dyn Store) {
             .await
             .expect("pend")
     );
-    // Only its own purchase ends it: another payment's, another request's, or a plain
-    // release of a claim leave it bound.
+    // Only its own purchase ends it: another payment's, another request's, a plain
+    // release or completion of a claim leave it bound.
+    store
+        .complete_idempotency(k, "h", &response("not mine"), NOW + 90_000)
+        .await
+        .expect("complete");
     let ok = response("{\"ok\":1}");
     assert!(
         !store

@@ -41,6 +41,9 @@ const REPLAYED_HEADERS: &[&str] = &[
     "x-payment-response",
 ];
 
+/// The scope of a key no wallet names (a request with no payment presents it so).
+pub(crate) const UNPAID_SCOPE: &str = "anon|";
+
 /// A validated Idempotency-Key: 16 to 128 characters of `A-Z a-z 0-9 - _ . :`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyKey(String);
@@ -79,7 +82,7 @@ impl IdempotencyKey {
     pub fn scoped(&self, wallet: Option<&Account>) -> ScopedKey {
         ScopedKey(match wallet {
             Some(w) => format!("{}|{}", w.to_string().to_ascii_lowercase(), self.0),
-            None => format!("anon|{}", self.0),
+            None => format!("{UNPAID_SCOPE}{}", self.0),
         })
     }
 

@@ -4,7 +4,8 @@
 //!
 //! How a `/settle` answer reads (docs/paying.md has the table): `success: true` is
 //! settled; a refusal its verification gives before it sends anything (a bad
-//! signature, a balance too low, an expired authorization, ...: the list below), naming
+//! signature, a balance too low, an expired authorization, ...: the list below; not a
+//! failed transaction, even naming none: its settle sends and fails in one call), naming
 //! no transaction, on the payment's first `/settle`, is a refusal: nothing moved. Every
 //! other answer is an **unknown outcome**: `settlement_pending`, a transaction that went
 //! out and failed or reverted (perhaps because an earlier one of the payment landed), a
@@ -142,8 +143,14 @@ impl FacilitatorClient {
         failure: &PaymentFailure,
         first: bool,
     ) -> Option<Result<SettlementResponse, PaymentFailure>> {
-        if let Some(settled) = self.find_settlement(ctx).await.ok()? {
-            return Some(Ok(settled));
+        match self.find_settlement(ctx).await {
+            Ok(Some(settled)) => return Some(Ok(settled)),
+            // Canceled, or spent on something that did not pay us: the token's logs say.
+            Err(f) if f.reason == FailureReason::EvmNonceUsed && f.kind == FailureKind::Invalid => {
+                return Some(Err(f));
+            }
+            Err(_) => return None,
+            Ok(None) => {}
         }
         let (true, Some(reader), Some(tx)) =
             (first, &self.evm_reader, failure.transaction.as_deref())
@@ -378,10 +385,6 @@ const REFUSED_BEFORE_SENDING: &[&str] = &[
     "invalid_exact_evm_insufficient_balance",
     "invalid_exact_evm_transaction_simulation_failed",
     "invalid_exact_evm_failed_to_parse_signature",
-    // Its call failed before sending (the catch of its settle: a gas estimate, a node
-    // refusing the broadcast).
-    "invalid_exact_evm_transaction_failed",
-    "invalid_exact_svm_transaction_failed",
     "asset_not_deployed_contract",
     "eip6492_factory_not_allowed",
     "smart_wallet_deployment_failed",
@@ -478,6 +481,10 @@ mod tests {
             ("something_new", tx),
             // A reason that refuses before sending, but naming a transaction: sent.
             ("invalid_exact_evm_insufficient_balance", tx),
+            // Its call failed, perhaps after the broadcast left (writeContract sends; an
+            // RPC answer lost then is this too).
+            ("invalid_exact_evm_transaction_failed", ""),
+            ("invalid_exact_svm_transaction_failed", ""),
         ] {
             let f = read_failure(&answer(reason, with_tx), true);
             assert_eq!(f.kind, FailureKind::Unavailable, "{reason}");
@@ -489,7 +496,6 @@ mod tests {
             );
         }
         for reason in [
-            "invalid_exact_evm_transaction_failed",
             "invalid_exact_evm_signature",
             "invalid_exact_evm_insufficient_balance",
             "invalid_exact_evm_payload_authorization_valid_before",

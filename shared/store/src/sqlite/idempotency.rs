@@ -64,7 +64,7 @@ impl IdempotencyStore for SqliteStore {
         let (k, h) = (key.to_owned(), request_hash.to_owned());
         self.run(move |c| {
             c.execute(
-                "UPDATE idempotency SET status = 'COMPLETED', response = ?3, expires_at = ?4 WHERE key = ?1 AND request_hash = ?2",
+                "UPDATE idempotency SET status = 'COMPLETED', response = ?3, expires_at = ?4 WHERE key = ?1 AND request_hash = ?2 AND status = 'INPROGRESS'",
                 params![k, h, text, expires_at],
             )
         })

@@ -7,6 +7,8 @@ use umpire_x402::FailureReason;
 use umpire_x402::PaymentFailure;
 use umpire_x402::rails::Family;
 
+use umpire_core::{ApiError, ErrorCode};
+
 use crate::paid::idempotency::{self, Decision, REPLAYED, RequestHash, ScopedKey};
 use crate::paid::ledger::{self, BoundKey, ClaimError, Hold, PaymentKey, Running};
 use crate::plumbing::{limits, respond};
@@ -260,8 +262,29 @@ impl<'a> Claims<'a> {
 
     /// Binds every key this request holds to its purchase, paid with `payment`, until
     /// `expires_at`, and `unpaid` too (the customer's key as a rerun with no payment
-    /// presents it): from now until the purchase ends, they answer it, never a new 402
-    /// and never a second purchase. The keys bound, for the purchase's reconciler.
+    /// presents it, best effort): from now until the purchase ends, they answer it,
+    /// never a new 402 and never a second purchase. The keys bound, for the purchase's
+    /// reconciler; `Err` when a key of the request could not be bound (the store
+    /// faltered): no money may move then, since a rerun under it could buy again.
+    pub(super) async fn bind_all(
+        &mut self,
+        payment: &PaymentKey,
+        unpaid: Option<(&ScopedKey, &RequestHash)>,
+        expires_at: u64,
+    ) -> Result<Vec<BoundKey>, ApiError> {
+        let keys = self.bind(payment, unpaid, expires_at).await;
+        if self.held.iter().all(|h| h.bound) {
+            return Ok(keys);
+        }
+        Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "the purchase could not be recorded before its payment moved (our store faltered), so it was stopped: nothing was charged",
+            "Retry the identical request with the same payment in a few seconds.",
+        )
+        .with_retry_after(2))
+    }
+
+    /// [`Claims::bind_all`], best effort: a key that cannot be bound is left claimed.
     pub(super) async fn bind(
         &mut self,
         payment: &PaymentKey,

@@ -251,10 +251,14 @@ impl Checkout<'_> {
         // not) is answered with it, never asked for a second payment.
         let payment = self.hold.key().clone();
         let unpaid = self.unpaid_key.as_ref().map(|k| (k, &self.request_hash));
-        let keys = self
-            .claims
-            .bind(&payment, unpaid, kept_until.max(now) + COMPLETED_SECS)
-            .await;
+        let expires = kept_until.max(now) + reconcile::PARK_AFTER_SECS + COMPLETED_SECS;
+        let keys = match self.claims.bind_all(&payment, unpaid, expires).await {
+            Ok(keys) => keys,
+            // A payment already paid to us has nothing left to move: delivered all the
+            // same (its keys are completed with the answer where they could be bound).
+            Err(_) if self.settled.is_some() => self.claims.keys(),
+            Err(e) => return Err(Void::Internal(e)),
+        };
         let prepared = &Prepared {
             sale: Some(self.pending_sale(keys)),
             ..prepared.clone()

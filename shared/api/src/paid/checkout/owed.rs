@@ -314,7 +314,7 @@ impl Asking<'_> {
             .bind(
                 &payment,
                 unpaid,
-                until.unwrap_or(now).max(now) + COMPLETED_SECS,
+                until.unwrap_or(now).max(now) + reconcile::PARK_AFTER_SECS + COMPLETED_SECS,
             )
             .await;
         claims.forget();

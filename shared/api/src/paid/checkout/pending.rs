@@ -104,22 +104,7 @@ pub(super) async fn answer_for(
         return answer(answer_in, &p);
     }
     if let Some((key, hash)) = bound {
-        let now = state.config.clock.now();
-        let ended = match state.store.get_payment(payment_key, now).await {
-            Ok(Some(entry)) => match entry.state {
-                PaymentState::Settled { response, .. } if entry.request_hash == hash.as_str() => {
-                    let r = idempotency::replay_without_secret(&response);
-                    idempotency::complete_bound(state, key, hash, payment_key, &r).await
-                }
-                PaymentState::Settled { .. } | PaymentState::Voided { .. } => {
-                    idempotency::release_bound(state, key, hash, payment_key).await
-                }
-                // Claimed afresh, or prepared again: someone is on it.
-                _ => Ok(false),
-            },
-            Ok(None) => idempotency::release_bound(state, key, hash, payment_key).await,
-            Err(e) => Err(crate::internal(e)),
-        };
+        let ended = end(state, payment_key, key, hash).await;
         if let Err(e) = ended {
             tracing::error!(error = %e.message, "could not put right a key whose purchase ended");
         }
@@ -132,4 +117,47 @@ pub(super) async fn answer_for(
         )
         .with_retry_after(1),
     )
+}
+
+/// Ends `key`, bound to the purchase paid with `payment_key`, as the ledger shows that
+/// purchase ended: completed with its stored answer (the secret's mark kept) when it
+/// was delivered for this very request and the key is a paid request's; released when
+/// it was voided, lapsed unprepared (nothing of ours was ever sent), is gone, or the
+/// key is the unpaid copy (an unpaid request never gets a purchase's answer).
+async fn end(
+    state: &AppState,
+    payment_key: &PaymentKey,
+    key: &ScopedKey,
+    hash: &RequestHash,
+) -> Result<bool, ApiError> {
+    let now = state.config.clock.now();
+    let unpaid = key.as_str().starts_with(idempotency::UNPAID_SCOPE);
+    let entry = state
+        .store
+        .get_payment(payment_key, now)
+        .await
+        .map_err(crate::internal)?;
+    match entry.map(|e| {
+        (
+            e.request_hash == hash.as_str(),
+            e.held_until <= now,
+            e.state,
+        )
+    }) {
+        Some((true, _, PaymentState::Settled { response, .. })) if !unpaid => state
+            .store
+            .complete_bound_idempotency(
+                key,
+                hash,
+                payment_key,
+                &response,
+                now + idempotency::COMPLETED_SECS,
+            )
+            .await
+            .map_err(crate::internal),
+        // Prepared (pending) or claimed and still held: someone is on it.
+        Some((_, false, PaymentState::Claimed | PaymentState::Prepared { .. }))
+        | Some((_, _, PaymentState::Prepared { .. })) => Ok(false),
+        _ => idempotency::release_bound(state, key, hash, payment_key).await,
+    }
 }

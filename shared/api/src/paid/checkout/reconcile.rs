@@ -55,7 +55,7 @@ const LONGEST_DELAY: Duration = Duration::from_secs(30);
 
 /// How long past the last moment its payment could land a pending purchase is still
 /// followed before its reconciler stops (and says so).
-const PARK_AFTER_SECS: u64 = 6 * 3600;
+pub(super) const PARK_AFTER_SECS: u64 = 6 * 3600;
 
 /// One round of following a pending purchase.
 #[derive(Debug, Clone, PartialEq, Eq)]
