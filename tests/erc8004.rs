@@ -166,6 +166,8 @@ struct Validator {
     server: Server,
     agent_id: String,
     files: TempDir,
+    /// The facilitator the server settles through, if not itself (kept alive).
+    _facilitator: Option<umpire_blackbox::chain::Facilitator>,
 }
 
 impl Validator {
@@ -177,6 +179,24 @@ impl Validator {
     }
 
     fn serve_on(devnet: Devnet, rpc: Option<&str>, extra: &[(&str, &str)]) -> Validator {
+        Validator::serve_settling(devnet, rpc, extra, None)
+    }
+
+    /// Settling through the reference facilitator (waiting `confirm` for its receipts),
+    /// the chain read beside it.
+    fn through_facilitator(confirm: std::time::Duration, extra: &[(&str, &str)]) -> Validator {
+        let devnet = Devnet::start();
+        let facilitator =
+            umpire_blackbox::chain::Facilitator::start_confirming_within(&devnet, confirm);
+        Validator::serve_settling(devnet, None, extra, Some(facilitator))
+    }
+
+    fn serve_settling(
+        devnet: Devnet,
+        rpc: Option<&str>,
+        extra: &[(&str, &str)],
+        facilitator: Option<umpire_blackbox::chain::Facilitator>,
+    ) -> Validator {
         let registry = format!(
             "eip155:{}:{}",
             devnet.get("chain_id"),
@@ -192,7 +212,15 @@ impl Validator {
             ("UMPIRE_SWORN_DELAY_SECONDS", "1"),
         ];
         env.extend_from_slice(extra);
-        let server = devnet.serve(Settlement::SelfSettle, &env);
+        let chain_rpc = devnet.get("rpc_url");
+        let how = match &facilitator {
+            Some(f) => {
+                env.push(("UMPIRE_EVM_RPC_URL", chain_rpc.as_str()));
+                Settlement::Facilitator(f.url.clone())
+            }
+            None => Settlement::SelfSettle,
+        };
+        let server = devnet.serve(how, &env);
         let agent = register(&devnet);
         let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
         Validator {
@@ -200,6 +228,7 @@ impl Validator {
             server,
             agent_id,
             files: TempDir::new("validator"),
+            _facilitator: facilitator,
         }
     }
 
@@ -609,18 +638,9 @@ fn posting_survives_the_rpc_refusing_its_first_two_attempts() {
 /// holds after which the answer and pass 2 once gave up (the hold is 8 s here, 120 s
 /// as shipped: this is the five-minute stall, scaled). Once the chain resumes, each
 /// purchase's reconciler delivers it, pass 2 runs, and both answers are posted.
-#[test]
-fn answers_of_purchases_pending_past_their_holds_are_posted_once_the_chain_decides() {
+fn answers_of_purchases_pending_past_their_holds_are_posted(v: &Validator) {
     use std::time::Duration;
     use umpire_blackbox::chain::Mining;
-    const HOLD_SECS: u64 = 8;
-    let hold = HOLD_SECS.to_string();
-    let v = Validator::start(&[
-        ("UMPIRE_REQUEST_BUDGET_MS", "6000"),
-        ("UMPIRE_IN_PROGRESS_SECONDS", hold.as_str()),
-        ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
-        ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "180"),
-    ]);
     let other = r##"{"text":"# Report\nall tests green, twice"}"##;
     let (basic_ref, basic_hash) = v.request(&request_file(SPEC, GOOD), None);
     let (sworn_ref, sworn_hash) = v.request(&request_file(SPEC, other), None);
@@ -663,4 +683,27 @@ fn answers_of_purchases_pending_past_their_holds_are_posted_once_the_chain_decid
         "$1 and $5, each charged once"
     );
     v.devnet.assert_ledger_matches_chain(&v.server);
+}
+
+/// The hold of the pending-purchase tests, in seconds.
+const HOLD_SECS: u64 = 8;
+
+fn pending_env() -> [(&'static str, &'static str); 4] {
+    [
+        ("UMPIRE_REQUEST_BUDGET_MS", "6000"),
+        ("UMPIRE_IN_PROGRESS_SECONDS", "8"),
+        ("UMPIRE_EVM_BLOCK_TIME_MS", "2000"),
+        ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "180"),
+    ]
+}
+
+#[test]
+fn answers_of_purchases_pending_past_their_holds_are_posted_once_the_chain_decides() {
+    answers_of_purchases_pending_past_their_holds_are_posted(&Validator::start(&pending_env()));
+}
+
+#[test]
+fn through_the_facilitator_answers_of_long_pending_purchases_are_posted() {
+    let v = Validator::through_facilitator(std::time::Duration::from_secs(3), &pending_env());
+    answers_of_purchases_pending_past_their_holds_are_posted(&v);
 }
