@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use umpire_api::paid::purchase::{Envelope, assess};
+use umpire_api::products::verdict::purchase::{Envelope, assess};
 use umpire_api::{AppState, Config};
 use umpire_blackbox::{request, umpire_bin};
 use umpire_checker::{CheckerPool, PoolConfig, WORKER_ARG};
@@ -64,7 +64,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
     let judging = {
         let state = state.clone();
         tokio::spawn(async move {
-            umpire_api::paid::verdict::run_checks(&state, &purchase, Vec::new()).await
+            umpire_api::products::verdict::judge::run_checks(&state, &purchase, Vec::new()).await
         })
     };
 
@@ -106,7 +106,7 @@ async fn hostile_pattern_is_killed_at_the_limit_while_health_answers() {
     )
     .into_purchase(Tier::Basic)
     .expect("spec");
-    let again = umpire_api::paid::verdict::run_checks(&state, &purchase, Vec::new())
+    let again = umpire_api::products::verdict::judge::run_checks(&state, &purchase, Vec::new())
         .await
         .expect("checker");
     assert!(again[0].passed);

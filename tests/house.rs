@@ -1,18 +1,39 @@
 //! The house rules a newcomer relies on, read from the sources themselves: every import
-//! names what it takes (no `use super::*` outside tests), no two source files import
-//! each other (a file may use its ancestors' items, never a sibling that uses it back),
-//! and the paid path reads in functions of a page or less.
+//! names what it takes (no `use super::*` outside tests); no crate's modules import each
+//! other in a circle, however long (a file may use its ancestors' items, the modules
+//! that declare it); `umpire-api` stands in floors, each using only the floors below
+//! it (docs/development.md); no source file is longer than 600 lines, and the crates
+//! whose code is read most read in functions of a page or less.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use umpire_blackbox::repo_root;
 
-/// The longest function allowed in `shared/api/src/paid/`.
-const PAID_FN_MAX_LINES: usize = 80;
+/// The longest function allowed where [`PAGED`] says.
+const FN_MAX_LINES: usize = 80;
+/// The longest source file allowed outside tests.
+const FILE_MAX_LINES: usize = 600;
+/// Where functions must fit on a page: the API crate, settlement, and the CLI's two
+/// largest commands.
+const PAGED: &[&str] = &[
+    "shared/api/src",
+    "shared/pay/src",
+    "cli/src/commands/evaluate",
+    "cli/src/commands/guard",
+];
+
+/// The floors of `umpire-api`, bottom up, by the first segment of a module's path. The
+/// crate root (`lib.rs`) is the roof: it declares and re-exports, and nothing imports
+/// from it.
+const API_FLOORS: &[&str] = &["plumbing", "checkout", "products", "routes"];
+/// Floors whose parts stand side by side, never importing each other (a product does
+/// not call another product, a route another route).
+const SIDE_BY_SIDE: &[&str] = &["products", "routes"];
 
 /// A crate's source folder and each module's path within it (`["paid", "checkout"]`).
 struct Crate {
+    src: PathBuf,
     files: BTreeMap<Vec<String>, PathBuf>,
 }
 
@@ -62,7 +83,7 @@ fn crates() -> Vec<Crate> {
                     Some((parts, f))
                 })
                 .collect();
-            Crate { files }
+            Crate { src, files }
         })
         .collect()
 }
@@ -183,7 +204,15 @@ fn target<'a>(krate: &'a Crate, here: &[String], path: &str) -> Option<&'a PathB
         "crate" => Vec::new(),
         "self" => here.to_vec(),
         "super" => here[..here.len().saturating_sub(1)].to_vec(),
-        _ => return None,
+        // `use child::item` names a module this file declares.
+        child => {
+            let mut module = here.to_vec();
+            module.push(child.to_owned());
+            if !krate.files.contains_key(&module) {
+                return None;
+            }
+            module
+        }
     };
     for s in segments {
         if s == "super" {
@@ -201,45 +230,164 @@ fn target<'a>(krate: &'a Crate, here: &[String], path: &str) -> Option<&'a PathB
     krate.files.get(&module)
 }
 
-#[test]
-fn imports_name_what_they_take_and_no_two_files_import_each_other() {
-    let root = repo_root();
-    let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
+type Module = Vec<String>;
+type Edges = BTreeMap<Module, BTreeSet<Module>>;
+
+/// The crate's module graph: an arrow from each module to every other module its
+/// production code names (by `use` or by an inline `crate::`/`super::`/`self::` path),
+/// except to its own ancestors, whose items a module may use while they declare it.
+/// Also the `use super::*` globs found on the way.
+fn graph(krate: &Crate) -> (Edges, Vec<PathBuf>) {
+    let module_of: BTreeMap<&PathBuf, &Module> =
+        krate.files.iter().map(|(m, f)| (f, m)).collect();
+    let mut edges = Edges::new();
     let mut globs = Vec::new();
-    let mut circles = BTreeSet::new();
-    let mut files_seen = 0;
-    for krate in crates() {
-        let mut edges: BTreeMap<&Vec<String>, BTreeSet<&Vec<String>>> = BTreeMap::new();
-        let module_of: BTreeMap<&PathBuf, &Vec<String>> =
-            krate.files.iter().map(|(m, f)| (f, m)).collect();
-        for (module, file) in &krate.files {
-            files_seen += 1;
-            if file.file_name().is_some_and(|n| n == "tests.rs") {
-                continue;
+    for (module, file) in &krate.files {
+        edges.entry(module.clone()).or_default();
+        if file.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        for path in paths_in(&production_text(file)) {
+            let path = path.split(" as ").next().unwrap_or(&path).trim().to_owned();
+            if path.starts_with("super::") && path.ends_with("::*") {
+                globs.push(file.clone());
             }
-            let text = production_text(file);
-            for path in paths_in(&text) {
-                let path = path.split(" as ").next().unwrap_or(&path).trim().to_owned();
-                if path.starts_with("super::") && path.ends_with("::*") {
-                    globs.push(rel(file));
+            if let Some(to) = target(krate, module, &path)
+                && to != file
+                && !module.starts_with(module_of[to])
+            {
+                edges
+                    .entry(module.clone())
+                    .or_default()
+                    .insert(module_of[to].clone());
+            }
+        }
+    }
+    (edges, globs)
+}
+
+/// The circles in `edges`: every strongly connected set of two or more modules
+/// (Tarjan's algorithm), each sorted.
+fn circles(edges: &Edges) -> Vec<Vec<Module>> {
+    struct Walk<'a> {
+        edges: &'a Edges,
+        index: BTreeMap<&'a Module, usize>,
+        low: BTreeMap<&'a Module, usize>,
+        stack: Vec<&'a Module>,
+        on_stack: BTreeSet<&'a Module>,
+        found: Vec<Vec<Module>>,
+    }
+    impl<'a> Walk<'a> {
+        fn visit(&mut self, v: &'a Module) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.edges.get(v).into_iter().flatten() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
                 }
-                if let Some(to) = target(&krate, module, &path)
-                    && to != file
-                {
-                    edges.entry(module).or_default().insert(module_of[to]);
+            }
+            if self.low[v] == self.index[v] {
+                let mut set = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    set.push(w.clone());
+                    if w == v {
+                        break;
+                    }
+                }
+                if set.len() > 1 {
+                    set.sort();
+                    self.found.push(set);
                 }
             }
         }
-        for (a, tos) in &edges {
-            for b in tos {
-                // A file may use its ancestors' items (the crate root's state, its
-                // parent's types) while the ancestor declares and re-exports it.
-                let ancestor = a.starts_with(b) || b.starts_with(a);
-                if !ancestor && edges.get(b).is_some_and(|back| back.contains(a)) {
-                    let (x, y) = (rel(&krate.files[*a]), rel(&krate.files[*b]));
-                    circles.insert(if x < y { (x, y) } else { (y, x) });
+    }
+    let mut walk = Walk {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.found
+}
+
+/// Every arrow of `umpire-api`'s graph that breaks its floors: one into the roof, one
+/// from a module in no floor, one to a higher floor, one between two parts of a floor
+/// whose parts stand side by side.
+fn floor_breaches(edges: &Edges) -> Vec<String> {
+    let floor = |m: &Module| {
+        m.first()
+            .and_then(|top| API_FLOORS.iter().position(|f| f == top))
+    };
+    let name = |m: &Module| {
+        if m.is_empty() {
+            "the crate root".to_owned()
+        } else {
+            m.join("::")
+        }
+    };
+    let mut breaches = Vec::new();
+    for (from, tos) in edges {
+        if from.is_empty() {
+            continue;
+        }
+        let Some(here) = floor(from) else {
+            breaches.push(format!("{} is on no floor", name(from)));
+            continue;
+        };
+        for to in tos {
+            let why = match floor(to) {
+                _ if to.is_empty() => Some("into the roof (import the item from its floor)"),
+                None => Some("into a module on no floor"),
+                Some(there) if there > here => Some("up a floor"),
+                Some(there)
+                    if there == here
+                        && SIDE_BY_SIDE.contains(&API_FLOORS[here])
+                        && from.len() > 1
+                        && to.len() > 1
+                        && from[1] != to[1] =>
+                {
+                    Some("sideways between parts standing side by side")
                 }
+                _ => None,
+            };
+            if let Some(why) = why {
+                breaches.push(format!("{} -> {}: {why}", name(from), name(to)));
             }
+        }
+    }
+    breaches
+}
+
+#[test]
+fn imports_name_what_they_take_and_no_modules_import_each_other_in_a_circle() {
+    let root = repo_root();
+    let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
+    let mut globs = Vec::new();
+    let mut found = Vec::new();
+    let mut files_seen = 0;
+    for krate in crates() {
+        files_seen += krate.files.len();
+        let (edges, crate_globs) = graph(&krate);
+        globs.extend(crate_globs.iter().map(|f| rel(f)));
+        for circle in circles(&edges) {
+            let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
+            found.push(format!("{}: {}", rel(&krate.src), names.join(", ")));
         }
     }
     assert!(files_seen > 100, "only {files_seen} source files found");
@@ -248,8 +396,53 @@ fn imports_name_what_they_take_and_no_two_files_import_each_other() {
         "these files import their parent with `use super::*` outside tests: {globs:?}"
     );
     assert!(
-        circles.is_empty(),
-        "these pairs of source files import each other: {circles:?}"
+        found.is_empty(),
+        "these modules import each other in a circle: {found:#?}"
+    );
+}
+
+#[test]
+fn the_api_crate_stands_in_floors() {
+    let root = repo_root();
+    let api = crates()
+        .into_iter()
+        .find(|k| k.src == root.join("shared/api/src"))
+        .expect("umpire-api");
+    let (edges, _) = graph(&api);
+    for floor in API_FLOORS {
+        assert!(
+            edges.keys().any(|m| m.first().is_some_and(|f| f == floor)),
+            "no module on the {floor} floor"
+        );
+    }
+    let breaches = floor_breaches(&edges);
+    assert!(
+        breaches.is_empty(),
+        "umpire-api's floors are broken (docs/development.md): {breaches:#?}"
+    );
+}
+
+#[test]
+fn no_source_file_is_longer_than_a_room() {
+    let root = repo_root();
+    let mut long = Vec::new();
+    for krate in crates() {
+        let mut files = Vec::new();
+        rust_files(&krate.src, &mut files);
+        for file in files {
+            let lines = std::fs::read_to_string(&file).expect("source").lines().count();
+            if lines > FILE_MAX_LINES {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(
+        root.join("shared/pay/src/evm").is_dir(),
+        "the sources are where this test looks"
+    );
+    assert!(
+        long.is_empty(),
+        "source files over {FILE_MAX_LINES} lines (split them by job): {long:#?}"
     );
 }
 
@@ -296,22 +489,31 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
 }
 
 #[test]
-fn the_paid_path_reads_in_functions_of_a_page() {
+fn functions_read_on_a_page() {
     let root = repo_root();
-    let mut files = Vec::new();
-    rust_files(&root.join("shared/api/src/paid"), &mut files);
-    assert!(files.len() >= 10, "{files:?}");
     let mut long = Vec::new();
-    for file in files {
-        for (name, line, len) in functions(&production_text(&file)) {
-            if len > PAID_FN_MAX_LINES {
-                long.push(format!("{}:{line} {name} ({len} lines)", file.display()));
+    let mut seen = 0;
+    for dir in PAGED {
+        let mut files = Vec::new();
+        let path = root.join(dir);
+        if path.is_dir() {
+            rust_files(&path, &mut files);
+        } else {
+            files.push(path.with_extension("rs"));
+        }
+        for file in files {
+            seen += 1;
+            for (name, line, len) in functions(&production_text(&file)) {
+                if len > FN_MAX_LINES {
+                    long.push(format!("{}:{line} {name} ({len} lines)", file.display()));
+                }
             }
         }
     }
+    assert!(seen >= 60, "only {seen} files read");
     assert!(
         long.is_empty(),
-        "functions over {PAID_FN_MAX_LINES} lines in the paid path: {long:?}"
+        "functions over {FN_MAX_LINES} lines: {long:#?}"
     );
 }
 
@@ -344,6 +546,37 @@ fn the_rules_catch_what_they_are_for() {
     let found = functions(&long);
     assert_eq!(found[0], ("big".to_owned(), 1, 92));
     assert_eq!(found[1], ("small".to_owned(), 93, 1));
+
+    // A circle of three, a pair, and a tree without one.
+    let m = |p: &str| -> Module { p.split("::").map(str::to_owned).collect() };
+    let edges = |arrows: &[(&str, &str)]| {
+        let mut e = Edges::new();
+        for (a, b) in arrows {
+            e.entry(m(a)).or_default().insert(m(b));
+            e.entry(m(b)).or_default();
+        }
+        e
+    };
+    let three = edges(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]);
+    assert_eq!(circles(&three), vec![vec![m("a"), m("b"), m("c")]]);
+    assert!(circles(&edges(&[("a", "b"), ("a", "c"), ("b", "c")])).is_empty());
+
+    // Floors: down is fine; up, sideways between products, into the roof are not.
+    let fine = edges(&[
+        ("routes::mcp", "products::verdict::buy"),
+        ("products::verdict::buy", "checkout::ledger"),
+        ("products::verdict::buy", "products::verdict::judge"),
+        ("checkout", "plumbing::state"),
+    ]);
+    assert!(floor_breaches(&fine).is_empty(), "{:?}", floor_breaches(&fine));
+    let mut broken = edges(&[
+        ("checkout::claim", "products::verdict::buy"),
+        ("products::verdict::sworn", "products::reputation"),
+        ("routes::mcp", "routes::free"),
+        ("elsewhere", "plumbing"),
+    ]);
+    broken.entry(m("plumbing::body")).or_default().insert(Vec::new());
+    assert_eq!(floor_breaches(&broken).len(), 5, "{:#?}", floor_breaches(&broken));
 }
 
 fn production_text_of(text: &str) -> String {

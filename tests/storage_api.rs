@@ -1,7 +1,7 @@
 //! Verdict status, find and rate limits over HTTP against `umpire serve` and its
 //! embedded store (seeded through the store itself before the server starts).
 
-use umpire_api::plumbing::limits::RateLimits;
+use umpire_api::plumbing::rate_limits::RateLimits;
 use umpire_blackbox::{Server, TempDir, request, urlencode};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;

@@ -457,7 +457,7 @@ fn a_sworn_job_too_big_for_the_queue_is_refused_before_payment() {
             "a".repeat(blob_bytes)
         )
     };
-    let limit = umpire_api::sworn::PASS2_JOB_MAX_BYTES;
+    let limit = umpire_api::products::verdict::sworn::PASS2_JOB_MAX_BYTES;
     // The job carries the deliverable sealed and base64-encoded: 4/3 of its bytes.
     let too_big = server.post_json("/v1/verdicts/sworn", &body(limit * 3 / 4 + 4096));
     assert_eq!(

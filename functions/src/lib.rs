@@ -158,10 +158,12 @@ macro_rules! api_function {
 /// One marker per deployed function.
 pub mod fns {
     use super::{Function, Needs, Role};
-    use umpire_api::free::{handlers, lookup};
-    use umpire_api::merchant::{feedback, reputation};
-    use umpire_api::paid::buy;
-    use umpire_api::{AppState, Published, Route, mcp};
+    use umpire_api::products::quote::quote;
+    use umpire_api::products::reputation::{self, feedback};
+    use umpire_api::products::verdict::{buy, lookup, validate::validate};
+    use umpire_api::routes::free as handlers;
+    use umpire_api::routes::mcp;
+    use umpire_api::{AppState, Published, Route};
 
     api_function!(Health, Health, Published, |s, r| handlers::health(s));
     // The key function serves both .well-known documents: the verification keys and
@@ -175,11 +177,8 @@ pub mod fns {
             Err(e) => umpire_api::plumbing::respond::error(&e),
         }
     });
-    api_function!(Quote, Quote, AppState, |s, r| handlers::quote(s, &r).await);
-    api_function!(Validate, Validate, AppState, |s, r| handlers::validate(
-        s, &r
-    )
-    .await);
+    api_function!(Quote, Quote, AppState, |s, r| quote(s, &r).await);
+    api_function!(Validate, Validate, AppState, |s, r| validate(s, &r).await);
     api_function!(Status, Status, AppState, |s, r| lookup::status(s, &r).await);
     api_function!(Find, Find, AppState, |s, r| lookup::find(s, &r).await);
     api_function!(Buy, Buy, AppState, |s, r| buy::buy(s, &r).await);
@@ -545,7 +544,7 @@ pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> 
     }
     let validation = validation_for::<N>(aws.as_ref(), &config).await?;
     // The MCP function's paid tools invoke the paid routes' own functions.
-    let paid_routes: Option<Arc<dyn umpire_api::mcp::PaidRoutes>> = match &aws {
+    let paid_routes: Option<Arc<dyn umpire_api::plumbing::state::PaidRoutes>> = match &aws {
         Some(aws) if const { matches!(N::ROLE, Role::Api(Route::Mcp)) } => {
             paid::LambdaRoutes::from_env(aws).map(|r| Arc::new(r) as _)
         }
@@ -573,7 +572,7 @@ pub const VALIDATOR_CIPHERTEXT_ENV: &str = "UMPIRE_VALIDATOR_KEY_CIPHERTEXT";
 fn validation_for<'a, N: Needs>(
     aws: Option<&'a umpire_aws::SdkConfig>,
     config: &'a Config,
-) -> Part<'a, Option<Arc<umpire_api::erc8004::Validation>>> {
+) -> Part<'a, Option<Arc<umpire_api::plumbing::validation::Validation>>> {
     if const { !N::ROLE.validates() } {
         return ready_part(None);
     }
@@ -586,7 +585,7 @@ fn validation_for<'a, N: Needs>(
         } else {
             None
         };
-        Ok(umpire_api::erc8004::Validation::from_config(config, key)?.map(Arc::new))
+        Ok(umpire_api::plumbing::validation::Validation::from_config(config, key)?.map(Arc::new))
     })
 }
 
@@ -617,7 +616,7 @@ async fn validator_key(
             "{VALIDATOR_CIPHERTEXT_ENV} is set, but this function has no KMS client"
         )
         .into()),
-        (None, _) => Ok(umpire_api::erc8004::key_from_env()?),
+        (None, _) => Ok(umpire_api::products::verdict::erc8004::key_from_env()?),
     }
 }
 
@@ -728,7 +727,7 @@ pub fn init_logging() {
 
 /// True when this function signs and the stack was deployed before its key was made
 /// (no sealed seed, no local seed): it then answers every request with
-/// [`umpire_api::free::handlers::not_keyed`] rather than failing to start, so a paid
+/// [`umpire_api::routes::free::not_keyed`] rather than failing to start, so a paid
 /// route on a first deploy says what step is missing, and charges nothing.
 pub fn keygen_pending<N: Needs>(var: &dyn Fn(&str) -> Option<String>) -> bool {
     let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
@@ -744,7 +743,7 @@ pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
         );
         return lambda_http::run(service_fn(|req: lambda_http::Request| async move {
             umpire_api::plumbing::metrics::record(umpire_api::plumbing::metrics::Metric::NotKeyed);
-            let refusal = umpire_api::free::handlers::not_keyed();
+            let refusal = umpire_api::routes::free::not_keyed();
             Ok::<_, Infallible>(convert(req, |_| async move { respond::error(&refusal) }).await)
         }))
         .await;

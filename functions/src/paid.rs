@@ -140,7 +140,7 @@ fn unreachable_route(why: String) -> Response {
 }
 
 #[async_trait::async_trait]
-impl umpire_api::mcp::PaidRoutes for LambdaRoutes {
+impl umpire_api::plumbing::state::PaidRoutes for LambdaRoutes {
     async fn call(&self, _state: &AppState, route: Route, req: Request) -> Response {
         let function = match route {
             Route::Reputation => &self.reputation,

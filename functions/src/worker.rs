@@ -11,7 +11,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use umpire_api::AppState;
-use umpire_api::sworn::run_delivery;
+use umpire_api::routes::jobs::run_delivery;
 use umpire_store::sqs::SqsQueue;
 
 /// Runs one message's job; false when SQS should deliver it again.

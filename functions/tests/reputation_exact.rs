@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use umpire_api::merchant::reputation::{metrics, read_ledger};
+use umpire_api::products::reputation::{metrics, read_ledger};
 use umpire_core::json::Value;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
@@ -163,7 +163,7 @@ async fn report_of(store: &dyn Store, all: &[FeedbackRow]) -> Value {
 /// Reads and computes the report as the route does, inside the route's budget; the
 /// time it took is printed for `make bench`.
 async fn report_now(store: &dyn Store) -> Value {
-    report_within(store, umpire_api::config::DEFAULT_REQUEST_BUDGET).await
+    report_within(store, umpire_api::plumbing::config::DEFAULT_REQUEST_BUDGET).await
 }
 
 async fn report_within(store: &dyn Store, budget: std::time::Duration) -> Value {

@@ -180,7 +180,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         Some(umpire_core::product::Tier::Sworn),
     )
     .expect("spec");
-    let purchase = umpire_api::paid::purchase::Purchase {
+    let purchase = umpire_api::products::verdict::purchase::Purchase {
         tier: umpire_core::product::Tier::Sworn,
         spec,
         deliverable: umpire_core::spec::Deliverable {
@@ -211,15 +211,15 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         .await
         .expect("a pending verdict");
     let unpaid =
-        umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
+        umpire_api::checkout::ledger::raw_payment_key(&serde_json::json!({"payload": verdict_id}));
     let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
-    let job = umpire_api::sworn::pass2_job(
+    let job = umpire_api::products::verdict::sworn::pass2_job(
         &verdict_id,
         &key,
         &purchase,
         &[],
         now,
-        umpire_api::sworn::Sold {
+        umpire_api::products::verdict::sworn::Sold {
             payment_key: &unpaid,
             wait_until: now + 60,
             answers_request: false,

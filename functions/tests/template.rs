@@ -124,7 +124,7 @@ fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
             let budget = f["environment"]["UMPIRE_REQUEST_BUDGET_MS"]
                 .as_str()
                 .map_or(
-                    umpire_api::config::DEFAULT_REQUEST_BUDGET.as_millis() as u64,
+                    umpire_api::plumbing::config::DEFAULT_REQUEST_BUDGET.as_millis() as u64,
                     |b| b.parse().expect("a number"),
                 );
             assert!(
@@ -174,7 +174,7 @@ fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
     let timeout = num(&worker["timeout"]);
     let checker = function(&t, "PassTwoCheckerFunction");
     let limit = std::time::Duration::from_secs(num(&checker["timeout"]));
-    let worst = umpire_api::sworn::job_worst_case(limit).as_secs();
+    let worst = umpire_api::products::verdict::sworn::job_worst_case(limit).as_secs();
     assert!(
         timeout >= worst,
         "the worker's {timeout}s Timeout is under a job's worst case, {worst}s"

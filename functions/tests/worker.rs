@@ -11,7 +11,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use umpire_api::sworn::{self, JOB_PASS2, run_job, webhook_signature};
+use umpire_api::products::verdict::sworn::{self, JOB_PASS2, webhook_signature};
+use umpire_api::routes::jobs::run_job;
 use umpire_api::{AppState, Config};
 use umpire_blackbox::{Scripted, TempDir};
 use umpire_checker::{CheckerPool, PoolConfig, WORKER_ARG};
@@ -104,7 +105,7 @@ async fn bought(
         .as_bytes(),
     )
     .expect("spec JSON");
-    let purchase = umpire_api::paid::purchase::Purchase {
+    let purchase = umpire_api::products::verdict::purchase::Purchase {
         tier: Tier::Sworn,
         spec: parse_spec(&spec, Some(Tier::Sworn)).expect("spec"),
         deliverable: parse_deliverable(
@@ -115,7 +116,7 @@ async fn bought(
         webhook_url: Some(format!("http://{hook}/hook")),
         job_ref: Some(Value::from("job-once")),
     };
-    let pass1 = umpire_api::paid::verdict::judge(state, &purchase)
+    let pass1 = umpire_api::products::verdict::judge::judge(state, &purchase)
         .await
         .expect("pass 1");
     let verdict_id = umpire_host::random_id("vrd");
@@ -141,8 +142,9 @@ async fn bought(
         .await
         .expect("put verdict");
     // The purchase that sold it, as the paid path records it (pass 2 asks).
-    let payment_key =
-        umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({ "payload": verdict_id }));
+    let payment_key = umpire_api::checkout::ledger::raw_payment_key(
+        &serde_json::json!({ "payload": verdict_id }),
+    );
     assert_eq!(
         setup
             .claim_payment(
@@ -789,7 +791,7 @@ async fn pass_two_waits_for_a_pending_purchase_however_long_then_runs() {
         .expect("a pending verdict");
     // Its purchase: claimed, its answer prepared, the settlement's outcome never heard.
     let payment_key =
-        umpire_api::paid::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
+        umpire_api::checkout::ledger::raw_payment_key(&serde_json::json!({"payload": "lost"}));
     assert_eq!(
         store
             .claim_payment(
@@ -805,7 +807,7 @@ async fn pass_two_waits_for_a_pending_purchase_however_long_then_runs() {
             .expect("claim"),
         PaymentClaim::Won
     );
-    let prepared = umpire_api::paid::checkout::Prepared::new(
+    let prepared = umpire_api::checkout::Prepared::new(
         202,
         &Value::object().with("verdict_id", verdict_id.as_str()),
         &[],
@@ -834,7 +836,7 @@ async fn pass_two_waits_for_a_pending_purchase_however_long_then_runs() {
         Some(Tier::Sworn),
     )
     .expect("spec");
-    let purchase = umpire_api::paid::purchase::Purchase {
+    let purchase = umpire_api::products::verdict::purchase::Purchase {
         tier: Tier::Sworn,
         spec,
         deliverable: parse_deliverable(&parse(br#"{"text":"x"}"#).expect("json"), "d")

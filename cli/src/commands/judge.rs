@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use umpire_api::paid::purchase::{Envelope, assess};
+use umpire_api::products::verdict::purchase::{Envelope, assess};
 use umpire_core::json::Value;
 use umpire_core::product::Tier;
 
@@ -98,12 +98,15 @@ async fn run(
         Ok((s, _)) => s,
         Err(e) => return fail(2, &e),
     };
-    let results = match umpire_api::paid::verdict::run_checks(&state, &purchase, Vec::new()).await {
-        Ok(r) => r,
-        Err(e) => return fail(1, &e.to_string()),
-    };
+    let results =
+        match umpire_api::products::verdict::judge::run_checks(&state, &purchase, Vec::new()).await
+        {
+            Ok(r) => r,
+            Err(e) => return fail(1, &e.to_string()),
+        };
     let id = umpire_host::random_id("vrd");
-    let doc = umpire_api::paid::verdict::signed_verdict(&state, &purchase, &id, &results);
+    let doc =
+        umpire_api::products::verdict::judge::signed_verdict(&state, &purchase, &id, &results);
     println!("{}", doc.to_canonical_string());
     ExitCode::SUCCESS
 }

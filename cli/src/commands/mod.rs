@@ -93,10 +93,10 @@ pub async fn state_for(
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
     let mut config = Config::from_env().map_err(|e| e.to_string())?;
     if let Some(ms) = request_budget_ms {
-        if !(1_000..=umpire_api::config::MAX_REQUEST_BUDGET_MS).contains(&ms) {
+        if !(1_000..=umpire_api::plumbing::config::MAX_REQUEST_BUDGET_MS).contains(&ms) {
             return Err(format!(
                 "--request-budget-ms {ms}: must be from 1000 to {}",
-                umpire_api::config::MAX_REQUEST_BUDGET_MS
+                umpire_api::plumbing::config::MAX_REQUEST_BUDGET_MS
             ));
         }
         config.request_budget = std::time::Duration::from_millis(ms);

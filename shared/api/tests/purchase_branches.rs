@@ -605,7 +605,7 @@ impl Shop {
             umpire_core::product::Tier::Basic.price(),
             VERDICT_PATH,
         );
-        let key = umpire_api::paid::ledger::payment_key(&ctx);
+        let key = umpire_api::checkout::ledger::payment_key(&ctx);
         self.store
             .get_payment(&key, self.clock.now())
             .await
@@ -638,32 +638,29 @@ impl Shop {
     }
 
     /// One round of the reconciler that follows a verdict's pending purchase.
-    async fn reconcile_verdict(
-        &self,
-        payment: &str,
-    ) -> umpire_api::paid::checkout::reconcile::Round {
+    async fn reconcile_verdict(&self, payment: &str) -> umpire_api::checkout::reconcile::Round {
         let ctx = context_at(
             &self.state,
             payment,
             umpire_core::product::Tier::Basic.price(),
             VERDICT_PATH,
         );
-        let job = umpire_api::paid::checkout::reconcile::ReconcileJob {
-            payment_key: umpire_api::paid::ledger::payment_key(&ctx).to_string(),
+        let job = umpire_api::checkout::reconcile::ReconcileJob {
+            payment_key: umpire_api::checkout::ledger::payment_key(&ctx).to_string(),
             attempt: 1,
         };
-        umpire_api::paid::checkout::reconcile::run(&self.state, &job)
+        umpire_api::checkout::reconcile::run(&self.state, &job)
             .await
             .expect("a round")
     }
 
     /// One round of the reconciler that follows `payment`'s pending purchase.
-    async fn reconcile(&self, payment: &str) -> umpire_api::paid::checkout::reconcile::Round {
-        let job = umpire_api::paid::checkout::reconcile::ReconcileJob {
+    async fn reconcile(&self, payment: &str) -> umpire_api::checkout::reconcile::Round {
+        let job = umpire_api::checkout::reconcile::ReconcileJob {
             payment_key: ledger_key(&self.state, payment),
             attempt: 1,
         };
-        umpire_api::paid::checkout::reconcile::run(&self.state, &job)
+        umpire_api::checkout::reconcile::run(&self.state, &job)
             .await
             .expect("a round")
     }
@@ -690,7 +687,7 @@ fn rand_nonce() -> [u8; 32] {
 
 /// The ledger key of a payment header, as the purchase path computes it.
 fn ledger_key(state: &AppState, header: &str) -> String {
-    umpire_api::paid::ledger::payment_key(&context(state, header)).to_string()
+    umpire_api::checkout::ledger::payment_key(&context(state, header)).to_string()
 }
 
 /// The payment in `header`, matched against the reputation route's price.
@@ -1037,7 +1034,7 @@ async fn an_interrupted_purchase_whose_authorization_expired_unused_is_voided() 
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
 
     shop.clock
-        .advance(umpire_api::paid::checkout::LANDING_MARGIN_SECS);
+        .advance(umpire_api::checkout::LANDING_MARGIN_SECS);
     let refused = shop.send(Some(&payment), None).await;
     assert_eq!(refused.status(), 402, "{:?}", json(&refused));
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
@@ -1139,7 +1136,7 @@ async fn a_pending_purchase_keeps_its_key_and_never_takes_a_second_payment() {
     let landed = shop.chain.broadcast(&context(&shop.state, &payment));
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
     // The key replays the purchase: to the payment that bought it (spent, so public:
@@ -1160,7 +1157,7 @@ async fn a_pending_purchase_keeps_its_key_and_never_takes_a_second_payment() {
     // A second round finds nothing left to decide.
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
 }
 
@@ -1186,14 +1183,14 @@ async fn the_reconciler_settles_a_pending_payment_that_can_still_land() {
     );
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Again
+        umpire_api::checkout::reconcile::Round::Again
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
     assert_pending(&shop.send(None, Some("reconcile-settles-001")).await);
     // Back: unused and valid, so settled now, and delivered.
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
     assert_eq!(shop.chain.charged(), 1);
@@ -1220,10 +1217,10 @@ async fn the_reconciler_voids_a_pending_payment_that_can_no_longer_land() {
     assert_eq!(first.status(), 502, "{:?}", json(&first));
     assert_pending(&shop.send(None, Some("reconcile-voids-00001")).await);
     shop.clock
-        .advance(120 + umpire_api::paid::checkout::LANDING_MARGIN_SECS + 1);
+        .advance(120 + umpire_api::checkout::LANDING_MARGIN_SECS + 1);
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Voided));
     assert_eq!(shop.chain.charged(), 0);
@@ -1308,12 +1305,12 @@ async fn a_verdict_whose_store_write_fails_is_stored_by_its_reconciler() {
     // A round while the store still fails stores nothing and asks again.
     assert_eq!(
         shop.reconcile_verdict(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Again
+        umpire_api::checkout::reconcile::Round::Again
     );
     shop.flaky.fail_verdict_writes.store(0, Ordering::SeqCst);
     assert_eq!(
         shop.reconcile_verdict(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
     assert_eq!(
         shop.verdict_phase(&payment).await,
@@ -1387,7 +1384,7 @@ async fn the_reconciler_voids_only_on_the_chains_evidence() {
     for _ in 0..2 {
         assert_eq!(
             shop.reconcile(&payment).await,
-            umpire_api::paid::checkout::reconcile::Round::Again
+            umpire_api::checkout::reconcile::Round::Again
         );
         assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
     }
@@ -1396,7 +1393,7 @@ async fn the_reconciler_voids_only_on_the_chains_evidence() {
     shop.chain.broadcast(&context(&shop.state, &payment));
     assert_eq!(
         shop.reconcile(&payment).await,
-        umpire_api::paid::checkout::reconcile::Round::Done
+        umpire_api::checkout::reconcile::Round::Done
     );
     assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
     assert_eq!(shop.chain.charged(), 1);

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use umpire_api::merchant::reputation::{metrics, read_ledger};
+use umpire_api::products::reputation::{metrics, read_ledger};
 use umpire_core::json::Value;
 use umpire_store::sqlite::SqliteStore;
 use umpire_store::{FeedbackRow, FeedbackStore};

@@ -8,6 +8,7 @@ pub mod config;
 pub mod evm;
 pub mod price;
 pub mod settle;
+pub mod settler;
 pub mod solana;
 
 pub use settle::{PaymentContext, Payments, Settler};

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use umpire_host::Deadline;
 
-use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified, polls_every};
+use crate::settler::{ANSWER_MARGIN, PaymentContext, Settler, Verified, polls_every};
 use umpire_x402::reason::{FailureReason, PaymentFailure};
 use umpire_x402::svm::{self, Transaction};
 use umpire_x402::types::Account;

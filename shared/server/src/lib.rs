@@ -62,14 +62,15 @@ pub async fn embedded_state(
         .transpose()?
         .map(Arc::new);
     // One process checks requests and posts answers: the registry with the key.
-    let key = umpire_api::erc8004::key_from_env().map_err(|e| e.to_string())?;
+    let key = umpire_api::products::verdict::erc8004::key_from_env().map_err(|e| e.to_string())?;
     if config.validator.is_some() && key.is_none() {
         return Err(format!(
             "UMPIRE_VALIDATION_REGISTRY is set, so {} must be too: this process posts the answers",
-            umpire_api::erc8004::KEY_HEX_ENV
+            umpire_api::products::verdict::erc8004::KEY_HEX_ENV
         ));
     }
-    let validation = umpire_api::erc8004::Validation::from_config(&config, key)?.map(Arc::new);
+    let validation =
+        umpire_api::plumbing::validation::Validation::from_config(&config, key)?.map(Arc::new);
     let state = AppState::new(config, Arc::new(signer), store.clone())
         .with_checker(checker)
         .with_queue(Some(store.clone()))
@@ -77,7 +78,7 @@ pub async fn embedded_state(
         .with_sol_price(sol_price)
         .with_fetcher(Some(fetcher))
         .with_feedback_chain(feedback_chain)
-        .with_paid_routes(Some(Arc::new(umpire_api::mcp::InProcess)))
+        .with_paid_routes(Some(Arc::new(umpire_api::routes::mcp::InProcess)))
         .with_validation(validation);
     Ok((state, store))
 }
@@ -112,7 +113,7 @@ pub async fn run(
         });
     }
     // Sworn pass 2 and webhook deliveries from the embedded store's delayed jobs.
-    background.spawn(umpire_api::sworn::work_forever(
+    background.spawn(umpire_api::routes::jobs::work_forever(
         state.clone(),
         Duration::from_millis(500),
     ));
@@ -301,11 +302,9 @@ fn carries_payment(req: &umpire_api::Request) -> bool {
     match umpire_api::plumbing::routes::route_for(req.method(), req.uri().path()) {
         Ok(Route::Mcp) => req
             .body()
-            .windows(umpire_api::mcp::PAYMENT_META_KEY.len())
-            .any(|w| w == umpire_api::mcp::PAYMENT_META_KEY.as_bytes()),
-        Ok(Route::Buy | Route::Reputation) => {
-            umpire_api::paid::checkout::carries_readable_payment(req)
-        }
+            .windows(umpire_api::routes::mcp::PAYMENT_META_KEY.len())
+            .any(|w| w == umpire_api::routes::mcp::PAYMENT_META_KEY.as_bytes()),
+        Ok(Route::Buy | Route::Reputation) => umpire_api::checkout::carries_readable_payment(req),
         _ => false,
     }
 }

@@ -3,60 +3,11 @@
 //! The window is configurable (`UMPIRE_RATE_LIMIT_WINDOW_MS`) so tests need not wait
 //! for a minute to turn.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use crate::plumbing::rate_limits::WINDOW;
 
-use umpire_core::product::RATE_LIMITS;
 use umpire_core::{ApiError, ErrorCode};
 
-use crate::{AppState, ClientIp};
-
-/// The contract's window: limits are per minute.
-pub const WINDOW: Duration = Duration::from_secs(60);
-
-/// Requests per window per bucket; `None` switches limiting off.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimits {
-    pub(crate) per_minute: BTreeMap<&'static str, u64>,
-    pub(crate) window: Duration,
-}
-
-impl Default for RateLimits {
-    fn default() -> Self {
-        RateLimits {
-            per_minute: RATE_LIMITS
-                .iter()
-                .map(|(b, n)| (*b, u64::from(*n)))
-                .collect(),
-            window: WINDOW,
-        }
-    }
-}
-
-impl RateLimits {
-    pub fn limit(&self, bucket: &str) -> Option<u64> {
-        self.per_minute.get(bucket).copied()
-    }
-
-    /// These limits with `bucket` (one of the contract's) allowing `n` a window.
-    pub fn with(mut self, bucket: &str, n: u64) -> RateLimits {
-        if let Some(limit) = self.per_minute.get_mut(bucket) {
-            *limit = n;
-        }
-        self
-    }
-}
-
-/// Counts a request to a paid route that carries no payment in the `unpaid` bucket: its
-/// checks (and its URLs' lookups) before the 402 are work nobody has paid for. A request
-/// with a payment is limited by its payment; a header that does not even read as one
-/// is no payment.
-pub async fn enforce_unpaid(state: &AppState, req: &crate::Request) -> Result<(), ApiError> {
-    if crate::paid::checkout::carries_readable_payment(req) {
-        return Ok(());
-    }
-    enforce(state, "unpaid", ClientIp::of(req)).await
-}
+use crate::plumbing::state::{AppState, ClientIp};
 
 /// [`enforce`] for the caller of `req`. An MCP tool call is counted here too, in the
 /// bucket of the route it stands for, after the `mcp` bucket counted the call itself:
@@ -64,7 +15,7 @@ pub async fn enforce_unpaid(state: &AppState, req: &crate::Request) -> Result<()
 pub async fn enforce_for(
     state: &AppState,
     bucket: &'static str,
-    req: &crate::Request,
+    req: &crate::plumbing::wire::Request,
 ) -> Result<(), ApiError> {
     enforce(state, bucket, ClientIp::of(req)).await
 }

@@ -4,7 +4,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use umpire_core::{ApiError, Value};
 
-use crate::Response;
+use crate::plumbing::wire::Response;
 
 pub fn json(status: u16, body: &Value) -> Response {
     let mut r = http::Response::new(Bytes::from(body.to_canonical_vec()));

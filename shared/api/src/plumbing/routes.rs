@@ -62,7 +62,7 @@ fn matches(pattern: &str, path: &str) -> bool {
 }
 
 /// The last path segment: the `{id}` or `{tier}` of the routes that take one.
-pub fn last_segment(req: &crate::Request) -> &str {
+pub fn last_segment(req: &crate::plumbing::wire::Request) -> &str {
     req.uri()
         .path()
         .trim_end_matches('/')

@@ -38,7 +38,7 @@ use alloy::transports::{RpcError, TransportErrorKind};
 use tracing::Instrument as _;
 
 use crate::evm::block_clock::{BlockClock, Poller};
-use crate::settle::polls_every;
+use crate::settler::polls_every;
 use umpire_x402::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
 use umpire_x402::reason::{FailureReason, PaymentFailure};
 

@@ -28,7 +28,7 @@ use umpire_host::Deadline;
 
 use crate::evm::EvmChain;
 use crate::settle::own::SelfSettler;
-use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
+use crate::settler::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
 use umpire_x402::reason::{FailureKind, FailureReason, PaymentFailure};
 use umpire_x402::types::{Account, SettlementResponse};
 

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use umpire_host::Deadline;
 
 use crate::evm::{EvmChain, OnChain, SpentBy};
-use crate::settle::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
+use crate::settler::{ANSWER_MARGIN, PaymentContext, Settler, Verified};
 use umpire_x402::evm::Eip3009Payment;
 use umpire_x402::rails::Rail;
 use umpire_x402::reason::{FailureReason, PaymentFailure};
