@@ -238,8 +238,7 @@ type Edges = BTreeMap<Module, BTreeSet<Module>>;
 /// except to its own ancestors, whose items a module may use while they declare it.
 /// Also the `use super::*` globs found on the way.
 fn graph(krate: &Crate) -> (Edges, Vec<PathBuf>) {
-    let module_of: BTreeMap<&PathBuf, &Module> =
-        krate.files.iter().map(|(m, f)| (f, m)).collect();
+    let module_of: BTreeMap<&PathBuf, &Module> = krate.files.iter().map(|(m, f)| (f, m)).collect();
     let mut edges = Edges::new();
     let mut globs = Vec::new();
     for (module, file) in &krate.files {
@@ -430,7 +429,10 @@ fn no_source_file_is_longer_than_a_room() {
         let mut files = Vec::new();
         rust_files(&krate.src, &mut files);
         for file in files {
-            let lines = std::fs::read_to_string(&file).expect("source").lines().count();
+            let lines = std::fs::read_to_string(&file)
+                .expect("source")
+                .lines()
+                .count();
             if lines > FILE_MAX_LINES {
                 long.push(format!("{} ({lines} lines)", file.display()));
             }
@@ -568,15 +570,27 @@ fn the_rules_catch_what_they_are_for() {
         ("products::verdict::buy", "products::verdict::judge"),
         ("checkout", "plumbing::state"),
     ]);
-    assert!(floor_breaches(&fine).is_empty(), "{:?}", floor_breaches(&fine));
+    assert!(
+        floor_breaches(&fine).is_empty(),
+        "{:?}",
+        floor_breaches(&fine)
+    );
     let mut broken = edges(&[
         ("checkout::claim", "products::verdict::buy"),
         ("products::verdict::sworn", "products::reputation"),
         ("routes::mcp", "routes::free"),
         ("elsewhere", "plumbing"),
     ]);
-    broken.entry(m("plumbing::body")).or_default().insert(Vec::new());
-    assert_eq!(floor_breaches(&broken).len(), 5, "{:#?}", floor_breaches(&broken));
+    broken
+        .entry(m("plumbing::body"))
+        .or_default()
+        .insert(Vec::new());
+    assert_eq!(
+        floor_breaches(&broken).len(),
+        5,
+        "{:#?}",
+        floor_breaches(&broken)
+    );
 }
 
 fn production_text_of(text: &str) -> String {

@@ -10,7 +10,7 @@ use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::rpc::types::{Filter, Log, TransactionRequest};
 use alloy::signers::local::PrivateKeySigner;
-use alloy::sol_types::SolCall;
+use alloy::sol_types::{SolCall, SolEvent};
 
 use crate::{ContractRef, EscrowError};
 
@@ -20,6 +20,8 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(15);
 const RECEIPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Blocks per `eth_getLogs` call: the range most RPC providers allow.
 pub(crate) const LOG_CHUNK_BLOCKS: u64 = 10_000;
+/// How far back events are looked for: about 11 days of Base blocks.
+pub const DEFAULT_LOOKBACK_BLOCKS: u64 = 500_000;
 
 /// Whether an RPC error is the EVM's revert (JSON-RPC code 3, revert data, or a node's
 /// "execution reverted" message), not a failure of the node itself.
@@ -31,6 +33,13 @@ fn is_revert(e: &alloy::transports::RpcError<alloy::transports::TransportErrorKi
 
 pub(crate) fn rpc(what: &'static str) -> impl Fn(String) -> EscrowError {
     move |message| EscrowError::Rpc { what, message }
+}
+
+/// The event `E` in `log` (one that does not decode is reported as the RPC's failure).
+pub(crate) fn decode<E: SolEvent>(log: &Log) -> Result<E, EscrowError> {
+    E::decode_log(&log.inner)
+        .map(|e| e.data)
+        .map_err(|e| rpc("decoding an event")(format!("{}: {e}", E::SIGNATURE)))
 }
 
 pub(crate) async fn timed<T, E: std::fmt::Display>(

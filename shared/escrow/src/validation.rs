@@ -18,8 +18,8 @@ use alloy::signers::local::PrivateKeySigner;
 use alloy::sol;
 use alloy::sol_types::{SolCall, SolEvent};
 
-use crate::contract::Contract;
-use crate::{ContractRef, EscrowError, decode};
+use crate::contract::{Contract, decode};
+use crate::{ContractRef, EscrowError};
 
 /// The `job_ref` prefix that says the rest names an ERC-8004 validation request.
 pub const VALIDATION_REF_PREFIX: &str = "erc8004:";

@@ -11,13 +11,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use alloy::primitives::{Address, U256};
-use umpire_core::json::Value;
 use umpire_core::product::Tier;
-use umpire_escrow::Status;
+use umpire_escrow::{Job, Status};
 
-use umpire_escrow::bytes32_hex;
-
-use super::{Evaluator, Step};
+use super::brief::{brief, brief_tier, inputs};
+use super::{Evaluator, Step, chain_step, skip};
 use crate::commands::Local;
 use crate::commands::guard::Room;
 
@@ -42,83 +40,9 @@ pub struct WatchArgs {
     pub any_client: bool,
 }
 
-/// How a job's description tells a watching evaluator what to judge: a JSON object
-/// whose `umpire` member holds the spec (inline, or a URL with its sha256) and where
-/// the provider publishes its deliverable (docs/erc8183.md).
-#[derive(Debug, PartialEq)]
-struct Brief {
-    tier: Option<String>,
-    spec: SpecSource,
-    /// `{job_id}` and `{commitment}` are replaced by the job's id and the provider's
-    /// commitment (0x and 64 hex digits), so a deliverable can live at its own hash.
-    deliverable_url: String,
-}
-
-#[derive(Debug, PartialEq)]
-enum SpecSource {
-    Inline(Value),
-    /// Fetched, and used only if its bytes hash to `sha256`: the client fixed the spec
-    /// when it wrote the (immutable) description, whoever serves the URL.
-    Url {
-        url: String,
-        sha256: String,
-    },
-}
-
-fn brief(description: &str) -> Result<Brief, String> {
-    let v = umpire_core::json::parse(description.as_bytes())
-        .map_err(|_| "the description is not JSON".to_owned())?;
-    let b = v
-        .get("umpire")
-        .ok_or("the description has no \"umpire\" object")?;
-    let text = |k: &str| b.get(k).and_then(Value::as_str).map(str::to_owned);
-    let spec = match (b.get("spec"), text("spec_url"), text("spec_sha256")) {
-        (Some(spec), None, None) => SpecSource::Inline(spec.clone()),
-        (None, Some(url), Some(sha256))
-            if sha256.len() == 64 && sha256.bytes().all(|c| c.is_ascii_hexdigit()) =>
-        {
-            SpecSource::Url {
-                url,
-                sha256: sha256.to_ascii_lowercase(),
-            }
-        }
-        (None, Some(_), _) => {
-            return Err(
-                "umpire.spec_url needs spec_sha256, the sha256 of its bytes (64 hex)".into(),
-            );
-        }
-        _ => return Err("umpire needs exactly one of spec and spec_url".into()),
-    };
-    let deliverable_url = text("deliverable_url").ok_or("umpire.deliverable_url is missing")?;
-    Ok(Brief {
-        tier: text("tier"),
-        spec,
-        deliverable_url,
-    })
-}
-
-/// A body fetched through the SSRF-safe fetcher (public addresses only, bounded in
-/// time and size), as the service fetches.
-async fn fetch(fetcher: &umpire_fetch::Fetcher, url: &str) -> Result<Vec<u8>, String> {
-    let fetched = fetcher.fetch(url).await;
-    let Some(body) = fetched.body else {
-        let why = fetched.observation.error.unwrap_or_default();
-        return Err(format!("{url}: {why}"));
-    };
-    if body.status != 200 {
-        return Err(format!("{url}: HTTP {}", body.status));
-    }
-    if body.truncated {
-        return Err(format!("{url}: the body is larger than the fetcher reads"));
-    }
-    Ok(body.body)
-}
-
-fn json(url: &str, bytes: &[u8]) -> Result<Value, String> {
-    umpire_core::json::parse(bytes).map_err(|e| format!("{url}: not JSON: {e}"))
-}
-
 impl Evaluator<'_> {
+    /// One job seen submitted: evaluated if it is ours, for a client we serve, with a
+    /// brief we can follow and a budget that can pay for it; otherwise skipped.
     async fn watched(
         &self,
         id: U256,
@@ -127,110 +51,95 @@ impl Evaluator<'_> {
         fetcher: &umpire_fetch::Fetcher,
     ) -> Step {
         let job_ref = self.on.job(id);
-        let skip = |why: String| {
-            eprintln!("job {job_ref}: {why}; skipped, nothing paid");
-            Step::Done(ExitCode::SUCCESS)
-        };
         let job = match self.escrow.job(id).await {
             Ok(j) => j,
-            Err(e) => return super::chain_step(e),
+            Err(e) => return chain_step(e),
         };
-        if job.evaluator != self.me {
-            return skip(format!("its evaluator is {}, not us", job.evaluator));
-        }
-        if job.status != Status::Submitted {
-            return skip(format!("it is {}", job.status.name()));
-        }
-        if !w.any_client && !w.clients.contains(&job.client) {
-            return skip(format!(
-                "its client {} is not one we evaluate for (--client)",
-                job.client
-            ));
+        if let Err(why) = self.ours_to_evaluate(&job, w) {
+            return skip(&job_ref, why);
         }
         let brief = match brief(&job.description) {
             Ok(b) => b,
-            Err(e) => return skip(format!("{e} (see docs/erc8183.md)")),
+            Err(e) => return skip(&job_ref, format!("{e} (see docs/erc8183.md)")),
         };
-        let tier = match brief.tier.as_deref() {
-            None => ceiling,
-            Some(name) => match Tier::parse(name) {
-                Some(t) if t.price().usdc_units <= ceiling.price().usdc_units => t,
-                Some(t) => {
-                    return skip(format!(
-                        "its brief asks for a {} verdict, dearer than --tier {}",
-                        t.as_str(),
-                        ceiling.as_str()
-                    ));
-                }
-                None => return skip(format!("its brief names no tier we sell ({name:?})")),
-            },
+        let tier = match brief_tier(&brief, ceiling) {
+            Ok(t) => t,
+            Err(why) => return skip(&job_ref, why),
         };
         // Nothing is fetched for a job the budget cannot pay for.
-        let path = format!("/v1/verdicts/{}", tier.as_str());
-        match self.payer.room(&path, u128::from(tier.price().usdc_units)) {
-            Room::Spent => {
-                return Step::Stop(format!(
-                    "a {} verdict does not fit in what is left of the spending budget (--budget-total)",
-                    tier.as_str()
-                ));
-            }
-            Room::HourSpent => {
-                return Step::Wait(format!(
-                    "a {} verdict does not fit in this hour's budget (--budget-per-hour)",
-                    tier.as_str()
-                ));
-            }
-            Room::Open => {}
+        if let Err(step) = self.affordable(tier) {
+            return step;
         }
         let commitment = match self.submitted(&job_ref, &job).await {
             Ok(c) => c,
             Err(step) => return step,
         };
-        let deliverable_url = brief
-            .deliverable_url
-            .replace("{job_id}", &id.to_string())
-            .replace("{commitment}", &bytes32_hex(&commitment));
-        // The URL policy, as the service applies it when a spec is validated: a URL it
-        // refuses is refused for good (the fetcher applies it again to every hop).
-        let urls = match &brief.spec {
-            SpecSource::Url { url, .. } => vec![url.as_str(), deliverable_url.as_str()],
-            SpecSource::Inline(_) => vec![deliverable_url.as_str()],
-        };
-        for u in urls {
-            if let Err(e) = fetcher.policy().check_url(u) {
-                return skip(format!("{u}: {}", e.message));
-            }
-        }
-        let spec = match brief.spec {
-            SpecSource::Inline(v) => v,
-            SpecSource::Url { url, sha256 } => {
-                let bytes = match fetch(fetcher, &url).await {
-                    Ok(b) => b,
-                    Err(e) => return Step::Again(format!("the spec: {e}")),
-                };
-                let got = umpire_core::hash::sha256_hex(&bytes);
-                if got != sha256 {
-                    return skip(format!(
-                        "the spec at {url} hashes to {got}, not the brief's spec_sha256 {sha256}"
-                    ));
-                }
-                match json(&url, &bytes) {
-                    Ok(v) => v,
-                    Err(e) => return skip(format!("the spec: {e}")),
-                }
-            }
-        };
-        let url = deliverable_url;
-        let deliverable = match fetch(fetcher, &url).await {
-            Ok(bytes) => match json(&url, &bytes) {
-                Ok(v) => v,
-                // Not JSON now may be JSON once the provider has published it.
-                Err(e) => return Step::Again(format!("the deliverable: {e}")),
-            },
-            Err(e) => return Step::Again(format!("the deliverable: {e}")),
+        let (spec, deliverable) = match inputs(&job_ref, brief, commitment, fetcher).await {
+            Ok(inputs) => inputs,
+            Err(step) => return step,
         };
         self.judge_submitted(&job_ref, commitment, tier, spec, deliverable)
             .await
+    }
+
+    /// Whether a job is one this watch evaluates: `Err` says why not. Anyone may name
+    /// us as a job's evaluator, and every evaluation is paid for.
+    fn ours_to_evaluate(&self, job: &Job, w: &WatchArgs) -> Result<(), String> {
+        if job.evaluator != self.me {
+            return Err(format!("its evaluator is {}, not us", job.evaluator));
+        }
+        if job.status != Status::Submitted {
+            return Err(format!("it is {}", job.status.name()));
+        }
+        if !w.any_client && !w.clients.contains(&job.client) {
+            return Err(format!(
+                "its client {} is not one we evaluate for (--client)",
+                job.client
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the spending budget has room for a verdict of `tier`: a watch that has
+    /// spent its budget stops, one that has spent this hour's waits.
+    fn affordable(&self, tier: Tier) -> Result<(), Step> {
+        let path = format!("/v1/verdicts/{}", tier.as_str());
+        match self.payer.room(&path, u128::from(tier.price().usdc_units)) {
+            Room::Spent => Err(Step::Stop(format!(
+                "a {} verdict does not fit in what is left of the spending budget (--budget-total)",
+                tier.as_str()
+            ))),
+            Room::HourSpent => Err(Step::Wait(format!(
+                "a {} verdict does not fit in this hour's budget (--budget-per-hour)",
+                tier.as_str()
+            ))),
+            Room::Open => Ok(()),
+        }
+    }
+}
+
+/// The jobs a watch knows of: those still to evaluate, those settled for good, and
+/// how often each has failed on the way.
+#[derive(Default)]
+struct Jobs {
+    pending: Vec<U256>,
+    done: HashSet<U256>,
+    attempts: HashMap<U256, u32>,
+}
+
+impl Jobs {
+    /// Counts a failed attempt at `id`. When it was the last one allowed, the job is
+    /// settled, never to be tried again, and the attempts made are returned.
+    fn given_up(&mut self, id: U256) -> Option<u32> {
+        let n = self.attempts.entry(id).or_insert(0);
+        *n += 1;
+        if *n >= MAX_ATTEMPTS {
+            let n = *n;
+            self.done.insert(id);
+            Some(n)
+        } else {
+            None
+        }
     }
 }
 
@@ -264,70 +173,14 @@ pub(super) async fn watch(
         ev.me,
         ceiling.as_str()
     );
-    let mut pending: Vec<U256> = Vec::new();
-    let mut done: HashSet<U256> = HashSet::new();
-    let mut attempts: HashMap<U256, u32> = HashMap::new();
+    let mut jobs = Jobs::default();
     loop {
-        match ev.escrow.head().await {
-            Ok(head) if head >= from => match ev.escrow.submitted_between(from, head).await {
-                Ok(ids) => {
-                    for id in ids {
-                        if !done.contains(&id) && !pending.contains(&id) {
-                            pending.push(id);
-                        }
-                    }
-                    from = (head + 1).saturating_sub(RESCAN_BLOCKS).max(from);
-                }
-                Err(e) => eprintln!("reading JobSubmitted events failed: {e}; trying again"),
-            },
-            Ok(_) => {}
-            Err(e) => eprintln!("the chain did not answer: {e}; trying again"),
+        from = poll(ev, from, &mut jobs).await;
+        if let Some(code) = evaluate_pending(ev, ceiling, w, &fetcher, &mut jobs).await {
+            return Ok(code);
         }
-        let mut again = Vec::new();
-        let jobs: Vec<U256> = std::mem::take(&mut pending);
-        for (i, &id) in jobs.iter().enumerate() {
-            match ev.watched(id, ceiling, w, &fetcher).await {
-                Step::Done(_) => {
-                    done.insert(id);
-                }
-                Step::Stop(why) => {
-                    eprintln!(
-                        "job {}: {why}; stopping with {} jobs unevaluated",
-                        ev.on.job(id),
-                        jobs.len() - i + again.len()
-                    );
-                    return Ok(ExitCode::from(BUDGET_SPENT));
-                }
-                Step::Unusable(why) => {
-                    eprintln!(
-                        "{why}; stopping: nothing was paid, and no job of {} can be read",
-                        ev.on
-                    );
-                    return Ok(ExitCode::from(1));
-                }
-                Step::Wait(why) => {
-                    eprintln!("job {}: {why}; it waits", ev.on.job(id));
-                    again.push(id);
-                }
-                Step::Again(why) => {
-                    let n = attempts.entry(id).or_insert(0);
-                    *n += 1;
-                    if *n >= MAX_ATTEMPTS {
-                        eprintln!("job {}: {why}; given up after {n} attempts", ev.on.job(id));
-                        done.insert(id);
-                    } else {
-                        eprintln!(
-                            "job {}: {why}; trying again at the next poll",
-                            ev.on.job(id)
-                        );
-                        again.push(id);
-                    }
-                }
-            }
-        }
-        pending = again;
         if w.once {
-            return Ok(if pending.is_empty() {
+            return Ok(if jobs.pending.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)
@@ -337,40 +190,77 @@ pub(super) async fn watch(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_brief_names_a_spec_or_its_hashed_url_and_where_the_deliverable_is() {
-        let b = brief(r#"{"umpire":{"tier":"probe","spec":{"checks":[]},"deliverable_url":"https://p.example/{commitment}.json"}}"#)
-            .expect("brief");
-        assert_eq!(b.tier.as_deref(), Some("probe"));
-        assert!(matches!(b.spec, SpecSource::Inline(_)));
-        assert_eq!(b.deliverable_url, "https://p.example/{commitment}.json");
-        let hash = "AB".repeat(32);
-        let b = brief(&format!(
-            r#"{{"umpire":{{"spec_url":"https://p.example/spec.json","spec_sha256":"{hash}","deliverable_url":"https://p.example/d"}}}}"#
-        ))
-        .expect("brief");
-        assert_eq!(
-            b.spec,
-            SpecSource::Url {
-                url: "https://p.example/spec.json".into(),
-                sha256: "ab".repeat(32)
+/// Reads the jobs submitted since block `from` into the pending ones, and returns the
+/// block the next poll reads from. A chain that does not answer now is asked again at
+/// the next poll, from the same block.
+async fn poll(ev: &Evaluator<'_>, from: u64, jobs: &mut Jobs) -> u64 {
+    match ev.escrow.head().await {
+        Ok(head) if head >= from => match ev.escrow.submitted_between(from, head).await {
+            Ok(ids) => {
+                for id in ids {
+                    if !jobs.done.contains(&id) && !jobs.pending.contains(&id) {
+                        jobs.pending.push(id);
+                    }
+                }
+                return (head + 1).saturating_sub(RESCAN_BLOCKS).max(from);
             }
-        );
-        assert_eq!(b.tier, None);
-        for bad in [
-            "build me a website",
-            r#"{"other":{}}"#,
-            r#"{"umpire":{"deliverable_url":"https://p.example/d"}}"#,
-            r#"{"umpire":{"spec":{},"spec_url":"https://x","deliverable_url":"https://p.example/d"}}"#,
-            r#"{"umpire":{"spec_url":"https://x","deliverable_url":"https://p.example/d"}}"#,
-            r#"{"umpire":{"spec_url":"https://x","spec_sha256":"12","deliverable_url":"https://p.example/d"}}"#,
-            r#"{"umpire":{"spec":{}}}"#,
-        ] {
-            assert!(brief(bad).is_err(), "{bad}");
+            Err(e) => eprintln!("reading JobSubmitted events failed: {e}; trying again"),
+        },
+        Ok(_) => {}
+        Err(e) => eprintln!("the chain did not answer: {e}; trying again"),
+    }
+    from
+}
+
+/// Evaluates the pending jobs, keeping those to try again at the next poll. `Some` is
+/// the exit status of a watch that must stop: its budget is spent, or the contract
+/// cannot be read.
+async fn evaluate_pending(
+    ev: &Evaluator<'_>,
+    ceiling: Tier,
+    w: &WatchArgs,
+    fetcher: &umpire_fetch::Fetcher,
+    jobs: &mut Jobs,
+) -> Option<ExitCode> {
+    let mut again = Vec::new();
+    let list: Vec<U256> = std::mem::take(&mut jobs.pending);
+    for (i, &id) in list.iter().enumerate() {
+        match ev.watched(id, ceiling, w, fetcher).await {
+            Step::Done(_) => {
+                jobs.done.insert(id);
+            }
+            Step::Stop(why) => {
+                eprintln!(
+                    "job {}: {why}; stopping with {} jobs unevaluated",
+                    ev.on.job(id),
+                    list.len() - i + again.len()
+                );
+                return Some(ExitCode::from(BUDGET_SPENT));
+            }
+            Step::Unusable(why) => {
+                eprintln!(
+                    "{why}; stopping: nothing was paid, and no job of {} can be read",
+                    ev.on
+                );
+                return Some(ExitCode::from(1));
+            }
+            Step::Wait(why) => {
+                eprintln!("job {}: {why}; it waits", ev.on.job(id));
+                again.push(id);
+            }
+            Step::Again(why) => {
+                if let Some(n) = jobs.given_up(id) {
+                    eprintln!("job {}: {why}; given up after {n} attempts", ev.on.job(id));
+                } else {
+                    eprintln!(
+                        "job {}: {why}; trying again at the next poll",
+                        ev.on.job(id)
+                    );
+                    again.push(id);
+                }
+            }
         }
     }
+    jobs.pending = again;
+    None
 }

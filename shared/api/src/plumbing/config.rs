@@ -177,37 +177,11 @@ impl Config {
     /// `UMPIRE_*_SECONDS` timings; unset means the default.
     pub fn from_env() -> Result<Config, ConfigError> {
         let mut c = Config::default();
-        if let Ok(v) = std::env::var("UMPIRE_ISSUER") {
-            let v = v.trim_end_matches('/').to_owned();
-            if !(v.starts_with("https://") || v.starts_with("http://")) {
-                return Err(ConfigError {
-                    name: "UMPIRE_ISSUER",
-                    value: v,
-                    problem: "must be an http(s) URL".into(),
-                });
-            }
-            c.issuer = v;
+        if let Some(issuer) = issuer_from_env()? {
+            c.issuer = issuer;
         }
         c.check_limit = millis("UMPIRE_CHECK_LIMIT_MS", 50..=60_000, c.check_limit)?;
         c.rate_limits = rate_limits_from_env()?;
-        let secs = |name: &'static str, range: std::ops::RangeInclusive<u32>, default: u32| {
-            match std::env::var(name) {
-                Err(_) => Ok(default),
-                Ok(v) => v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|s| range.contains(s))
-                    .ok_or_else(|| ConfigError {
-                        name,
-                        value: v.clone(),
-                        problem: format!(
-                            "must be seconds from {} to {}",
-                            range.start(),
-                            range.end()
-                        ),
-                    }),
-            }
-        };
         let max_delay = umpire_core::platform::SQS_MAX_DELAY_SECS;
         c.sworn_delay_secs = secs(
             "UMPIRE_SWORN_DELAY_SECONDS",
@@ -235,6 +209,42 @@ impl Config {
         c.validator = ValidatorConfig::from_env()?;
         c.check_budget()?;
         Ok(c)
+    }
+}
+
+/// `UMPIRE_ISSUER`, if set: an http(s) URL, without its trailing slash.
+fn issuer_from_env() -> Result<Option<String>, ConfigError> {
+    let Ok(v) = std::env::var("UMPIRE_ISSUER") else {
+        return Ok(None);
+    };
+    let v = v.trim_end_matches('/').to_owned();
+    if !(v.starts_with("https://") || v.starts_with("http://")) {
+        return Err(ConfigError {
+            name: "UMPIRE_ISSUER",
+            value: v,
+            problem: "must be an http(s) URL".into(),
+        });
+    }
+    Ok(Some(v))
+}
+
+/// Whole seconds from `name`, within `range`; `default` when unset.
+fn secs(
+    name: &'static str,
+    range: std::ops::RangeInclusive<u32>,
+    default: u32,
+) -> Result<u32, ConfigError> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|s| range.contains(s))
+            .ok_or_else(|| ConfigError {
+                name,
+                value: v.clone(),
+                problem: format!("must be seconds from {} to {}", range.start(), range.end()),
+            }),
     }
 }
 
@@ -376,6 +386,27 @@ pub fn key_from_env() -> Result<Option<PrivateKeySigner>, ConfigError> {
     }
 }
 
+/// `UMPIRE_AGENT_REGISTRY` and `UMPIRE_AGENT_ID` (together or not at all): the
+/// ERC-8004 agent this deployment registers as.
+fn agent_from_env() -> Result<Option<(ContractRef, U256)>, ConfigError> {
+    match (var("UMPIRE_AGENT_REGISTRY"), var("UMPIRE_AGENT_ID")) {
+        (Some(reg), Some(id)) => Ok(Some((
+            reg.parse().map_err(|e: umpire_escrow::JobRefError| {
+                bad("UMPIRE_AGENT_REGISTRY", &reg, e.problem)
+            })?,
+            id.trim()
+                .parse::<U256>()
+                .map_err(|_| bad("UMPIRE_AGENT_ID", &id, "must be a decimal token id"))?,
+        ))),
+        (None, None) => Ok(None),
+        _ => Err(bad(
+            "UMPIRE_AGENT_ID",
+            "",
+            "UMPIRE_AGENT_REGISTRY and UMPIRE_AGENT_ID go together",
+        )),
+    }
+}
+
 impl ValidatorConfig {
     /// None when `UMPIRE_VALIDATION_REGISTRY` is unset: this deployment answers no
     /// validation request (a purchase naming one is refused before payment).
@@ -413,24 +444,7 @@ impl ValidatorConfig {
                 ));
             }
         };
-        let agent = match (var("UMPIRE_AGENT_REGISTRY"), var("UMPIRE_AGENT_ID")) {
-            (Some(reg), Some(id)) => Some((
-                reg.parse().map_err(|e: umpire_escrow::JobRefError| {
-                    bad("UMPIRE_AGENT_REGISTRY", &reg, e.problem)
-                })?,
-                id.trim()
-                    .parse::<U256>()
-                    .map_err(|_| bad("UMPIRE_AGENT_ID", &id, "must be a decimal token id"))?,
-            )),
-            (None, None) => None,
-            _ => {
-                return Err(bad(
-                    "UMPIRE_AGENT_ID",
-                    "",
-                    "UMPIRE_AGENT_REGISTRY and UMPIRE_AGENT_ID go together",
-                ));
-            }
-        };
+        let agent = agent_from_env()?;
         let low_gas_wei = match var("UMPIRE_VALIDATOR_LOW_GAS_WEI") {
             None => U256::from(DEFAULT_LOW_GAS_WEI),
             Some(v) => v.trim().parse().map_err(|_| {

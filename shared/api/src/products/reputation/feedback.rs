@@ -82,18 +82,7 @@ fn proof_refusal(e: ProofError) -> ApiError {
 async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiError> {
     limits::enforce_for(state, "feedback", req).await?;
     let body = json_body(req)?;
-    let claim = FeedbackClaim::parse(&body).map_err(|problems| {
-        let first = problems.first();
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            match problems.len() {
-                1 => first.map_or_else(String::new, |p| format!("{}: {}", p.at, p.message)),
-                n => format!("the feedback has {n} problems"),
-            },
-            first.map_or_else(String::new, |p| p.hint.clone()),
-        )
-        .with_detail("problems", problems_value(&problems))
-    })?;
+    let claim = parse_claim(&body)?;
     if claim.payer == claim.merchant {
         return Err(ApiError::new(
             ErrorCode::SelfFeedback,
@@ -132,17 +121,7 @@ async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiEr
         block_time: proof.block_time,
         created_at: now,
     };
-    match state.store.put_feedback(&row).await {
-        Ok(()) => {}
-        Err(StoreError::AlreadyExists) => {
-            return Err(ApiError::new(
-                ErrorCode::DuplicateFeedback,
-                format!("transaction {} already backs a feedback", row.tx_hash),
-                "One feedback per transaction: pay again to leave another.",
-            ));
-        }
-        Err(e) => return Err(crate::plumbing::state::internal(e)),
-    }
+    store_row(state, &row).await?;
     tracing::info!(
         tx = row.tx_hash,
         merchant = row.merchant,
@@ -165,6 +144,35 @@ async fn submit_inner(state: &AppState, req: &Request) -> Result<Response, ApiEr
         ),
         "no-store",
     ))
+}
+
+/// The feedback claim in the body, or every problem it has.
+fn parse_claim(body: &Value) -> Result<FeedbackClaim, ApiError> {
+    FeedbackClaim::parse(body).map_err(|problems| {
+        let first = problems.first();
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            match problems.len() {
+                1 => first.map_or_else(String::new, |p| format!("{}: {}", p.at, p.message)),
+                n => format!("the feedback has {n} problems"),
+            },
+            first.map_or_else(String::new, |p| p.hint.clone()),
+        )
+        .with_detail("problems", problems_value(&problems))
+    })
+}
+
+/// Stores the row; a transaction that already backs a feedback is refused.
+async fn store_row(state: &AppState, row: &FeedbackRow) -> Result<(), ApiError> {
+    match state.store.put_feedback(row).await {
+        Ok(()) => Ok(()),
+        Err(StoreError::AlreadyExists) => Err(ApiError::new(
+            ErrorCode::DuplicateFeedback,
+            format!("transaction {} already backs a feedback", row.tx_hash),
+            "One feedback per transaction: pay again to leave another.",
+        )),
+        Err(e) => Err(crate::plumbing::state::internal(e)),
+    }
 }
 
 /// A row as the API shows it.

@@ -165,22 +165,6 @@ pub fn metrics(ledger: &Ledger, anchors: &[String]) -> Value {
         .filter_map(|r| r.latency_ms.map(u128::from))
         .collect();
     let by_payer = payers_by_volume(rows);
-    let mut rows_per_payer: BTreeMap<&str, u128> = BTreeMap::new();
-    for r in rows {
-        *rows_per_payer.entry(r.payer.as_str()).or_default() += 1;
-    }
-    let top_payer_rows = rows_per_payer.values().copied().max().unwrap_or(0);
-    let examined = ledger.pairs.len() as u128;
-    let single_use = ledger
-        .pairs
-        .iter()
-        .filter(|p| p.single_use(ledger.since))
-        .count() as u128;
-    let cross_merchant = ledger
-        .pairs
-        .iter()
-        .filter(|p| p.cross_merchant(ledger.since))
-        .count() as u128;
     let seen = |pick: fn(u64, u64) -> u64| {
         rows.iter()
             .map(|r| r.block_time)
@@ -224,17 +208,7 @@ pub fn metrics(ledger: &Ledger, anchors: &[String]) -> Value {
             },
         )
         .with("latency_answers", latencies.len())
-        .with(
-            "payer_concentration",
-            Value::object()
-                .with("top_payer_share", ratio(top_payer_rows, count))
-                .with("single_use_payer_share", ratio(single_use, examined))
-                .with(
-                    "cross_merchant_payer_share",
-                    ratio(cross_merchant, examined),
-                )
-                .with("payers_examined", ledger.pairs.len()),
-        )
+        .with("payer_concentration", payer_concentration(ledger))
         .with("independence", independence(ledger, anchors))
         .with("first_seen", seen(u64::min))
         .with("last_seen", seen(u64::max))
@@ -242,6 +216,37 @@ pub fn metrics(ledger: &Ledger, anchors: &[String]) -> Value {
         // Reports are exact: every row of the window is read. Kept for clients that
         // read it from earlier reports.
         .with("rows_truncated", false)
+}
+
+/// How concentrated the merchant's payers are: the top payer's share of rows, and of
+/// the payers examined, those that paid only here once and those that paid elsewhere.
+fn payer_concentration(ledger: &Ledger) -> Value {
+    let rows = &ledger.rows;
+    let count = rows.len() as u128;
+    let mut rows_per_payer: BTreeMap<&str, u128> = BTreeMap::new();
+    for r in rows {
+        *rows_per_payer.entry(r.payer.as_str()).or_default() += 1;
+    }
+    let top_payer_rows = rows_per_payer.values().copied().max().unwrap_or(0);
+    let examined = ledger.pairs.len() as u128;
+    let single_use = ledger
+        .pairs
+        .iter()
+        .filter(|p| p.single_use(ledger.since))
+        .count() as u128;
+    let cross_merchant = ledger
+        .pairs
+        .iter()
+        .filter(|p| p.cross_merchant(ledger.since))
+        .count() as u128;
+    Value::object()
+        .with("top_payer_share", ratio(top_payer_rows, count))
+        .with("single_use_payer_share", ratio(single_use, examined))
+        .with(
+            "cross_merchant_payer_share",
+            ratio(cross_merchant, examined),
+        )
+        .with("payers_examined", ledger.pairs.len())
 }
 
 /// The signed report for `merchant` (lowercase hex) as of `now`.

@@ -293,10 +293,21 @@ async fn call_tool(
             .cloned();
         return paid_tool(state, req, &name, args, payment).await;
     }
+    free_tool(state, req, &name, args).await
+}
+
+/// A free tool: the request it stands for, answered by the route's own handler, or
+/// (`verify_document`) done here.
+async fn free_tool(
+    state: &AppState,
+    req: &Request,
+    name: &str,
+    args: Value,
+) -> Result<Value, String> {
     let json = ("content-type", "application/json".to_owned());
     // Arguments that become a request body are serialized off the async threads.
     let body_of = |args: Value| off_thread(move || Bytes::from(args.to_canonical_vec()));
-    let response = match name.as_str() {
+    let response = match name {
         "validate" => {
             let body = body_of(args).await;
             let r = internal(req, Method::POST, "/v1/validate", &[json], Some(body))?;

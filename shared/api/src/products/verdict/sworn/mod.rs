@@ -17,26 +17,30 @@
 
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use umpire_core::document::{CheckResult, VerdictFacts, sign, verdict_document};
 use umpire_core::json::{Value, parse};
 use umpire_core::product::Tier;
 use umpire_core::seal::{self, DataKey};
 use umpire_core::spec::{parse_deliverable, parse_spec};
 use umpire_core::{ApiError, ErrorCode};
-use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord, WebhookOutcome};
+use umpire_store::{Finalize, Job, MAX_DELAY, VerdictRecord};
 
 use crate::checkout::ledger::{PaymentKey, PurchaseOutcome, purchase_outcome};
 use crate::plumbing::state::AppState;
 use crate::products::verdict::judge;
 use crate::products::verdict::purchase::Purchase;
 
+mod webhook;
+
+pub use webhook::{run_webhook, webhook_signature, webhook_status};
+
+use webhook::schedule_webhook;
+
 pub use crate::products::verdict::jobs::{
     JOB_PASS2, JOB_WEBHOOK, JobError, WEBHOOK_MAX_ATTEMPTS, backoff,
 };
 
-use crate::products::verdict::jobs::{JobDeliverable, Pass2Job, SwornJob, WebhookJob};
+use crate::products::verdict::jobs::{JobDeliverable, Pass2Job, SwornJob};
 
 /// A pass-2 job carries the deliverable; an SQS message holds at most 256 KB, and the
 /// job's envelope (kind, encoding) takes some of it.
@@ -58,10 +62,6 @@ pub fn job_worst_case(check_limit: Duration) -> Duration {
 /// together) before a throttled checker fails it like any other error: with delays
 /// doubling to SQS's 15 minutes, about 8 hours of throttling.
 const THROTTLED_HOPS_MAX: u64 = 40;
-
-/// How long a worker holds a webhook attempt it claimed (the POST waits at most 12 s);
-/// a worker that dies leaves it to the redelivered job after this.
-const WEBHOOK_ATTEMPT_HOLD_SECS: u64 = 120;
 
 fn retry(e: impl std::fmt::Display) -> JobError {
     JobError::Retry(e.to_string())
@@ -273,93 +273,13 @@ pub async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
     }
     // Only a verdict that was paid for is finished (its purchase may have died before
     // settling, or lost the settlement's answer).
-    if let Some(payment_key) = &p.payment_key {
-        let payment_key = PaymentKey::from_stored(payment_key.clone());
-        match purchase_outcome(state, &payment_key, verdict_id)
-            .await
-            .map_err(|e| retry(e.message))?
-        {
-            PurchaseOutcome::Paid => {}
-            outcome @ (PurchaseOutcome::Unresolved | PurchaseOutcome::Pending) => {
-                let hops = p.hops;
-                // Jobs queued before the deadline existed wait as long as a hold can.
-                let wait_until = p.wait_until.unwrap_or_else(|| {
-                    p.created_at.unwrap_or(now) + crate::checkout::idempotency::IN_PROGRESS_SECS
-                });
-                // A pending purchase is waited for however long the chain takes: its
-                // reconciler decides it (delivered, and pass 2 runs; voided, and the
-                // verdict is deleted here).
-                if outcome == PurchaseOutcome::Unresolved && now >= wait_until {
-                    // The purchase's hold lapsed and its settlement is still unknown
-                    // (its customer never came back to learn the outcome): stop
-                    // carrying the deliverable around. The verdict stays pending; the
-                    // metric tells an operator, who can find the payment on chain.
-                    tracing::error!(
-                        verdict_id,
-                        hops,
-                        "pass 2 gave up on a purchase whose settlement is still unknown"
-                    );
-                    // Nothing will open this job any more: its key goes, so no copy of
-                    // it (a retry, a dead letter) keeps the deliverable readable.
-                    state
-                        .store
-                        .forget_job_key(verdict_id)
-                        .await
-                        .map_err(retry)?;
-                    crate::plumbing::metrics::record(
-                        crate::plumbing::metrics::Metric::SwornUnresolved,
-                    );
-                    return Ok(());
-                }
-                // Asked again a pass-2 delay later (an interrupted purchase is settled
-                // by its customer's retry, or its hold lapses).
-                tracing::info!(verdict_id, hops, "pass 2 waits for its purchase to settle");
-                let queue = state
-                    .queue
-                    .as_ref()
-                    .ok_or_else(|| retry("no job queue configured"))?;
-                let again = SwornJob::Pass2(Box::new(Pass2Job {
-                    hops: hops + 1,
-                    ..p.clone()
-                }))
-                .to_job();
-                return queue
-                    .enqueue(
-                        &again,
-                        Duration::from_secs(state.config.sworn_delay_secs.into()),
-                    )
-                    .await
-                    .map_err(retry);
-            }
-            PurchaseOutcome::NotSold => {
-                tracing::warn!(verdict_id, "pass 2 for a verdict never sold; deleted");
-                state
-                    .store
-                    .delete_verdict(verdict_id)
-                    .await
-                    .map_err(retry)?;
-                return Ok(());
-            }
-        }
-    }
-    let spec_v = p
-        .spec
-        .as_ref()
-        .ok_or_else(|| retry("job payload lacks spec"))?;
-    let spec = parse_spec(spec_v, Some(Tier::Sworn))
-        .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
-    let Some(deliverable) = unseal_deliverable(p, record.job_key.as_deref())? else {
-        // The key is gone (the verdict was finalized, or its job given up on or
-        // dead-lettered meanwhile): this copy can no longer be read, and is not needed.
-        tracing::warn!(verdict_id, "pass 2 job whose key is gone; dropped");
+    if let Some(payment_key) = &p.payment_key
+        && let Sale::Handled = sale(state, p, payment_key, now).await?
+    {
         return Ok(());
-    };
-    let purchase = Purchase {
-        tier: Tier::Sworn,
-        spec,
-        deliverable,
-        webhook_url: p.webhook_url.clone(),
-        job_ref: p.job_ref.clone(),
+    }
+    let Some(purchase) = purchase_of(p, &record)? else {
+        return Ok(());
     };
     let pass2 = match judge::judge(state, &purchase).await {
         Ok(r) => r,
@@ -380,19 +300,154 @@ pub async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
                 delay_secs = delay.as_secs(),
                 "pass 2's checker is throttled: asked again later"
             );
-            let queue = state
-                .queue
-                .as_ref()
-                .ok_or_else(|| retry("no job queue configured"))?;
-            let again = SwornJob::Pass2(Box::new(Pass2Job {
-                hops: p.hops + 1,
-                ..p.clone()
-            }))
-            .to_job();
-            return queue.enqueue(&again, delay).await.map_err(retry);
+            return again(state, p, delay).await;
         }
         Err(e) => return Err(retry(e)),
     };
+    let Some(standing) = finalize(state, p, &purchase, pass2, now).await? else {
+        return Ok(());
+    };
+    if p.answers_request {
+        answer_validation(state, verdict_id, purchase.job_ref.as_ref(), &standing).await?;
+    }
+    schedule_webhook(
+        state,
+        verdict_id,
+        purchase.webhook_url.is_some(),
+        1,
+        Duration::ZERO,
+    )
+    .await
+}
+
+/// What pass 2 learned of its purchase.
+enum Sale {
+    /// Paid: the verdict is finished.
+    Paid,
+    /// Not (yet) known to be paid, and dealt with: asked again later, given up on, or
+    /// the verdict deleted as never sold. The job is done.
+    Handled,
+}
+
+/// Asks the ledger whether the purchase behind the verdict was paid, and deals with a
+/// purchase that was not or is not known yet.
+async fn sale(
+    state: &AppState,
+    p: &Pass2Job,
+    payment_key: &str,
+    now: u64,
+) -> Result<Sale, JobError> {
+    let verdict_id = p.verdict_id.as_str();
+    let payment_key = PaymentKey::from_stored(payment_key.to_owned());
+    let outcome = purchase_outcome(state, &payment_key, verdict_id)
+        .await
+        .map_err(|e| retry(e.message))?;
+    match outcome {
+        PurchaseOutcome::Paid => Ok(Sale::Paid),
+        PurchaseOutcome::NotSold => {
+            tracing::warn!(verdict_id, "pass 2 for a verdict never sold; deleted");
+            state
+                .store
+                .delete_verdict(verdict_id)
+                .await
+                .map_err(retry)?;
+            Ok(Sale::Handled)
+        }
+        PurchaseOutcome::Unresolved | PurchaseOutcome::Pending => {
+            let hops = p.hops;
+            // Jobs queued before the deadline existed wait as long as a hold can.
+            let wait_until = p.wait_until.unwrap_or_else(|| {
+                p.created_at.unwrap_or(now) + crate::checkout::idempotency::IN_PROGRESS_SECS
+            });
+            // A pending purchase is waited for however long the chain takes: its
+            // reconciler decides it (delivered, and pass 2 runs; voided, and the
+            // verdict is deleted here).
+            if outcome == PurchaseOutcome::Unresolved && now >= wait_until {
+                give_up(state, verdict_id, hops).await?;
+                return Ok(Sale::Handled);
+            }
+            // Asked again a pass-2 delay later (an interrupted purchase is settled
+            // by its customer's retry, or its hold lapses).
+            tracing::info!(verdict_id, hops, "pass 2 waits for its purchase to settle");
+            let delay = Duration::from_secs(state.config.sworn_delay_secs.into());
+            again(state, p, delay).await?;
+            Ok(Sale::Handled)
+        }
+    }
+}
+
+/// The purchase's hold lapsed and its settlement is still unknown (its customer never
+/// came back to learn the outcome): stop carrying the deliverable around. The verdict
+/// stays pending; the metric tells an operator, who can find the payment on chain.
+async fn give_up(state: &AppState, verdict_id: &str, hops: u64) -> Result<(), JobError> {
+    tracing::error!(
+        verdict_id,
+        hops,
+        "pass 2 gave up on a purchase whose settlement is still unknown"
+    );
+    // Nothing will open this job any more: its key goes, so no copy of it (a retry, a
+    // dead letter) keeps the deliverable readable.
+    state
+        .store
+        .forget_job_key(verdict_id)
+        .await
+        .map_err(retry)?;
+    crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::SwornUnresolved);
+    Ok(())
+}
+
+/// This pass-2 job queued again `delay` from now, one hop further.
+async fn again(state: &AppState, p: &Pass2Job, delay: Duration) -> Result<(), JobError> {
+    let queue = state
+        .queue
+        .as_ref()
+        .ok_or_else(|| retry("no job queue configured"))?;
+    let again = SwornJob::Pass2(Box::new(Pass2Job {
+        hops: p.hops + 1,
+        ..p.clone()
+    }))
+    .to_job();
+    queue.enqueue(&again, delay).await.map_err(retry)
+}
+
+/// The purchase pass 2 judges, from its job (the deliverable opened with the verdict's
+/// key); `None` when the key is gone.
+fn purchase_of(p: &Pass2Job, record: &VerdictRecord) -> Result<Option<Purchase>, JobError> {
+    let spec_v = p
+        .spec
+        .as_ref()
+        .ok_or_else(|| retry("job payload lacks spec"))?;
+    let spec = parse_spec(spec_v, Some(Tier::Sworn))
+        .map_err(|e| retry(format!("stored spec no longer parses: {e:?}")))?;
+    let Some(deliverable) = unseal_deliverable(p, record.job_key.as_deref())? else {
+        // The key is gone (the verdict was finalized, or its job given up on or
+        // dead-lettered meanwhile): this copy can no longer be read, and is not needed.
+        tracing::warn!(
+            verdict_id = p.verdict_id,
+            "pass 2 job whose key is gone; dropped"
+        );
+        return Ok(None);
+    };
+    Ok(Some(Purchase {
+        tier: Tier::Sworn,
+        spec,
+        deliverable,
+        webhook_url: p.webhook_url.clone(),
+        job_ref: p.job_ref.clone(),
+    }))
+}
+
+/// Signs the final document from pass 1 and pass 2 and stores it once (pending →
+/// final); the standing document (ours, or the first worker's), or `None` when the
+/// verdict is gone.
+async fn finalize(
+    state: &AppState,
+    p: &Pass2Job,
+    purchase: &Purchase,
+    pass2: Vec<CheckResult>,
+    now: u64,
+) -> Result<Option<String>, JobError> {
+    let verdict_id = p.verdict_id.as_str();
     let results = merge(&p.pass1, pass2);
     let facts = VerdictFacts {
         verdict_id,
@@ -425,10 +480,8 @@ pub async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
                 "another worker finalized first; its document stands"
             );
         }
-        Finalize::NotFound => return Ok(()),
+        Finalize::NotFound => return Ok(None),
     }
-    // The standing document (ours, or the first worker's) answers the validation
-    // request the purchase named, if any.
     let standing = match state
         .store
         .get_verdict(verdict_id, now)
@@ -441,17 +494,7 @@ pub async fn run_pass2(state: &AppState, p: &Pass2Job) -> Result<(), JobError> {
         }) => standing,
         _ => text,
     };
-    if p.answers_request {
-        answer_validation(state, verdict_id, purchase.job_ref.as_ref(), &standing).await?;
-    }
-    schedule_webhook(
-        state,
-        verdict_id,
-        purchase.webhook_url.is_some(),
-        1,
-        Duration::ZERO,
-    )
-    .await
+    Ok(Some(standing))
 }
 
 /// Queues the final answer to the validation request `job_ref` names (if any) from the
@@ -479,145 +522,6 @@ async fn answer_validation(
     )
     .await
     .map_err(retry)
-}
-
-async fn schedule_webhook(
-    state: &AppState,
-    verdict_id: &str,
-    has_webhook: bool,
-    attempt: u32,
-    delay: Duration,
-) -> Result<(), JobError> {
-    if !has_webhook {
-        return Ok(());
-    }
-    let queue = state
-        .queue
-        .as_ref()
-        .ok_or_else(|| retry("no job queue configured"))?;
-    let job = SwornJob::Webhook(WebhookJob {
-        verdict_id: verdict_id.to_owned(),
-        attempt,
-    });
-    queue
-        .enqueue(&job.to_job(), delay.min(MAX_DELAY))
-        .await
-        .map_err(retry)
-}
-
-/// `sha256=<hex>`: HMAC-SHA256 over the raw body, keyed with the 64-character hex
-/// string of sha256(secret), used as text (derived again per delivery, see `secret`).
-pub fn webhook_signature(secret_hash_hex: &str, body: &[u8]) -> String {
-    // HMAC accepts keys of any length; this cannot fail.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(secret_hash_hex.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// How a sworn verdict's webhook stands, from the verdict itself: delivered, failed
-/// (every attempt failed), or pending.
-pub fn webhook_status(record: &VerdictRecord) -> &'static str {
-    match record.webhook_outcome {
-        Some(WebhookOutcome::Delivered) => "delivered",
-        Some(WebhookOutcome::GaveUp) => "failed",
-        None => "pending",
-    }
-}
-
-pub async fn run_webhook(state: &AppState, w: &WebhookJob) -> Result<(), JobError> {
-    let (verdict_id, attempt) = (w.verdict_id.as_str(), w.attempt);
-    let now = state.config.clock.now();
-    let Some(record_v) = state
-        .store
-        .get_verdict(verdict_id, now)
-        .await
-        .map_err(retry)?
-    else {
-        return Ok(());
-    };
-    let (Some(url), Some(document)) = (&record_v.webhook_url, &record_v.document) else {
-        return Ok(());
-    };
-    // Each attempt number is made once, whatever the queue delivers, and never once
-    // the webhook was delivered (the claim is a conditional write on the verdict). The
-    // attempt is finished last, after its follow-up is in place: a worker that dies in
-    // between leaves the claim to lapse and the redelivered job to try again, never a gap.
-    if record_v.webhook_outcome.is_some()
-        || !state
-            .store
-            .claim_webhook_attempt(verdict_id, attempt, now, now + WEBHOOK_ATTEMPT_HOLD_SECS)
-            .await
-            .map_err(retry)?
-    {
-        return Ok(());
-    }
-    let Some(fetcher) = &state.fetcher else {
-        return Err(retry("no fetcher configured for webhook delivery"));
-    };
-    let body = document.as_bytes().to_vec();
-    let Some(key) = crate::checkout::secret::webhook_key(state.signer.as_ref(), &record_v) else {
-        // The seed that derived this verdict's secret is gone (rotated): a webhook
-        // signed with any other key would not verify for the customer.
-        tracing::error!(
-            verdict_id,
-            "cannot derive the webhook key of this verdict; not delivered"
-        );
-        return Ok(());
-    };
-    let signature = webhook_signature(&key, &body);
-    let outcome = fetcher
-        .post_json(
-            url,
-            body,
-            &[
-                ("x-umpire-signature", signature),
-                ("x-umpire-verdict-id", verdict_id.to_owned()),
-                ("x-umpire-delivery-attempt", attempt.to_string()),
-            ],
-        )
-        .await;
-    match outcome {
-        Ok(status) => {
-            tracing::info!(verdict_id, attempt, status, "webhook delivered");
-            state
-                .store
-                .record_webhook_outcome(verdict_id, WebhookOutcome::Delivered)
-                .await
-                .map_err(retry)?;
-        }
-        Err(e) if attempt < WEBHOOK_MAX_ATTEMPTS => {
-            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::WebhookFailure);
-            let delay = backoff(state.config.webhook_retry_base, attempt);
-            tracing::warn!(
-                verdict_id,
-                attempt,
-                error = e,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                "webhook failed; retrying"
-            );
-            schedule_webhook(state, verdict_id, true, attempt + 1, delay).await?;
-        }
-        Err(e) => {
-            crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::WebhookFailure);
-            tracing::warn!(
-                verdict_id,
-                attempt,
-                error = e,
-                "webhook failed for the last time; the document stays at the status link"
-            );
-            state
-                .store
-                .record_webhook_outcome(verdict_id, WebhookOutcome::GaveUp)
-                .await
-                .map_err(retry)?;
-        }
-    }
-    state
-        .store
-        .finish_webhook_attempt(verdict_id, attempt)
-        .await
-        .map_err(retry)
 }
 
 #[cfg(test)]
