@@ -95,6 +95,31 @@ pub struct Product {
     pub listing: Listing,
 }
 
+/// What a product does around its sale that checkout does not know: follow-up work
+/// put in place before the money moves (a sworn verdict's pending record and pass 2,
+/// the answer to a validation request), so no crash between the two loses it, and
+/// undone when the sale is voided. Follow-ups wait for the sale to be known (they ask
+/// the ledger), so a purchase still pending keeps them.
+#[async_trait::async_trait]
+pub trait AfterSale: Send + Sync {
+    /// Puts the follow-ups in place for the purchase paid by `payment_key` (the
+    /// ledger's key, which they ask); `Err` voids the purchase before any money moves.
+    async fn before_settling(&self, payment_key: &str) -> Result<(), Void>;
+    /// The sale was voided, nothing charged: undo what `before_settling` left.
+    async fn voided(&self) {}
+}
+
+/// A product with nothing to do around its sale (the reputation report: its answer is
+/// the whole of it).
+pub struct NothingAfter;
+
+#[async_trait::async_trait]
+impl AfterSale for NothingAfter {
+    async fn before_settling(&self, _payment_key: &str) -> Result<(), Void> {
+        Ok(())
+    }
+}
+
 /// The span every log line of one purchase is written in: what was bought, and once
 /// known the payment's key (a hash) and the verdict's id. Ids and hashes only: nothing
 /// secret, nothing from the deliverable.
@@ -230,11 +255,31 @@ impl Checkout<'_> {
         self.abandon(out_of_time(budget)).await
     }
 
+    /// Sells: the product's follow-ups put in place ([`AfterSale::before_settling`]),
+    /// then [`Checkout::settle`]. A sale voided for certain (nothing charged) undoes
+    /// them ([`AfterSale::voided`]); one whose outcome is unknown keeps them, and they
+    /// wait for the chain's decision as the purchase does.
+    pub async fn sell(
+        &mut self,
+        prepared: &Prepared,
+        after: &dyn AfterSale,
+    ) -> Result<SettlementResponse, Void> {
+        after.before_settling(self.payment_key()).await?;
+        match self.settle(prepared).await {
+            Ok(settlement) => Ok(settlement),
+            Err(void) if void.outcome_unknown() => Err(void),
+            Err(void) => {
+                after.voided().await;
+                Err(void)
+            }
+        }
+    }
+
     /// Writes the answer down, then settles: a crash from here on leaves what the
     /// customer's retry needs (see the module notes). Not started when the deadline
     /// leaves too little time to settle (voided, nothing charged; a payment already
     /// moved to us is delivered instead: it has nothing left to settle).
-    pub async fn settle(&mut self, prepared: &Prepared) -> Result<SettlementResponse, Void> {
+    async fn settle(&mut self, prepared: &Prepared) -> Result<SettlementResponse, Void> {
         let state = self.claims.state;
         if !self.deadline.allows(SETTLE_MIN) && self.settled.is_none() {
             return Err(Void::Internal(out_of_time(state.config.request_budget)));

@@ -24,7 +24,7 @@ use umpire_store::aggregates::PairSummary;
 use umpire_store::{FeedbackRow, Store, StoreError};
 
 use crate::checkout::discovery::{Input, Listing};
-use crate::checkout::{self, Prepared, Product};
+use crate::checkout::{self, NothingAfter, Prepared, Product};
 use crate::plumbing::respond;
 use crate::plumbing::state::{AppState, Request, Response};
 use crate::products::reputation::feedback::usdc_decimal;
@@ -362,7 +362,7 @@ async fn report(state: &AppState, req: &Request) -> Response {
         .with("receipt", receipt);
     let prepared = Prepared::new(200, &body, &["receipt", "settlement"]);
     let answer = checkout
-        .settle(&prepared)
+        .sell(&prepared, &NothingAfter)
         .await
         .map(|settlement| (prepared, settlement));
     checkout.finish(answer).await

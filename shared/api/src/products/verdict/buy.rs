@@ -4,20 +4,24 @@
 //! settlement that fails after the checks ran voids the purchase (no document kept,
 //! no record, the key reusable) and answers 402 with `PAYMENT-RESPONSE success:false`.
 
+use std::sync::Arc;
 use umpire_core::document::CheckResult;
 use umpire_core::json::Value;
 use umpire_core::product::{DOCUMENT_RETENTION_DAYS, Tier};
 use umpire_core::{ApiError, ErrorCode};
 use umpire_fetch::LOOKUP_TIMEOUT;
 use umpire_host::random_id;
-use umpire_store::{VerdictRecord, VerdictStatus};
+
+use umpire_core::seal::DataKey;
+use umpire_store::{JobQueue, VerdictRecord, VerdictStatus};
 use umpire_x402::SettlementResponse;
 
-use crate::checkout::{self, Checkout, Prepared, Void};
+use crate::checkout::{self, AfterSale, Checkout, Prepared, Void};
 use crate::plumbing::body::json_bytes;
 use crate::plumbing::cpu::{DropOffThread, off_thread};
 use crate::plumbing::respond;
 use crate::plumbing::state::{AppState, Request, Response};
+use crate::products::verdict::erc8004::Answer;
 use crate::products::verdict::judge;
 use crate::products::verdict::purchase::{Envelope, Purchase, assess};
 use crate::products::verdict::sworn;
@@ -252,15 +256,18 @@ impl Paid<'_, '_> {
         let prepared = self.prepared(201, &body, Some(record));
         // The answer to a validation request is queued before the payment settles (a
         // crash between the two cannot lose it); it waits for the sale to be known.
-        if let Some(document) = body.get("document").filter(|_| self.answers_request) {
-            self.queue_answer(
-                purchase,
-                crate::products::verdict::erc8004::Answer::final_for(document, purchase.tier),
-                now,
-            )
-            .await?;
-        }
-        let settlement = self.checkout.settle(&prepared).await?;
+        let follow_ups = FollowUps {
+            state: self.state,
+            verdict_id: self.verdict_id,
+            purchase,
+            now,
+            answer: body
+                .get("document")
+                .filter(|_| self.answers_request)
+                .map(|document| Answer::final_for(document, purchase.tier)),
+            sworn: None,
+        };
+        let settlement = self.checkout.sell(&prepared, &follow_ups).await?;
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
         Ok((prepared, settlement))
     }
@@ -290,13 +297,6 @@ impl Paid<'_, '_> {
             job_key: Some(job_key.to_hex()),
             ..self.record(purchase, now)
         };
-        self.state
-            .store
-            .put_verdict(&record)
-            .await
-            .map_err(|e| Void::Internal(crate::plumbing::state::internal(e)))?;
-        self.queue_sworn_jobs(queue, purchase, results, &job_key, now)
-            .await?;
         let body = Value::object()
             .with("verdict_id", self.verdict_id)
             .with("tier", "sworn")
@@ -309,101 +309,129 @@ impl Paid<'_, '_> {
             .with("expires_at", umpire_core::time::rfc3339(record.expires_at))
             .with("payer", self.checkout.payer.to_string());
         let prepared = self.prepared(202, &body, None);
-        let settlement = match self.checkout.settle(&prepared).await {
-            Ok(s) => s,
-            // Settled or not, nobody knows yet: pass 2 waits for the retry to tell.
-            Err(v) if v.outcome_unknown() => return Err(v),
-            Err(v) => {
-                self.forget(self.verdict_id).await;
-                return Err(v);
-            }
+        let passed = umpire_core::document::verdict_passed(results);
+        let follow_ups = FollowUps {
+            state: self.state,
+            verdict_id: self.verdict_id,
+            purchase,
+            now,
+            answer: self.answers_request.then(|| Answer::provisional(passed)),
+            sworn: Some(Pass2 {
+                queue,
+                record: &record,
+                results,
+                job_key: &job_key,
+                answers_request: self.answers_request,
+            }),
         };
+        let settlement = self.checkout.sell(&prepared, &follow_ups).await?;
         crate::plumbing::metrics::record(crate::plumbing::metrics::Metric::VerdictIssued);
         Ok((prepared, settlement))
     }
+}
 
-    /// Queues the answer to the validation request the purchase names (if any), to be
-    /// posted once the sale is known; a queue that refuses voids the purchase before it
+/// What a verdict puts in place before its sale, so no crash between the two loses it:
+/// for a sworn verdict its pending record and pass 2 (with the deliverable sealed under
+/// `job_key`); for a purchase naming a validation request, the answer to it. Each waits
+/// for the sale to be known; a voided sale deletes the pending record, and the queued
+/// jobs find nothing to finish.
+struct FollowUps<'a> {
+    state: &'a AppState,
+    verdict_id: &'a str,
+    purchase: &'a Purchase,
+    now: u64,
+    answer: Option<Answer<'a>>,
+    sworn: Option<Pass2<'a>>,
+}
+
+/// A sworn verdict's part of its follow-ups.
+struct Pass2<'a> {
+    queue: &'a Arc<dyn JobQueue>,
+    record: &'a VerdictRecord,
+    results: &'a [CheckResult],
+    job_key: &'a DataKey,
+    answers_request: bool,
+}
+
+#[async_trait::async_trait]
+impl AfterSale for FollowUps<'_> {
+    async fn before_settling(&self, payment_key: &str) -> Result<(), Void> {
+        let internal = |e: String| Void::Internal(crate::plumbing::state::internal(e));
+        let mut queued = Ok(());
+        if let Some(pass2) = &self.sworn {
+            self.state
+                .store
+                .put_verdict(pass2.record)
+                .await
+                .map_err(|e| internal(e.to_string()))?;
+            queued = self.queue_pass2(pass2, payment_key).await;
+        }
+        if let (Ok(()), Some(answer)) = (&queued, &self.answer) {
+            queued = self.queue_answer(answer.clone(), payment_key).await;
+        }
+        if queued.is_err() {
+            self.voided().await;
+        }
+        queued
+    }
+
+    async fn voided(&self) {
+        if self.sworn.is_none() {
+            return;
+        }
+        if let Err(e) = self.state.store.delete_verdict(self.verdict_id).await {
+            tracing::error!(error = %e, verdict_id = self.verdict_id, "could not delete a voided sworn verdict");
+        }
+    }
+}
+
+impl FollowUps<'_> {
+    /// When the purchase's hold lapses, and then one hold more: a retry the customer
+    /// sends as the hold lapses ends (settled, or bought afresh, which tells the
+    /// follow-ups this verdict was never sold) within its own hold. Giving up at the
+    /// lapse itself raced that retry.
+    fn wait_until(&self) -> u64 {
+        self.now + 2 * u64::from(self.state.config.in_progress_secs)
+    }
+
+    /// Queues the answer to the validation request the purchase names, to be posted
+    /// once the sale is known; a queue that refuses voids the purchase before it
     /// settles (nothing charged, the key reusable).
-    async fn queue_answer(
-        &self,
-        purchase: &Purchase,
-        answer: crate::products::verdict::erc8004::Answer<'_>,
-        now: u64,
-    ) -> Result<(), Void> {
-        let hold = u64::from(self.state.config.in_progress_secs);
+    async fn queue_answer(&self, answer: Answer<'_>, payment_key: &str) -> Result<(), Void> {
         crate::products::verdict::erc8004::queue_answer(
             self.state,
             self.verdict_id,
-            purchase.job_ref.as_ref(),
+            self.purchase.job_ref.as_ref(),
             answer,
             Some(crate::products::verdict::erc8004::Paying {
-                payment_key: self.checkout.payment_key(),
-                wait_until: now + 2 * hold,
+                payment_key,
+                wait_until: self.wait_until(),
             }),
         )
         .await
         .map_err(|e| Void::Internal(crate::plumbing::state::internal(e)))
     }
 
-    /// Queues what a sworn purchase needs before it settles: pass 2 (with the
-    /// deliverable sealed under `job_key`) and, for a purchase naming a validation
-    /// request, the provisional answer. Either refused: the pending verdict is deleted
-    /// and the purchase voided.
-    async fn queue_sworn_jobs(
-        &self,
-        queue: &std::sync::Arc<dyn umpire_store::JobQueue>,
-        purchase: &Purchase,
-        results: &[CheckResult],
-        job_key: &umpire_core::seal::DataKey,
-        now: u64,
-    ) -> Result<(), Void> {
-        // Pass 2 waits for an unresolved purchase until its hold lapses and then one
-        // hold more: a retry the customer sends as the hold lapses ends (settled, or
-        // bought afresh, which tells pass 2 this verdict was never sold) within its own
-        // hold. Giving up at the lapse itself raced that retry.
-        let hold = u64::from(self.state.config.in_progress_secs);
+    /// Queues pass 2, due a sworn delay from now.
+    async fn queue_pass2(&self, pass2: &Pass2<'_>, payment_key: &str) -> Result<(), Void> {
         let delay = std::time::Duration::from_secs(self.state.config.sworn_delay_secs.into());
-        let queued = match sworn::pass2_job(
+        let job = sworn::pass2_job(
             self.verdict_id,
-            job_key,
-            purchase,
-            results,
-            now,
+            pass2.job_key,
+            self.purchase,
+            pass2.results,
+            self.now,
             sworn::Sold {
-                payment_key: self.checkout.payment_key(),
-                wait_until: now + 2 * hold,
-                answers_request: self.answers_request,
+                payment_key,
+                wait_until: self.wait_until(),
+                answers_request: pass2.answers_request,
             },
-        ) {
-            Ok(job) => queue
-                .enqueue(&job, delay)
-                .await
-                .map_err(|e| Void::Internal(crate::plumbing::state::internal(e))),
-            Err(e) => Err(Void::Internal(crate::plumbing::state::internal(e))),
-        };
-        let queued = match queued {
-            Ok(()) if !self.answers_request => Ok(()),
-            Ok(()) => {
-                let passed = umpire_core::document::verdict_passed(results);
-                self.queue_answer(
-                    purchase,
-                    crate::products::verdict::erc8004::Answer::provisional(passed),
-                    now,
-                )
-                .await
-            }
-            Err(v) => Err(v),
-        };
-        if queued.is_err() {
-            self.forget(self.verdict_id).await;
-        }
-        queued
-    }
-
-    async fn forget(&self, verdict_id: &str) {
-        if let Err(e) = self.state.store.delete_verdict(verdict_id).await {
-            tracing::error!(error = %e, verdict_id, "could not delete a voided sworn verdict");
-        }
+        )
+        .map_err(|e| Void::Internal(crate::plumbing::state::internal(e)))?;
+        pass2
+            .queue
+            .enqueue(&job, delay)
+            .await
+            .map_err(|e| Void::Internal(crate::plumbing::state::internal(e)))
     }
 }

@@ -20,6 +20,7 @@ use crate::products::verdict::jobs::{JobError, SwornJob, ValidationJob, backoff}
 
 /// The answer for a delivered verdict: 100 or 0, its document's `payload_sha256` (none
 /// for a provisional answer: pass 1 signs no document), under `tag`.
+#[derive(Debug, Clone)]
 pub struct Answer<'a> {
     pub passed: bool,
     pub response_hash: Option<&'a str>,
