@@ -1148,9 +1148,16 @@ fn a_purchase_logs_its_span_on_every_line_of_the_paid_path() {
     };
     let paid_path = |l: &&serde_json::Value| {
         text(l, &["target"]).is_some_and(|t| {
-            ["umpire_api::paid", "umpire_api::merchant", "umpire_pay"]
-                .iter()
-                .any(|p| t.starts_with(p))
+            [
+                "umpire_api::checkout",
+                "umpire_api::products::verdict::buy",
+                "umpire_api::products::verdict::judge",
+                "umpire_api::products::verdict::purchase",
+                "umpire_api::products::reputation",
+                "umpire_pay",
+            ]
+            .iter()
+            .any(|p| t.starts_with(p))
         })
     };
     let ours: Vec<&serde_json::Value> = lines.iter().filter(paid_path).collect();

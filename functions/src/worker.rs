@@ -1,5 +1,5 @@
 //! The worker Lambda: SQS delivers a batch of delayed jobs (sworn pass 2, webhook
-//! deliveries); each runs through `sworn::run_delivery`, the same job code as
+//! deliveries); each runs through `routes::jobs::run_delivery`, the same job code as
 //! `umpire serve`'s local worker, and a pass-2 job failing its last receive forgets its
 //! key before SQS dead-letters it. Failures are reported per message (`ReportBatchItemFailures`), so
 //! one bad job does not make SQS redeliver the ones that succeeded.

@@ -38,7 +38,7 @@ const SECRET: &str = "sec_exactly_once_test";
 /// How each batch of received jobs is run.
 #[derive(Clone, Copy)]
 enum Runner {
-    /// `sworn::run_job` directly, as `umpire serve`'s worker does.
+    /// `routes::jobs::run_job` directly, as `umpire serve`'s worker does.
     Local,
     /// The worker Lambda's handler, given an SQS event.
     Lambda,

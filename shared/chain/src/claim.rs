@@ -2,6 +2,8 @@
 //! a 32-byte transaction hash, the outcome enum, a boolean, a non-negative integer and a
 //! hex signature. No other field, and no free text anywhere.
 
+use std::collections::BTreeMap;
+
 use alloy::primitives::{Address, B256, Bytes};
 use umpire_core::json::Value;
 use umpire_core::problem::ProblemCode;
@@ -93,122 +95,14 @@ impl FeedbackClaim {
                 "Send {\"merchant\",\"payer\",\"tx_hash\",\"outcome\",\"signature\"} and optionally would_repeat, latency_ms.",
             )]);
         };
-        for k in obj.keys() {
-            if !FIELDS.contains(&k.as_str()) {
-                problems.push(Problem::new(
-                    k.clone(),
-                    ProblemCode::UnknownField,
-                    format!("{k} is not a feedback field; feedback carries no free text"),
-                    format!("Send only {}.", FIELDS.join(", ")),
-                ));
-            }
-        }
-        let text = |k: &str, problems: &mut Vec<Problem>| -> Option<String> {
-            match obj.get(k) {
-                None => {
-                    problems.push(Problem::new(
-                        k,
-                        ProblemCode::MissingField,
-                        format!("{k} is required"),
-                        "See the feedback signing recipe in the API reference.",
-                    ));
-                    None
-                }
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(other) => {
-                    problems.push(Problem::new(
-                        k,
-                        ProblemCode::WrongType,
-                        format!("{k} must be a string, not {}", other.type_name()),
-                        "Send 0x-prefixed hex strings for addresses, hashes and signatures.",
-                    ));
-                    None
-                }
-            }
-        };
-        let address = |k: &str, problems: &mut Vec<Problem>| -> Option<Address> {
-            let s = text(k, problems)?;
-            parse_address(&s)
-                .map_err(|m| {
-                    problems.push(Problem::new(
-                        k,
-                        ProblemCode::InvalidValue,
-                        m,
-                        "Use the address lowercase, or exactly as an EIP-55 checksum.",
-                    ));
-                })
-                .ok()
-        };
-        let merchant = address("merchant", &mut problems);
-        let payer = address("payer", &mut problems);
-        let tx_hash = text("tx_hash", &mut problems).and_then(|s| {
-            s.strip_prefix("0x")
-                .filter(|d| d.len() == 64 && is_hex(d))
-                .and_then(|d| d.parse::<B256>().ok())
-                .or_else(|| {
-                    problems.push(Problem::new(
-                        "tx_hash",
-                        ProblemCode::InvalidValue,
-                        format!(
-                            "{s:?} is not a 32-byte transaction hash (0x followed by 64 hex digits)"
-                        ),
-                        "Send the hash of the transaction that paid the merchant.",
-                    ));
-                    None
-                })
-        });
-        let outcome = text("outcome", &mut problems).and_then(|s| {
-            Outcome::parse(&s).or_else(|| {
-                problems.push(Problem::new(
-                    "outcome",
-                    ProblemCode::InvalidValue,
-                    format!("outcome {s:?} is not one of fulfilled, partial, failed"),
-                    "Send fulfilled, partial or failed.",
-                ));
-                None
-            })
-        });
-        let would_repeat =
-            match obj.get("would_repeat") {
-                None => None,
-                Some(Value::Bool(b)) => Some(*b),
-                Some(other) => {
-                    problems.push(Problem::new(
-                    "would_repeat",
-                    ProblemCode::WrongType,
-                    format!("would_repeat must be true or false, not {}", other.type_name()),
-                    "Send a boolean, or leave the field out (and the line empty in the message).",
-                ));
-                    None
-                }
-            };
-        let latency_ms = match obj.get("latency_ms") {
-            None => None,
-            Some(v) => v.as_u64().map(Some).unwrap_or_else(|| {
-                problems.push(Problem::new(
-                    "latency_ms",
-                    ProblemCode::InvalidValue,
-                    format!("latency_ms must be a non-negative integer, not {}", v.type_name()),
-                    "Send whole milliseconds, or leave the field out (and the line empty in the message).",
-                ));
-                None
-            }),
-        };
-        let signature = text("signature", &mut problems).and_then(|s| {
-            let decoded = s
-                .strip_prefix("0x")
-                .filter(|d| d.len() % 2 == 0 && d.len() <= 2 * MAX_SIGNATURE_BYTES && !d.is_empty())
-                .and_then(|d| hex::decode(d).ok());
-            decoded.map(Bytes::from).or_else(|| {
-                problems.push(Problem::new(
-                    "signature",
-                    ProblemCode::InvalidValue,
-                    format!("the signature must be 0x-prefixed hex of at most {MAX_SIGNATURE_BYTES} bytes"),
-                    "Send what signMessage (viem, ethers) returns: 0x followed by 130 hex digits for a plain wallet.",
-                ));
-                None
-            })
-        });
+        unknown_fields(obj, &mut problems);
+        let merchant = address_field(obj, "merchant", &mut problems);
+        let payer = address_field(obj, "payer", &mut problems);
+        let tx_hash = tx_hash_field(obj, &mut problems);
+        let outcome = outcome_field(obj, &mut problems);
+        let would_repeat = would_repeat_field(obj, &mut problems);
+        let latency_ms = latency_ms_field(obj, &mut problems);
+        let signature = signature_field(obj, &mut problems);
         match (merchant, payer, tx_hash, outcome, signature) {
             (Some(merchant), Some(payer), Some(tx_hash), Some(outcome), Some(signature))
                 if problems.is_empty() =>
@@ -238,6 +132,159 @@ impl FeedbackClaim {
             self.latency_ms,
         )
     }
+}
+
+/// Reports every key of the body that is not a feedback field.
+fn unknown_fields(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) {
+    for k in obj.keys() {
+        if !FIELDS.contains(&k.as_str()) {
+            problems.push(Problem::new(
+                k.clone(),
+                ProblemCode::UnknownField,
+                format!("{k} is not a feedback field; feedback carries no free text"),
+                format!("Send only {}.", FIELDS.join(", ")),
+            ));
+        }
+    }
+}
+
+/// The required string field `k`, or a problem saying it is missing or not a string.
+fn text_field(
+    obj: &BTreeMap<String, Value>,
+    k: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<String> {
+    match obj.get(k) {
+        None => {
+            problems.push(Problem::new(
+                k,
+                ProblemCode::MissingField,
+                format!("{k} is required"),
+                "See the feedback signing recipe in the API reference.",
+            ));
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            problems.push(Problem::new(
+                k,
+                ProblemCode::WrongType,
+                format!("{k} must be a string, not {}", other.type_name()),
+                "Send 0x-prefixed hex strings for addresses, hashes and signatures.",
+            ));
+            None
+        }
+    }
+}
+
+/// The required address field `k` (lowercase or EIP-55 checksummed), or its problem.
+fn address_field(
+    obj: &BTreeMap<String, Value>,
+    k: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Address> {
+    let s = text_field(obj, k, problems)?;
+    parse_address(&s)
+        .map_err(|m| {
+            problems.push(Problem::new(
+                k,
+                ProblemCode::InvalidValue,
+                m,
+                "Use the address lowercase, or exactly as an EIP-55 checksum.",
+            ));
+        })
+        .ok()
+}
+
+/// The required `tx_hash`: `0x` and 64 hex digits, or its problem.
+fn tx_hash_field(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) -> Option<B256> {
+    text_field(obj, "tx_hash", problems).and_then(|s| {
+        s.strip_prefix("0x")
+            .filter(|d| d.len() == 64 && is_hex(d))
+            .and_then(|d| d.parse::<B256>().ok())
+            .or_else(|| {
+                problems.push(Problem::new(
+                    "tx_hash",
+                    ProblemCode::InvalidValue,
+                    format!(
+                        "{s:?} is not a 32-byte transaction hash (0x followed by 64 hex digits)"
+                    ),
+                    "Send the hash of the transaction that paid the merchant.",
+                ));
+                None
+            })
+    })
+}
+
+/// The required `outcome`, one of [`Outcome::ALL`], or its problem.
+fn outcome_field(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) -> Option<Outcome> {
+    text_field(obj, "outcome", problems).and_then(|s| {
+        Outcome::parse(&s).or_else(|| {
+            problems.push(Problem::new(
+                "outcome",
+                ProblemCode::InvalidValue,
+                format!("outcome {s:?} is not one of fulfilled, partial, failed"),
+                "Send fulfilled, partial or failed.",
+            ));
+            None
+        })
+    })
+}
+
+/// The optional boolean `would_repeat`; any other type is a problem.
+fn would_repeat_field(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) -> Option<bool> {
+    match obj.get("would_repeat") {
+        None => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            problems.push(Problem::new(
+                "would_repeat",
+                ProblemCode::WrongType,
+                format!(
+                    "would_repeat must be true or false, not {}",
+                    other.type_name()
+                ),
+                "Send a boolean, or leave the field out (and the line empty in the message).",
+            ));
+            None
+        }
+    }
+}
+
+/// The optional non-negative integer `latency_ms`; anything else is a problem.
+fn latency_ms_field(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) -> Option<u64> {
+    match obj.get("latency_ms") {
+        None => None,
+        Some(v) => v.as_u64().map(Some).unwrap_or_else(|| {
+            problems.push(Problem::new(
+                "latency_ms",
+                ProblemCode::InvalidValue,
+                format!("latency_ms must be a non-negative integer, not {}", v.type_name()),
+                "Send whole milliseconds, or leave the field out (and the line empty in the message).",
+            ));
+            None
+        }),
+    }
+}
+
+/// The required `signature`: non-empty `0x` hex of at most [`MAX_SIGNATURE_BYTES`]
+/// bytes, or its problem.
+fn signature_field(obj: &BTreeMap<String, Value>, problems: &mut Vec<Problem>) -> Option<Bytes> {
+    text_field(obj, "signature", problems).and_then(|s| {
+        let decoded = s
+            .strip_prefix("0x")
+            .filter(|d| d.len() % 2 == 0 && d.len() <= 2 * MAX_SIGNATURE_BYTES && !d.is_empty())
+            .and_then(|d| hex::decode(d).ok());
+        decoded.map(Bytes::from).or_else(|| {
+            problems.push(Problem::new(
+                "signature",
+                ProblemCode::InvalidValue,
+                format!("the signature must be 0x-prefixed hex of at most {MAX_SIGNATURE_BYTES} bytes"),
+                "Send what signMessage (viem, ethers) returns: 0x followed by 130 hex digits for a plain wallet.",
+            ));
+            None
+        })
+    })
 }
 
 pub fn message(

@@ -24,7 +24,7 @@ use alloy::eips::BlockNumberOrTag;
 use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, B256, Bytes, Signature, U256, eip191_hash_message};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
-use alloy::rpc::types::TransactionRequest;
+use alloy::rpc::types::{Log, TransactionReceipt, TransactionRequest};
 use alloy::sol;
 use alloy::sol_types::SolCall;
 use tokio::sync::OnceCell;
@@ -220,6 +220,26 @@ impl FeedbackChain {
     ) -> Result<PaymentProof, ProofError> {
         self.ensure_chain().await?;
         let tx = lower_hex(claim.tx_hash.as_slice());
+        let receipt = self.successful_receipt(claim, &tx).await?;
+        let block_number = receipt
+            .block_number
+            .ok_or_else(|| ProofError::NotFound(format!("transaction {tx} is not mined yet")))?;
+        let flows = UsdcFlows::tally(receipt.inner.logs(), self.config.usdc, claim);
+        let amount = self.attested_amount(claim, &tx, &flows)?;
+        let block_time = self.confirmed_block_time(&tx, block_number, now).await?;
+        Ok(PaymentProof {
+            amount,
+            block_number,
+            block_time,
+        })
+    }
+
+    /// The receipt of `claim`'s transaction, which must exist and have succeeded.
+    async fn successful_receipt(
+        &self,
+        claim: &FeedbackClaim,
+        tx: &str,
+    ) -> Result<TransactionReceipt, ProofError> {
         let chain = self.config.chain_id;
         let receipt = rpc(
             "eth_getTransactionReceipt",
@@ -234,56 +254,23 @@ impl FeedbackChain {
                 "transaction {tx} reverted: it moved no funds"
             )));
         }
-        let block_number = receipt
-            .block_number
-            .ok_or_else(|| ProofError::NotFound(format!("transaction {tx} is not mined yet")))?;
+        Ok(receipt)
+    }
 
-        let mut amount = U256::ZERO;
-        let (mut into_merchant, mut out_of_merchant) = (U256::ZERO, U256::ZERO);
-        let mut paid_by_others = Vec::new();
-        let mut paid_to_others = Vec::new();
-        for log in receipt.inner.logs() {
-            if log.address() != self.config.usdc {
-                continue;
-            }
-            // Logs of other events (Approval, AuthorizationUsed) do not decode as Transfer.
-            let Ok(t) = log.log_decode::<IErc20::Transfer>() else {
-                continue;
-            };
-            let t = t.inner.data;
-            if t.to == claim.merchant {
-                into_merchant = into_merchant.saturating_add(t.value);
-            }
-            if t.from == claim.merchant {
-                out_of_merchant = out_of_merchant.saturating_add(t.value);
-                continue;
-            }
-            match (t.from == claim.payer, t.to == claim.merchant) {
-                (true, true) => amount = amount.saturating_add(t.value),
-                (false, true) => paid_by_others.push(t.from),
-                (true, false) => paid_to_others.push(t.to),
-                (false, false) => {}
-            }
+    /// What the payer paid the merchant, capped at what the merchant kept; refused when
+    /// there is no payer→merchant transfer or the result is below the floor.
+    fn attested_amount(
+        &self,
+        claim: &FeedbackClaim,
+        tx: &str,
+        flows: &UsdcFlows,
+    ) -> Result<U256, ProofError> {
+        if flows.paid.is_zero() {
+            return Err(no_payment_error(claim, tx, flows));
         }
-        let merchant = lower_hex(claim.merchant.as_slice());
-        let payer = lower_hex(claim.payer.as_slice());
-        if amount.is_zero() {
-            return Err(match (paid_by_others.first(), paid_to_others.first()) {
-                (Some(from), _) => ProofError::PayerMismatch(format!(
-                    "the USDC transfer to {merchant} in {tx} came from {}, not from the payer {payer}",
-                    lower_hex(from.as_slice())
-                )),
-                (None, Some(to)) => ProofError::NotFound(format!(
-                    "the payer's USDC transfer in {tx} went to {}, not to the merchant {merchant}",
-                    lower_hex(to.as_slice())
-                )),
-                (None, None) => ProofError::NotFound(format!(
-                    "transaction {tx} carries no USDC transfer from {payer} to {merchant}"
-                )),
-            });
-        }
-        let paid = amount;
-        let kept = into_merchant.saturating_sub(out_of_merchant);
+        let paid = flows.paid;
+        let out_of_merchant = flows.out_of_merchant;
+        let kept = flows.into_merchant.saturating_sub(out_of_merchant);
         let amount = paid.min(kept);
         if amount < U256::from(self.config.floor_units) {
             let net = if out_of_merchant.is_zero() {
@@ -298,7 +285,18 @@ impl FeedbackChain {
                 self.config.floor_units
             )));
         }
+        Ok(amount)
+    }
 
+    /// The time of block `block_number`, once it has the configured confirmations and
+    /// is no older than the configured age (measured against the later of `now` and the
+    /// chain's latest block).
+    async fn confirmed_block_time(
+        &self,
+        tx: &str,
+        block_number: u64,
+        now: u64,
+    ) -> Result<u64, ProofError> {
         let latest = rpc(
             "eth_getBlockByNumber(latest)",
             self.provider.get_block_by_number(BlockNumberOrTag::Latest),
@@ -334,11 +332,7 @@ impl FeedbackChain {
                 self.config.max_age_secs / 86_400
             )));
         }
-        Ok(PaymentProof {
-            amount,
-            block_number,
-            block_time,
-        })
+        Ok(block_time)
     }
 
     /// Proof 2: the payer signed this exact feedback.
@@ -391,6 +385,72 @@ impl FeedbackChain {
                 .map(|magic| magic.0 == ERC1271_MAGIC)
                 .unwrap_or(false)),
         }
+    }
+}
+
+/// The USDC `Transfer`s of one transaction, as they bear on a claim.
+#[derive(Debug, Default)]
+struct UsdcFlows {
+    /// The sum of the payer→merchant transfers.
+    paid: U256,
+    /// Everything transferred to the merchant.
+    into_merchant: U256,
+    /// Everything transferred from the merchant.
+    out_of_merchant: U256,
+    /// Senders other than the payer of transfers to the merchant, in log order.
+    paid_by_others: Vec<Address>,
+    /// Receivers other than the merchant of the payer's transfers, in log order.
+    paid_to_others: Vec<Address>,
+}
+
+impl UsdcFlows {
+    /// Decodes every `Transfer` log of the `usdc` contract among `logs`.
+    fn tally(logs: &[Log], usdc: Address, claim: &FeedbackClaim) -> UsdcFlows {
+        let mut flows = UsdcFlows::default();
+        for log in logs {
+            if log.address() != usdc {
+                continue;
+            }
+            // Logs of other events (Approval, AuthorizationUsed) do not decode as Transfer.
+            let Ok(t) = log.log_decode::<IErc20::Transfer>() else {
+                continue;
+            };
+            let t = t.inner.data;
+            if t.to == claim.merchant {
+                flows.into_merchant = flows.into_merchant.saturating_add(t.value);
+            }
+            if t.from == claim.merchant {
+                flows.out_of_merchant = flows.out_of_merchant.saturating_add(t.value);
+                continue;
+            }
+            match (t.from == claim.payer, t.to == claim.merchant) {
+                (true, true) => flows.paid = flows.paid.saturating_add(t.value),
+                (false, true) => flows.paid_by_others.push(t.from),
+                (true, false) => flows.paid_to_others.push(t.to),
+                (false, false) => {}
+            }
+        }
+        flows
+    }
+}
+
+/// Why a transaction without a payer→merchant transfer proves nothing: someone else
+/// paid the merchant, the payer paid someone else, or no such transfer at all.
+fn no_payment_error(claim: &FeedbackClaim, tx: &str, flows: &UsdcFlows) -> ProofError {
+    let merchant = lower_hex(claim.merchant.as_slice());
+    let payer = lower_hex(claim.payer.as_slice());
+    match (flows.paid_by_others.first(), flows.paid_to_others.first()) {
+        (Some(from), _) => ProofError::PayerMismatch(format!(
+            "the USDC transfer to {merchant} in {tx} came from {}, not from the payer {payer}",
+            lower_hex(from.as_slice())
+        )),
+        (None, Some(to)) => ProofError::NotFound(format!(
+            "the payer's USDC transfer in {tx} went to {}, not to the merchant {merchant}",
+            lower_hex(to.as_slice())
+        )),
+        (None, None) => ProofError::NotFound(format!(
+            "transaction {tx} carries no USDC transfer from {payer} to {merchant}"
+        )),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Signed documents: the verdict, its signature envelope, and offline verification
 //! exactly as the contract's recipe describes it.
 
+use std::collections::BTreeMap;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
@@ -138,45 +140,105 @@ pub struct Step {
 /// chain; spec/deliverable hashes are checked when the document carries them.
 pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>) -> Vec<Step> {
     let mut steps = Vec::new();
-    let mut step = |name: &'static str, ok: bool, detail: String| {
-        steps.push(Step { name, ok, detail });
-        ok
-    };
     let Some(obj) = doc.as_object() else {
-        step(
+        record(
+            &mut steps,
             "document",
             false,
             "the document is not a JSON object".into(),
         );
         return steps;
     };
+    if !verify_signature_chain(obj, keys, &mut steps) {
+        return steps;
+    }
+    check_spec_hash(obj, &mut steps);
+    check_deliverable_hash(obj, deliverable, &mut steps);
+    steps
+}
+
+/// Appends one step and returns whether it passed, so a failed link of the signature
+/// chain can end the recipe.
+fn record(steps: &mut Vec<Step>, name: &'static str, ok: bool, detail: String) -> bool {
+    steps.push(Step { name, ok, detail });
+    ok
+}
+
+/// The four string fields of a document's `signature` object.
+struct SignatureFields<'a> {
+    alg: &'a str,
+    key_id: &'a str,
+    payload_sha256: &'a str,
+    sig_base64: &'a str,
+}
+
+/// The `signature` object's fields, or None when it is missing or any of alg, key_id,
+/// payload_sha256, sig_base64 is absent or not a string.
+fn signature_fields(obj: &BTreeMap<String, Value>) -> Option<SignatureFields<'_>> {
     let sig = obj.get("signature");
     let field = |k: &str| sig.and_then(|s| s.get(k)).and_then(Value::as_str);
-    let (Some(alg), Some(key_id), Some(payload_sha), Some(sig_b64)) = (
-        field("alg"),
-        field("key_id"),
-        field("payload_sha256"),
-        field("sig_base64"),
-    ) else {
-        step(
+    Some(SignatureFields {
+        alg: field("alg")?,
+        key_id: field("key_id")?,
+        payload_sha256: field("payload_sha256")?,
+        sig_base64: field("sig_base64")?,
+    })
+}
+
+/// The signature chain, in order: the `signature` field's shape and algorithm, the
+/// payload digest, the published key, the Ed25519 signature. Records a step for each
+/// link reached and stops at the first that fails; true only when all of them pass.
+fn verify_signature_chain(
+    obj: &BTreeMap<String, Value>,
+    keys: &[PublicKey],
+    steps: &mut Vec<Step>,
+) -> bool {
+    let Some(SignatureFields {
+        alg,
+        key_id,
+        payload_sha256: payload_sha,
+        sig_base64: sig_b64,
+    }) = signature_fields(obj)
+    else {
+        record(
+            steps,
             "signature_field",
             false,
             "signature must be an object with alg, key_id, payload_sha256, sig_base64".into(),
         );
-        return steps;
+        return false;
     };
-    if !step(
+    if !record(
+        steps,
         "signature_field",
         alg == ALG,
         format!("alg {alg}, key_id {key_id}"),
     ) {
-        return steps;
+        return false;
     }
+    let Some(payload) = signed_payload(obj, payload_sha, steps) else {
+        return false;
+    };
+    let Some(key) = published_key(keys, key_id, steps) else {
+        return false;
+    };
+    check_ed25519(key, &payload, sig_b64, steps)
+}
+
+/// The stable JSON bytes the signature covers (the document without `signature`),
+/// when their sha256 is the `payload_sha256` the signature states; records the
+/// `payload_sha256` step either way.
+fn signed_payload(
+    obj: &BTreeMap<String, Value>,
+    payload_sha: &str,
+    steps: &mut Vec<Step>,
+) -> Option<Vec<u8>> {
     let mut rest = obj.clone();
     rest.remove("signature");
     let payload = Value::Object(rest).to_canonical_vec();
     let digest = sha256_hex(&payload);
-    if !step(
+    let ok = record(
+        steps,
         "payload_sha256",
         digest == payload_sha,
         if digest == payload_sha {
@@ -186,23 +248,38 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
                 "sha256 of the stable JSON is {digest}, the signature says {payload_sha}: the document was changed or serialized differently"
             )
         },
-    ) {
-        return steps;
-    }
+    );
+    ok.then_some(payload)
+}
+
+/// The published key named by the signature's `key_id`; records the `key` step.
+fn published_key<'k>(
+    keys: &'k [PublicKey],
+    key_id: &str,
+    steps: &mut Vec<Step>,
+) -> Option<&'k PublicKey> {
     let Some(key) = keys.iter().find(|k| k.key_id == key_id) else {
-        step(
+        record(
+            steps,
             "key",
             false,
             format!("no published key has key_id {key_id}"),
         );
-        return steps;
+        return None;
     };
-    step("key", true, format!("key {key_id} found"));
+    record(steps, "key", true, format!("key {key_id} found"));
+    Some(key)
+}
+
+/// Whether `sig_b64` is valid base64 of an Ed25519 signature by `key` over `payload`
+/// (undecodable base64 counts as a bad signature); records the `ed25519` step.
+fn check_ed25519(key: &PublicKey, payload: &[u8], sig_b64: &str, steps: &mut Vec<Step>) -> bool {
     let sig_ok = B64
         .decode(sig_b64)
-        .map(|s| key.verify(&payload, &s))
+        .map(|s| key.verify(payload, &s))
         .unwrap_or(false);
-    if !step(
+    record(
+        steps,
         "ed25519",
         sig_ok,
         if sig_ok {
@@ -210,12 +287,16 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
         } else {
             "the Ed25519 signature does not verify with that key".into()
         },
-    ) {
-        return steps;
-    }
+    )
+}
+
+/// When the document embeds its spec and a string `spec_hash`, records whether the
+/// hash is the sha256 of that spec's stable JSON; otherwise records nothing.
+fn check_spec_hash(obj: &BTreeMap<String, Value>, steps: &mut Vec<Step>) {
     if let (Some(spec), Some(Value::String(spec_hash))) = (obj.get("spec"), obj.get("spec_hash")) {
         let got = sha256_hex(&spec.to_canonical_vec());
-        step(
+        record(
+            steps,
             "spec_hash",
             &got == spec_hash,
             if &got == spec_hash {
@@ -225,9 +306,19 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
             },
         );
     }
+}
+
+/// When the caller gives a deliverable and the document carries a string
+/// `deliverable_hash`, records whether they match; otherwise records nothing.
+fn check_deliverable_hash(
+    obj: &BTreeMap<String, Value>,
+    deliverable: Option<&Deliverable>,
+    steps: &mut Vec<Step>,
+) {
     if let (Some(d), Some(Value::String(dh))) = (deliverable, obj.get("deliverable_hash")) {
         let got = d.hash();
-        step(
+        record(
+            steps,
             "deliverable_hash",
             &got == dh,
             if &got == dh {
@@ -237,7 +328,6 @@ pub fn verify(doc: &Value, keys: &[PublicKey], deliverable: Option<&Deliverable>
             },
         );
     }
-    steps
 }
 
 #[cfg(test)]

@@ -26,21 +26,17 @@ pub const PATH_HINT: &str = "Write paths like result.items[0].price or a[\"key w
 impl JsonPath {
     pub fn parse(text: &str) -> Result<JsonPath, PathError> {
         let chars: Vec<char> = text.chars().collect();
-        let err = |offset: usize, message: &str| PathError {
-            offset,
-            message: message.to_owned(),
-        };
         let mut i = 0;
         let mut segments = Vec::new();
         if chars.first() == Some(&'$') {
             i = 1;
         } else if chars.is_empty() {
-            return Err(err(0, "empty path"));
+            return Err(path_err(0, "empty path"));
         } else if chars[0] != '[' {
             // A leading bare key, as in `result.items`.
             let (key, next) = read_ident(&chars, 0);
             if key.is_empty() {
-                return Err(err(0, "expected a key"));
+                return Err(path_err(0, "expected a key"));
             }
             segments.push(Segment::Key(key));
             i = next;
@@ -50,65 +46,17 @@ impl JsonPath {
                 '.' => {
                     let (key, next) = read_ident(&chars, i + 1);
                     if key.is_empty() {
-                        return Err(err(i + 1, "expected a key after '.'"));
+                        return Err(path_err(i + 1, "expected a key after '.'"));
                     }
                     segments.push(Segment::Key(key));
                     i = next;
                 }
                 '[' => {
-                    let mut j = i + 1;
-                    match chars.get(j) {
-                        Some(&q @ ('"' | '\'')) => {
-                            j += 1;
-                            let mut key = String::new();
-                            loop {
-                                match chars.get(j) {
-                                    None => return Err(err(j, "unterminated quoted key")),
-                                    Some('\\') => {
-                                        match chars.get(j + 1) {
-                                            Some(&c @ ('"' | '\'' | '\\')) => key.push(c),
-                                            _ => {
-                                                return Err(err(
-                                                    j,
-                                                    "only \\\" \\' and \\\\ may be escaped in a quoted key",
-                                                ));
-                                            }
-                                        }
-                                        j += 2;
-                                    }
-                                    Some(&c) if c == q => {
-                                        j += 1;
-                                        break;
-                                    }
-                                    Some(&c) => {
-                                        key.push(c);
-                                        j += 1;
-                                    }
-                                }
-                            }
-                            segments.push(Segment::Key(key));
-                        }
-                        _ => {
-                            let start = j;
-                            if chars.get(j) == Some(&'-') {
-                                j += 1;
-                            }
-                            while chars.get(j).is_some_and(char::is_ascii_digit) {
-                                j += 1;
-                            }
-                            let num: String = chars[start..j].iter().collect();
-                            let index: i64 = num.parse().map_err(|_| {
-                                err(start, "expected an integer index or a quoted key")
-                            })?;
-                            segments.push(Segment::Index(index));
-                        }
-                    }
-                    if chars.get(j) != Some(&']') {
-                        return Err(err(j, "expected ']'"));
-                    }
-                    i = j + 1;
+                    let (segment, next) = read_bracket(&chars, i)?;
+                    segments.push(segment);
+                    i = next;
                 }
-                _ => return Err(err(i, "expected '.' or '['")),
+                _ => return Err(path_err(i, "expected '.' or '['")),
             }
         }
         Ok(JsonPath { segments })
@@ -133,6 +81,87 @@ impl JsonPath {
         }
         Some(cur)
     }
+}
+
+/// A [`PathError`] at `offset` (a character index into the path).
+fn path_err(offset: usize, message: &str) -> PathError {
+    PathError {
+        offset,
+        message: message.to_owned(),
+    }
+}
+
+/// Reads one bracketed segment whose `[` is at `open`: a quoted key (`["k"]`, `['k']`)
+/// when a quote follows the bracket, otherwise an integer index. Decides that the
+/// segment must end with `]`, and returns the segment with the index just past it.
+fn read_bracket(chars: &[char], open: usize) -> Result<(Segment, usize), PathError> {
+    let (segment, close) = match chars.get(open + 1) {
+        Some(&q @ ('"' | '\'')) => {
+            let (key, next) = read_quoted_key(chars, open + 2, q)?;
+            (Segment::Key(key), next)
+        }
+        _ => {
+            let (index, next) = read_index(chars, open + 1)?;
+            (Segment::Index(index), next)
+        }
+    };
+    if chars.get(close) != Some(&']') {
+        return Err(path_err(close, "expected ']'"));
+    }
+    Ok((segment, close + 1))
+}
+
+/// Reads a quoted key's text from `start` (just past the opening quote `q`) up to the
+/// matching quote. Only `\"`, `\'` and `\\` are escapes; anything else after a
+/// backslash, or a missing closing quote, is an error. Returns the key and the index
+/// just past the closing quote.
+fn read_quoted_key(chars: &[char], start: usize, q: char) -> Result<(String, usize), PathError> {
+    let mut j = start;
+    let mut key = String::new();
+    loop {
+        match chars.get(j) {
+            None => return Err(path_err(j, "unterminated quoted key")),
+            Some('\\') => {
+                match chars.get(j + 1) {
+                    Some(&c @ ('"' | '\'' | '\\')) => key.push(c),
+                    _ => {
+                        return Err(path_err(
+                            j,
+                            "only \\\" \\' and \\\\ may be escaped in a quoted key",
+                        ));
+                    }
+                }
+                j += 2;
+            }
+            Some(&c) if c == q => {
+                j += 1;
+                break;
+            }
+            Some(&c) => {
+                key.push(c);
+                j += 1;
+            }
+        }
+    }
+    Ok((key, j))
+}
+
+/// Reads an array index from `start`: an optional `-` then ASCII digits, which must
+/// parse as an `i64` (so an empty or overlong number is an error). Returns the index
+/// and the position just past its last digit.
+fn read_index(chars: &[char], start: usize) -> Result<(i64, usize), PathError> {
+    let mut j = start;
+    if chars.get(j) == Some(&'-') {
+        j += 1;
+    }
+    while chars.get(j).is_some_and(char::is_ascii_digit) {
+        j += 1;
+    }
+    let num: String = chars[start..j].iter().collect();
+    let index: i64 = num
+        .parse()
+        .map_err(|_| path_err(start, "expected an integer index or a quoted key"))?;
+    Ok((index, j))
 }
 
 fn read_ident(chars: &[char], start: usize) -> (String, usize) {

@@ -27,6 +27,7 @@ use umpire_core::product::{
     OBSERVED_HEADER_CAP_CHARS, OBSERVED_HEADERS,
 };
 use umpire_host::Clock;
+use url::Url;
 
 use crate::policy::{Policy, PolicyError};
 use crate::resolve::NameResolver;
@@ -373,6 +374,9 @@ impl Fetcher {
         }
     }
 
+    /// GETs `raw` and every redirect target in turn (each checked against the policy
+    /// before it is requested), recording the last hop in `obs`, and reads the final
+    /// answer's body.
     async fn follow(&self, raw: &str, obs: &mut Observation) -> Result<FetchedBody, String> {
         let mut current = raw.to_owned();
         loop {
@@ -384,80 +388,112 @@ impl Fetcher {
             obs.url = current.clone();
             self.take_turn(url.host_str().unwrap_or_default()).await;
             obs.fetched_at = umpire_core::time::rfc3339(Clock::system().now());
-            let mut resp = self
+            let resp = self
                 .client
                 .get(url.clone())
                 .send()
                 .await
                 .map_err(|e| describe(&e))?;
-            obs.http_status = Some(resp.status().as_u16());
-            obs.resolved_address = resp.remote_addr().map(|a| a.ip().to_string());
-            obs.tls = resp
-                .extensions()
-                .get::<reqwest::tls::TlsInfo>()
-                .and_then(|i| i.peer_certificate())
-                .and_then(tls_observation);
-            obs.headers = OBSERVED_HEADERS
-                .iter()
-                .filter_map(|h| {
-                    let v = resp.headers().get(*h)?;
-                    let text = String::from_utf8_lossy(v.as_bytes());
-                    Some((
-                        (*h).to_owned(),
-                        text.chars().take(OBSERVED_HEADER_CAP_CHARS).collect(),
-                    ))
-                })
-                .collect();
-            if resp.status().is_redirection() {
-                let location = resp
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                if let Some(location) = location {
-                    if obs.redirect_hops >= self.config.max_redirects {
-                        return Err(format!(
-                            "too_many_redirects: more than {} redirects",
-                            self.config.max_redirects
-                        ));
-                    }
-                    let next = url
-                        .join(&location)
-                        .map_err(|e| format!("invalid redirect Location {location:?}: {e}"))?;
-                    // Checked before it counts as a hop: a refused target is not followed.
-                    self.config.policy.check_url(next.as_str()).map_err(|e| {
-                        format!(
-                            "{}: redirect to {next} refused: {}",
-                            e.problem_code, e.message
-                        )
-                    })?;
-                    obs.redirect_hops += 1;
-                    current = next.to_string();
-                    continue;
-                }
+            record_response(&resp, obs);
+            if let Some(next) = self.redirect_target(&url, &resp, obs)? {
+                current = next;
+                continue;
             }
-            let mut body = Vec::new();
-            let mut truncated = false;
-            let cap = usize::try_from(self.config.read_cap).unwrap_or(usize::MAX);
-            while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
-                let room = cap - body.len();
-                if chunk.len() > room {
-                    body.extend_from_slice(&chunk[..room]);
-                    truncated = true;
-                    break;
-                }
-                body.extend_from_slice(&chunk);
-            }
-            obs.body_sha256 = Some(sha256_hex(&body));
-            obs.body_bytes = body.len() as u64;
-            obs.truncated = truncated;
-            return Ok(FetchedBody {
-                status: resp.status().as_u16(),
-                body,
-                truncated,
-            });
+            return self.read_body(resp, obs).await;
         }
     }
+
+    /// Where a redirect answer sends the fetch next, counted as a hop in `obs`; `None`
+    /// when `resp` is not a redirect or names no `Location` (it is then the final
+    /// answer). Refused past `max_redirects` or when the policy refuses the target.
+    fn redirect_target(
+        &self,
+        url: &Url,
+        resp: &reqwest::Response,
+        obs: &mut Observation,
+    ) -> Result<Option<String>, String> {
+        if !resp.status().is_redirection() {
+            return Ok(None);
+        }
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let Some(location) = location else {
+            return Ok(None);
+        };
+        if obs.redirect_hops >= self.config.max_redirects {
+            return Err(format!(
+                "too_many_redirects: more than {} redirects",
+                self.config.max_redirects
+            ));
+        }
+        let next = url
+            .join(&location)
+            .map_err(|e| format!("invalid redirect Location {location:?}: {e}"))?;
+        // Checked before it counts as a hop: a refused target is not followed.
+        self.config.policy.check_url(next.as_str()).map_err(|e| {
+            format!(
+                "{}: redirect to {next} refused: {}",
+                e.problem_code, e.message
+            )
+        })?;
+        obs.redirect_hops += 1;
+        Ok(Some(next.to_string()))
+    }
+
+    /// Reads at most `read_cap` bytes of the final answer's body, recording its hash,
+    /// size and truncation in `obs`.
+    async fn read_body(
+        &self,
+        mut resp: reqwest::Response,
+        obs: &mut Observation,
+    ) -> Result<FetchedBody, String> {
+        let mut body = Vec::new();
+        let mut truncated = false;
+        let cap = usize::try_from(self.config.read_cap).unwrap_or(usize::MAX);
+        while let Some(chunk) = resp.chunk().await.map_err(|e| describe(&e))? {
+            let room = cap - body.len();
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        obs.body_sha256 = Some(sha256_hex(&body));
+        obs.body_bytes = body.len() as u64;
+        obs.truncated = truncated;
+        Ok(FetchedBody {
+            status: resp.status().as_u16(),
+            body,
+            truncated,
+        })
+    }
+}
+
+/// Records what one answer shows before its body is read: status, the address dialed,
+/// the leaf certificate and the observed headers (each capped).
+fn record_response(resp: &reqwest::Response, obs: &mut Observation) {
+    obs.http_status = Some(resp.status().as_u16());
+    obs.resolved_address = resp.remote_addr().map(|a| a.ip().to_string());
+    obs.tls = resp
+        .extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|i| i.peer_certificate())
+        .and_then(tls_observation);
+    obs.headers = OBSERVED_HEADERS
+        .iter()
+        .filter_map(|h| {
+            let v = resp.headers().get(*h)?;
+            let text = String::from_utf8_lossy(v.as_bytes());
+            Some((
+                (*h).to_owned(),
+                text.chars().take(OBSERVED_HEADER_CAP_CHARS).collect(),
+            ))
+        })
+        .collect();
 }
 
 fn tls_observation(der: &[u8]) -> Option<TlsObservation> {

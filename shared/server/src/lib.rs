@@ -309,6 +309,9 @@ fn carries_payment(req: &umpire_api::Request) -> bool {
     }
 }
 
+/// One request from hyper: its body read (within [`BODY_READ_TIMEOUT`] and
+/// [`MAX_BODY_BYTES`]), answered, logged to `umpire::access`, and handed back to hyper
+/// (with no body for `HEAD`).
 async fn serve_one(
     state: Arc<AppState>,
     purchases: &Arc<Purchases>,
@@ -324,68 +327,107 @@ async fn serve_one(
         Limited::new(body, MAX_BODY_BYTES).collect(),
     );
     let response = match read.await {
-        Err(_) => {
-            let mut r = respond::error(&ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "the request body did not arrive within {} s",
-                    BODY_READ_TIMEOUT.as_secs()
-                ),
-                "Send the whole body at once, right after the headers.",
-            ));
-            *r.status_mut() = http::StatusCode::REQUEST_TIMEOUT;
-            r
-        }
+        Err(_) => body_timed_out(),
         Ok(Ok(collected)) => {
             parts.extensions.insert(ClientIp(peer.ip()));
             let req = http::Request::from_parts(parts, collected.to_bytes());
-            if carries_payment(&req) {
-                // Paid work runs to its end whatever the client does, as on Lambda: a
-                // client that hangs up loses only the answer (hyper drops this future
-                // with the connection; the task goes on), and resending the same payment
-                // gets the purchase. Free routes stay cancellable.
-                match purchases.start() {
-                    Some(running) => run_to_its_end(state, req, running).await,
-                    None => {
-                        tracing::warn!(
-                            limit = MAX_PURCHASES_IN_FLIGHT,
-                            "purchase limit reached; answered 503"
-                        );
-                        respond::error(
-                            &ApiError::new(
-                                ErrorCode::Unavailable,
-                                "too many purchases are in progress on this server right now",
-                                "Retry the identical request in a moment; nothing was looked at or charged.",
-                            )
-                            .with_detail("reason", "busy")
-                            .with_retry_after(1),
-                        )
-                    }
-                }
-            } else {
-                handle(&state, req).await
-            }
+            answer(state, purchases, req).await
         }
         Ok(Err(e))
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
-            respond::error(&ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-                format!(
-                    "Send at most {} MiB; deliverable text is capped at {} KB.",
-                    MAX_BODY_BYTES / (1024 * 1024),
-                    umpire_core::product::MAX_TEXT_BYTES / 1024
-                ),
-            ))
+            body_too_large()
         }
-        Ok(Err(e)) => respond::error(&ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("the request body could not be read: {e}"),
-            "Send the body in full with a correct Content-Length or chunked encoding.",
-        )),
+        Ok(Err(e)) => body_unreadable(&e),
     };
+    log_access(&method, &path, &response, started, peer);
+    for_hyper(&method, response)
+}
+
+/// The answer to a request read in full: a purchase runs to its end in a task of its
+/// own (or is refused when [`MAX_PURCHASES_IN_FLIGHT`] run already), anything else is
+/// handled here, cancellable with the connection.
+async fn answer(
+    state: Arc<AppState>,
+    purchases: &Arc<Purchases>,
+    req: umpire_api::Request,
+) -> http::Response<Bytes> {
+    if !carries_payment(&req) {
+        return handle(&state, req).await;
+    }
+    // Paid work runs to its end whatever the client does, as on Lambda: a
+    // client that hangs up loses only the answer (hyper drops this future
+    // with the connection; the task goes on), and resending the same payment
+    // gets the purchase. Free routes stay cancellable.
+    match purchases.start() {
+        Some(running) => run_to_its_end(state, req, running).await,
+        None => purchases_busy(),
+    }
+}
+
+/// The `503` for a purchase past [`MAX_PURCHASES_IN_FLIGHT`], answered before anything
+/// is looked at or charged.
+fn purchases_busy() -> http::Response<Bytes> {
+    tracing::warn!(
+        limit = MAX_PURCHASES_IN_FLIGHT,
+        "purchase limit reached; answered 503"
+    );
+    respond::error(
+        &ApiError::new(
+            ErrorCode::Unavailable,
+            "too many purchases are in progress on this server right now",
+            "Retry the identical request in a moment; nothing was looked at or charged.",
+        )
+        .with_detail("reason", "busy")
+        .with_retry_after(1),
+    )
+}
+
+/// The `408` for a body that did not arrive within [`BODY_READ_TIMEOUT`].
+fn body_timed_out() -> http::Response<Bytes> {
+    let mut r = respond::error(&ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!(
+            "the request body did not arrive within {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ),
+        "Send the whole body at once, right after the headers.",
+    ));
+    *r.status_mut() = http::StatusCode::REQUEST_TIMEOUT;
+    r
+}
+
+/// The answer to a body larger than [`MAX_BODY_BYTES`].
+fn body_too_large() -> http::Response<Bytes> {
+    respond::error(&ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+        format!(
+            "Send at most {} MiB; deliverable text is capped at {} KB.",
+            MAX_BODY_BYTES / (1024 * 1024),
+            umpire_core::product::MAX_TEXT_BYTES / 1024
+        ),
+    ))
+}
+
+/// The answer to a body that could not be read for another reason than its size.
+fn body_unreadable(e: &dyn std::fmt::Display) -> http::Response<Bytes> {
+    respond::error(&ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!("the request body could not be read: {e}"),
+        "Send the body in full with a correct Content-Length or chunked encoding.",
+    ))
+}
+
+/// One line of the access log (`umpire::access`) for an answered request.
+fn log_access(
+    method: &http::Method,
+    path: &str,
+    response: &http::Response<Bytes>,
+    started: Instant,
+    peer: SocketAddr,
+) {
     let status = response.status().as_u16();
     tracing::info!(
         target: "umpire::access",
@@ -396,6 +438,13 @@ async fn serve_one(
         ip = %peer.ip(),
         "request"
     );
+}
+
+/// The answer as hyper sends it, with its body dropped for a `HEAD` request.
+fn for_hyper(
+    method: &http::Method,
+    response: http::Response<Bytes>,
+) -> http::Response<Full<Bytes>> {
     let (parts, body) = response.into_parts();
     let mut r = http::Response::from_parts(parts, Full::new(body));
     if method == http::Method::HEAD {

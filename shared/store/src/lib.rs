@@ -522,7 +522,7 @@ pub trait JobQueue: Send + Sync {
 
 /// Receives of a job before SQS dead-letters it (the jobs queue's `maxReceiveCount`; a
 /// template test holds the two equal). The worker Lambda acts on the last one: a pass-2
-/// job failing it forgets its key first (`sworn::run_delivery`).
+/// job failing it forgets its key first (`routes::jobs::run_delivery` in umpire-api).
 pub const JOB_MAX_RECEIVES: u32 = 5;
 
 /// SQS's longest message delay.

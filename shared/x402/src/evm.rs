@@ -250,6 +250,21 @@ impl Eip3009Payment {
                 ),
             ));
         }
+        self.check_validity_window(requirements, now)?;
+        if self.is_eoa_signature() {
+            self.check_eoa_signer(rail)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the window is usable at `now`, in this order: already open, not reaching past
+    /// the payment window we offered (plus slack), open [`VALID_BEFORE_MARGIN_SECS`] longer.
+    fn check_validity_window(
+        &self,
+        requirements: &PaymentRequirements,
+        now: u64,
+    ) -> Result<(), PaymentFailure> {
+        let a = &self.authorization;
         if a.validAfter >= U256::from(now) {
             return Err(invalid(
                 FailureReason::EvmValidAfter,
@@ -283,25 +298,29 @@ impl Eip3009Payment {
                 ),
             ));
         }
-        if self.is_eoa_signature() {
-            let sig = self.eoa_signature()?;
-            // A high-s twin of a valid signature is refused by the token; refuse it here too.
-            if sig.normalize_s().is_some() {
-                return Err(invalid(
-                    FailureReason::EvmSignature,
-                    "signature has a high s value (malleable form)",
-                ));
-            }
-            let signer = recover_signer(&sig, &self.signing_hash(&domain(rail)?))?;
-            if signer != a.from {
-                return Err(invalid(
-                    FailureReason::EvmSignature,
-                    format!(
-                        "the signature was made by {signer}, not by authorization.from {}",
-                        a.from
-                    ),
-                ));
-            }
+        Ok(())
+    }
+
+    /// For an EOA signature: whether it is low-s and recovers, over the rail's EIP-712
+    /// domain, to `authorization.from` (a bad domain is a config error, checked after low-s).
+    fn check_eoa_signer(&self, rail: &Rail) -> Result<(), PaymentFailure> {
+        let sig = self.eoa_signature()?;
+        // A high-s twin of a valid signature is refused by the token; refuse it here too.
+        if sig.normalize_s().is_some() {
+            return Err(invalid(
+                FailureReason::EvmSignature,
+                "signature has a high s value (malleable form)",
+            ));
+        }
+        let signer = recover_signer(&sig, &self.signing_hash(&domain(rail)?))?;
+        if signer != self.authorization.from {
+            return Err(invalid(
+                FailureReason::EvmSignature,
+                format!(
+                    "the signature was made by {signer}, not by authorization.from {}",
+                    self.authorization.from
+                ),
+            ));
         }
         Ok(())
     }

@@ -279,6 +279,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_listing_reads_its_operation_from_the_openapi_document() {
+        let post = Listing {
+            description: "d".into(),
+            openapi_path: "/v1/verdicts/{tier}",
+            input: Input::Body { example: "basic" },
+            success_status: "201",
+        };
+        let raw = &openapi()["paths"]["/v1/verdicts/{tier}"]["post"]["requestBody"]["content"]["application/json"];
+        assert_eq!(body_schema(&post), inline_refs(&raw["schema"], 0));
+        assert_eq!(
+            body_example(&post, "basic"),
+            raw["examples"]["basic"]["value"]
+        );
+        assert!(body_example(&post, "basic")["spec"]["checks"].is_array());
+        let b = bazaar(&post);
+        assert_eq!(b["info"]["input"]["method"], "POST");
+        assert_eq!(
+            b["info"]["output"]["example"],
+            openapi()["paths"]["/v1/verdicts/{tier}"]["post"]["responses"]["201"]["content"]["application/json"]
+                ["example"]
+        );
+        let get = Listing {
+            openapi_path: "/v1/reputation",
+            input: Input::Query,
+            success_status: "200",
+            ..post
+        };
+        assert_eq!(bazaar(&get)["info"]["input"]["method"], "GET");
+        // A listing naming no operation has nothing to declare but does not panic.
+        let missing = Listing {
+            openapi_path: "/v1/nothing",
+            ..get
+        };
+        assert!(bazaar(&missing)["info"]["input"]["queryParams"].is_object());
+    }
+
+    #[test]
     fn payment_ids_follow_the_extension_rule() {
         let with = |id: Value| json!({"extensions": {"payment-identifier": {"info": {"required": false, "id": id}}}});
         assert_eq!(

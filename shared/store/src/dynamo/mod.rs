@@ -223,84 +223,48 @@ impl DynamoStore {
     pub async fn create_tables(&self) -> Result<()> {
         for t in TABLES {
             let name = self.names.name_of(&t).to_owned();
-            let mut attrs: Vec<(&str, &str)> = vec![t.key];
-            for i in t.indexes {
-                attrs.push(i.partition_key);
-                attrs.extend(i.sort_key);
-            }
-            attrs.sort();
-            attrs.dedup();
-            let scalar = |ty: &str| {
-                if ty == "N" {
-                    ScalarAttributeType::N
-                } else {
-                    ScalarAttributeType::S
-                }
-            };
-            let key_el = |name: &str, kt: KeyType| {
-                KeySchemaElement::builder()
-                    .attribute_name(name)
-                    .key_type(kt)
-                    .build()
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))
-            };
-            let mut req = self
-                .client
-                .create_table()
-                .table_name(&name)
-                .billing_mode(BillingMode::PayPerRequest)
-                .key_schema(key_el(t.key.0, KeyType::Hash)?);
-            for (a, ty) in attrs {
-                req = req.attribute_definitions(
-                    AttributeDefinition::builder()
-                        .attribute_name(a)
-                        .attribute_type(scalar(ty))
-                        .build()
-                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                );
-            }
-            for i in t.indexes {
-                let projection = match i.include {
-                    None => Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                    Some(attrs) => attrs
-                        .iter()
-                        .fold(
-                            Projection::builder().projection_type(ProjectionType::Include),
-                            |p, a| p.non_key_attributes(*a),
-                        )
-                        .build(),
-                };
-                let mut g = GlobalSecondaryIndex::builder()
-                    .index_name(i.name)
-                    .key_schema(key_el(i.partition_key.0, KeyType::Hash)?)
-                    .projection(projection);
-                if let Some((sk, _)) = i.sort_key {
-                    g = g.key_schema(key_el(sk, KeyType::Range)?);
-                }
-                req = req.global_secondary_indexes(
-                    g.build()
-                        .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                );
-            }
-            req.send().await.map_err(sdk)?;
+            self.create_table(&t, &name).await?;
             if let Some(ttl) = t.ttl {
-                self.client
-                    .update_time_to_live()
-                    .table_name(&name)
-                    .time_to_live_specification(
-                        TimeToLiveSpecification::builder()
-                            .attribute_name(ttl)
-                            .enabled(true)
-                            .build()
-                            .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                    )
-                    .send()
-                    .await
-                    .map_err(sdk)?;
+                self.enable_ttl(&name, ttl).await?;
             }
         }
+        Ok(())
+    }
+
+    /// Creates the table `t` as `name`: on-demand billing, its key, the attributes its
+    /// keys use and its secondary indexes.
+    async fn create_table(&self, t: &Table, name: &str) -> Result<()> {
+        let mut req = self
+            .client
+            .create_table()
+            .table_name(name)
+            .billing_mode(BillingMode::PayPerRequest)
+            .key_schema(key_element(t.key.0, KeyType::Hash)?);
+        for (a, ty) in key_attributes(t) {
+            req = req.attribute_definitions(attribute_definition(a, ty)?);
+        }
+        for i in t.indexes {
+            req = req.global_secondary_indexes(global_index(i)?);
+        }
+        req.send().await.map_err(sdk)?;
+        Ok(())
+    }
+
+    /// Switches on expiry by the attribute `ttl` for the table `name`.
+    async fn enable_ttl(&self, name: &str, ttl: &str) -> Result<()> {
+        self.client
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder()
+                    .attribute_name(ttl)
+                    .enabled(true)
+                    .build()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+            )
+            .send()
+            .await
+            .map_err(sdk)?;
         Ok(())
     }
 
@@ -374,6 +338,75 @@ impl DynamoStore {
             }
         }
     }
+}
+
+/// Every attribute a key of `t` (the table's or an index's) uses, as (name, type),
+/// sorted and without duplicates.
+fn key_attributes(t: &Table) -> Vec<(&'static str, &'static str)> {
+    let mut attrs: Vec<(&'static str, &'static str)> = vec![t.key];
+    for i in t.indexes {
+        attrs.push(i.partition_key);
+        attrs.extend(i.sort_key);
+    }
+    attrs.sort();
+    attrs.dedup();
+    attrs
+}
+
+/// The DynamoDB type of a key attribute: "N" is a number, anything else a string.
+fn scalar_type(ty: &str) -> ScalarAttributeType {
+    if ty == "N" {
+        ScalarAttributeType::N
+    } else {
+        ScalarAttributeType::S
+    }
+}
+
+/// One element of a key schema: the attribute `name` as hash or range key.
+fn key_element(name: &str, kt: KeyType) -> Result<KeySchemaElement> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kt)
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+/// The definition of the key attribute `name` of type `ty` ("S"/"N").
+fn attribute_definition(name: &str, ty: &str) -> Result<AttributeDefinition> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(scalar_type(ty))
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+/// What an index projects: ALL, or only the listed non-key attributes.
+fn projection(i: &Index) -> Projection {
+    match i.include {
+        None => Projection::builder()
+            .projection_type(ProjectionType::All)
+            .build(),
+        Some(attrs) => attrs
+            .iter()
+            .fold(
+                Projection::builder().projection_type(ProjectionType::Include),
+                |p, a| p.non_key_attributes(*a),
+            )
+            .build(),
+    }
+}
+
+/// The global secondary index `i`: its keys and projection.
+fn global_index(i: &Index) -> Result<GlobalSecondaryIndex> {
+    let mut g = GlobalSecondaryIndex::builder()
+        .index_name(i.name)
+        .key_schema(key_element(i.partition_key.0, KeyType::Hash)?)
+        .projection(projection(i));
+    if let Some((sk, _)) = i.sort_key {
+        g = g.key_schema(key_element(sk, KeyType::Range)?);
+    }
+    g.build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
 }
 
 fn verdict_from_item(item: &Item) -> Result<VerdictRecord> {

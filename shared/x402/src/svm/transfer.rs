@@ -3,8 +3,8 @@
 
 use crate::reason::FailureReason;
 use crate::svm::{
-    COMPUTE_BUDGET_PROGRAM, MAX_COMPUTE_UNIT_LIMIT, MAX_MEMO_BYTES, MEMO_PROGRAM, Pubkey,
-    SYSTEM_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM, Transaction,
+    COMPUTE_BUDGET_PROGRAM, Instruction, MAX_COMPUTE_UNIT_LIMIT, MAX_MEMO_BYTES, MEMO_PROGRAM,
+    Message, Pubkey, SYSTEM_PROGRAM, TOKEN_2022_PROGRAM, TOKEN_PROGRAM, Transaction,
 };
 
 /// Why a transaction is not the payment it must be: an x402 reason code and a message.
@@ -34,6 +34,53 @@ pub struct NativeTransfer {
 /// nothing else runs but compute-budget settings and a memo. The amount and recipient
 /// are compared by the caller against the requirements.
 pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
+    check_native_envelope(tx)?;
+    let m = &tx.message;
+    let payer = m.fee_payer();
+    let (system, budget, memo_program) = (
+        Pubkey::known(SYSTEM_PROGRAM),
+        Pubkey::known(COMPUTE_BUDGET_PROGRAM),
+        Pubkey::known(MEMO_PROGRAM),
+    );
+    let mut transfer = None;
+    let mut extras = Accompaniments::default();
+    for ix in &m.instructions {
+        let program = m.program_of(ix);
+        if program == budget {
+            extras.compute_budget(ix)?;
+        } else if program == memo_program {
+            extras.memo(ix)?;
+        } else if program == system {
+            if transfer.is_some() {
+                return Err(refuse(
+                    FailureReason::SvmInstructions,
+                    "more than one system transfer",
+                ));
+            }
+            transfer = Some(read_system_transfer(m, ix, payer)?);
+        } else {
+            return Err(refuse(
+                FailureReason::SvmInstructions,
+                format!("program {program} has no place in a native SOL payment"),
+            ));
+        }
+    }
+    let t = transfer.ok_or_else(|| {
+        refuse(
+            FailureReason::SvmNoTransfer,
+            "the transaction transfers no SOL",
+        )
+    })?;
+    if t.to == t.payer {
+        return Err(refuse(FailureReason::SvmRecipient, "the payer pays itself"));
+    }
+    Ok(t)
+}
+
+/// What a native SOL payment's envelope must be before its instructions are read: no
+/// address lookup tables, exactly one required signer (the fee payer), and that
+/// signer's signature verifying over the message. Checked in that order.
+fn check_native_envelope(tx: &Transaction) -> Result<(), Refusal> {
     let m = &tx.message;
     if !m.lookups.is_empty() {
         return Err(refuse(
@@ -56,98 +103,96 @@ pub fn native_transfer(tx: &Transaction) -> Result<NativeTransfer, Refusal> {
             "the payer's signature does not verify over the transaction",
         ));
     }
-    let payer = m.fee_payer();
-    let (system, budget, memo_program) = (
-        Pubkey::known(SYSTEM_PROGRAM),
-        Pubkey::known(COMPUTE_BUDGET_PROGRAM),
-        Pubkey::known(MEMO_PROGRAM),
-    );
-    let (mut transfer, mut limit, mut price, mut memos) = (None, false, false, 0);
-    for ix in &m.instructions {
-        let program = m.program_of(ix);
-        if program == budget {
-            match ix.data.first() {
-                Some(2) if !limit && ix.data.len() == 5 => {
-                    limit = true;
-                    let units =
-                        u32::from_le_bytes([ix.data[1], ix.data[2], ix.data[3], ix.data[4]]);
-                    if units > MAX_COMPUTE_UNIT_LIMIT {
-                        return Err(refuse(
-                            FailureReason::SvmInstructions,
-                            format!(
-                                "a compute unit limit of {units} (at most {MAX_COMPUTE_UNIT_LIMIT})"
-                            ),
-                        ));
-                    }
-                }
-                Some(3) if !price && ix.data.len() == 9 => price = true,
-                _ => {
+    Ok(())
+}
+
+/// The instructions allowed beside a native transfer, counted as they are met: at most
+/// one SetComputeUnitLimit, one SetComputeUnitPrice and one memo.
+#[derive(Default)]
+struct Accompaniments {
+    limit: bool,
+    price: bool,
+    memos: u32,
+}
+
+impl Accompaniments {
+    /// A compute-budget instruction may only be the first SetComputeUnitLimit (5 bytes,
+    /// at most [`MAX_COMPUTE_UNIT_LIMIT`] units) or the first SetComputeUnitPrice (9
+    /// bytes); anything else, or a repeat, is refused.
+    fn compute_budget(&mut self, ix: &Instruction) -> Result<(), Refusal> {
+        match ix.data.first() {
+            Some(2) if !self.limit && ix.data.len() == 5 => {
+                self.limit = true;
+                let units = u32::from_le_bytes([ix.data[1], ix.data[2], ix.data[3], ix.data[4]]);
+                if units > MAX_COMPUTE_UNIT_LIMIT {
                     return Err(refuse(
                         FailureReason::SvmInstructions,
-                        "only one SetComputeUnitLimit and one SetComputeUnitPrice may accompany the transfer",
+                        format!(
+                            "a compute unit limit of {units} (at most {MAX_COMPUTE_UNIT_LIMIT})"
+                        ),
                     ));
                 }
             }
-        } else if program == memo_program {
-            memos += 1;
-            if memos > 1 || ix.data.len() > MAX_MEMO_BYTES {
+            Some(3) if !self.price && ix.data.len() == 9 => self.price = true,
+            _ => {
                 return Err(refuse(
                     FailureReason::SvmInstructions,
-                    format!("at most one memo of at most {MAX_MEMO_BYTES} bytes"),
+                    "only one SetComputeUnitLimit and one SetComputeUnitPrice may accompany the transfer",
                 ));
             }
-        } else if program == system {
-            if transfer.is_some() {
-                return Err(refuse(
-                    FailureReason::SvmInstructions,
-                    "more than one system transfer",
-                ));
-            }
-            let is_transfer = ix.data.len() == 12 && ix.data[..4] == 2u32.to_le_bytes();
-            let (Some((from_i, from)), Some((to_i, to))) =
-                (m.account_of(ix, 0), m.account_of(ix, 1))
-            else {
-                return Err(refuse(
-                    FailureReason::SvmInstructions,
-                    "a system instruction without its accounts",
-                ));
-            };
-            if !is_transfer || ix.accounts.len() != 2 {
-                return Err(refuse(
-                    FailureReason::SvmInstructions,
-                    "the only system instruction allowed is Transfer",
-                ));
-            }
-            if from_i != 0 || from != payer || !m.is_writable(to_i) {
-                return Err(refuse(
-                    FailureReason::SvmInstructions,
-                    "the transfer must move the payer's (the fee payer's) own lamports",
-                ));
-            }
-            let mut amount = [0u8; 8];
-            amount.copy_from_slice(&ix.data[4..12]);
-            transfer = Some(NativeTransfer {
-                payer,
-                to,
-                lamports: u64::from_le_bytes(amount),
-            });
-        } else {
+        }
+        Ok(())
+    }
+
+    /// A memo is allowed once, of at most [`MAX_MEMO_BYTES`] bytes.
+    fn memo(&mut self, ix: &Instruction) -> Result<(), Refusal> {
+        self.memos += 1;
+        if self.memos > 1 || ix.data.len() > MAX_MEMO_BYTES {
             return Err(refuse(
                 FailureReason::SvmInstructions,
-                format!("program {program} has no place in a native SOL payment"),
+                format!("at most one memo of at most {MAX_MEMO_BYTES} bytes"),
             ));
         }
+        Ok(())
     }
-    let t = transfer.ok_or_else(|| {
-        refuse(
-            FailureReason::SvmNoTransfer,
-            "the transaction transfers no SOL",
-        )
-    })?;
-    if t.to == t.payer {
-        return Err(refuse(FailureReason::SvmRecipient, "the payer pays itself"));
+}
+
+/// Reads a system-program instruction as the payment's transfer. Decides, in order:
+/// that it names a from and a to account; that it is a Transfer (12 bytes, tag 2) with
+/// exactly those two accounts; that it moves the fee payer's own lamports (account 0)
+/// to a writable account.
+fn read_system_transfer(
+    m: &Message,
+    ix: &Instruction,
+    payer: Pubkey,
+) -> Result<NativeTransfer, Refusal> {
+    let is_transfer = ix.data.len() == 12 && ix.data[..4] == 2u32.to_le_bytes();
+    let (Some((from_i, from)), Some((to_i, to))) = (m.account_of(ix, 0), m.account_of(ix, 1))
+    else {
+        return Err(refuse(
+            FailureReason::SvmInstructions,
+            "a system instruction without its accounts",
+        ));
+    };
+    if !is_transfer || ix.accounts.len() != 2 {
+        return Err(refuse(
+            FailureReason::SvmInstructions,
+            "the only system instruction allowed is Transfer",
+        ));
     }
-    Ok(t)
+    if from_i != 0 || from != payer || !m.is_writable(to_i) {
+        return Err(refuse(
+            FailureReason::SvmInstructions,
+            "the transfer must move the payer's (the fee payer's) own lamports",
+        ));
+    }
+    let mut amount = [0u8; 8];
+    amount.copy_from_slice(&ix.data[4..12]);
+    Ok(NativeTransfer {
+        payer,
+        to,
+        lamports: u64::from_le_bytes(amount),
+    })
 }
 
 /// What an SPL `exact` payment says before the facilitator checks it: who authorizes

@@ -83,6 +83,17 @@ mod tests {
             );
             assert!(b["info"]["input"]["body"]["spec"]["checks"].is_array());
             // The body schema is the one /openapi.json gives for the request body.
+            // Each tier is listed under the one verdict operation, with its own example
+            // and success status.
+            assert_eq!(listing.openapi_path, "/v1/verdicts/{tier}");
+            assert_eq!(
+                listing.input,
+                crate::checkout::discovery::Input::Body {
+                    example: tier.as_str()
+                }
+            );
+            let status = if tier == Tier::Sworn { "202" } else { "201" };
+            assert_eq!(listing.success_status, status);
             let openapi_body = body_schema(&listing);
             assert!(!openapi_body.to_string().contains("$ref"));
             assert_eq!(
