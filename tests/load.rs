@@ -384,7 +384,8 @@ fn percentile_ms(v: &[f64], p: f64) -> f64 {
 /// dns_failure` within the lookup's 5 s (at most 32 lookups hold a thread at a time),
 /// `/healthz` stays fast and the embedded store, which runs on the same blocking pool,
 /// keeps its latency. Run in a network namespace of its own (`unshare`), where
-/// /etc/resolv.conf names a black hole; skipped where namespaces cannot be made.
+/// /etc/resolv.conf names a black hole. Where namespaces cannot be made it fails, unless
+/// the run allows its skip (`dns_black_hole` in UMPIRE_ALLOWED_SKIPS).
 #[test]
 fn six_hundred_unpaid_requests_against_a_dns_that_never_answers_starve_nothing() {
     const REQUESTS: usize = 600;
@@ -399,16 +400,30 @@ fn six_hundred_unpaid_requests_against_a_dns_that_never_answers_starve_nothing()
         .map(std::path::PathBuf::from)
         .unwrap_or_else(umpire_blackbox::umpire_bin);
     let data = dir.path().join("data");
+    // Namespaces first: where none can be made (no privilege, no unshare) the scenario
+    // cannot run at all, which is not the same as the server failing inside one.
+    let can_unshare = std::process::Command::new("unshare")
+        .args(["--net", "--mount", "--fork", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can_unshare {
+        umpire_blackbox::cannot_run("dns_black_hole", "no network namespace can be made here");
+        return;
+    }
     // The namespace: loopback only, a UDP socket on port 53 that reads and never
-    // answers, and `umpire serve` (exec'd, so its pid is the namespace's handle).
+    // answers (the server starts once it is bound), and `umpire serve` (exec'd, so its
+    // pid is the namespace's handle).
+    let bound = dir.path().join("bound");
     let script = format!(
         "mount --bind {resolv} /etc/resolv.conf || exit 1\n\
          ip link set lo up || exit 1\n\
-         {python} -c 'import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"127.0.0.1\", 53)); time.sleep(600)' >/dev/null 2>&1 &\n\
-         sleep 0.3\n\
+         {python} -c 'import socket,time; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((\"127.0.0.1\", 53)); open(\"{bound}\", \"w\").close(); time.sleep(600)' >/dev/null 2>&1 &\n\
+         for i in $(seq 200); do [ -e {bound} ] && break; sleep 0.05; done\n\
+         [ -e {bound} ] || exit 1\n\
          exec {bin} serve --addr 127.0.0.1:0 --data-dir {data}\n",
         resolv = resolv.display(),
         python = umpire_blackbox::python(),
+        bound = bound.display(),
         bin = bin.display(),
         data = data.display(),
     );
@@ -431,10 +446,7 @@ fn six_hundred_unpaid_requests_against_a_dns_that_never_answers_starve_nothing()
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("skipped: unshare is not available ({e})");
-            return;
-        }
+        Err(e) => panic!("unshare ran a moment ago and does not start now: {e}"),
     };
     let mut line = String::new();
     std::io::BufRead::read_line(
@@ -445,11 +457,9 @@ fn six_hundred_unpaid_requests_against_a_dns_that_never_answers_starve_nothing()
     let Some(addr) = line.trim().strip_prefix("umpire listening on http://") else {
         let _ = child.kill();
         let _ = child.wait();
-        if line.is_empty() {
-            eprintln!("skipped: no network namespace could be made here");
-            return;
-        }
-        panic!("umpire serve did not start in the namespace: {line:?}");
+        panic!(
+            "umpire serve (or the black-hole resolver) did not start in the namespace: {line:?}"
+        );
     };
     // The server's pid inside: the child of unshare --fork.
     let pid = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
@@ -504,6 +514,14 @@ fn six_hundred_unpaid_requests_against_a_dns_that_never_answers_starve_nothing()
     // one for the resolver's timeouts (20 s here).
     let limit = umpire_fetch::LOOKUP_TIMEOUT.as_millis() as f64 + 3000.0;
     assert!(slowest < limit, "a refusal took {slowest:.0} ms");
+    // And the black hole was one: the lookups that got a thread waited out their whole
+    // limit. A resolver that refused at once (not bound, or not the one in
+    // resolv.conf) would answer every request fast and prove nothing.
+    let waited = umpire_fetch::LOOKUP_TIMEOUT.as_millis() as f64 - 250.0;
+    assert!(
+        slowest >= waited,
+        "no refusal waited for the lookup's limit ({slowest:.0} ms): the DNS server answered"
+    );
     // The store's writes go on (a starved blocking pool would hold them for the
     // resolver's 20 s); timings on this shared machine vary, so the bound is loose.
     assert!(

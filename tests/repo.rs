@@ -198,3 +198,71 @@ fn moto_serial_pages_like_stock_moto() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `make test`'s verdict (infra/local/test_summary.py) fails every way a sub-run can
+/// break without a red test line: no summary (a test binary that does not link, moto not
+/// starting), a non-zero exit with nothing counted, no status at all, and `exec failed`
+/// or `timed out` in a summary. Would catch: a gate that adds up whatever summaries it
+/// finds and passes a run that never ran.
+#[test]
+fn the_test_gate_fails_a_sub_run_that_broke_without_a_failed_test() {
+    let dir = std::env::temp_dir().join(format!("umpire-gate-{}", std::process::id()));
+    let ok =
+        "        PASS [   0.1s] a::b\n     Summary [   1.0s] 3 tests run: 3 passed, 1 skipped\n";
+    let cases: &[(&str, &str, Option<&str>, bool, &str)] = &[
+        ("every run sound", ok, Some("0"), true, "6 passed, 0 failed"),
+        (
+            "no summary",
+            "error: could not compile `x`\n",
+            Some("101"),
+            false,
+            "3 passed, 1 failed",
+        ),
+        (
+            "exited non-zero",
+            ok,
+            Some("2"),
+            false,
+            "6 passed, 1 failed",
+        ),
+        ("no status", ok, None, false, "6 passed, 1 failed"),
+        (
+            "exec failed",
+            "     Summary [   1.0s] 3 tests run: 2 passed, 1 exec failed, 0 skipped\n",
+            Some("100"),
+            false,
+            "5 passed, 1 failed",
+        ),
+        (
+            "timed out",
+            "     Summary [   1.0s] 3 tests run: 2 passed, 1 timed out, 0 skipped\n",
+            Some("100"),
+            false,
+            "5 passed, 1 failed",
+        ),
+    ];
+    for (name, second_log, second_status, passes, total) in cases {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("test-main.log"), ok).expect("log");
+        std::fs::write(dir.join("test-main.status"), "0\n").expect("status");
+        std::fs::write(dir.join("test-alone.log"), second_log).expect("log");
+        if let Some(status) = second_status {
+            std::fs::write(dir.join("test-alone.status"), format!("{status}\n")).expect("status");
+        }
+        let out = Command::new(umpire_blackbox::python())
+            .arg(repo_root().join("infra/local/test_summary.py"))
+            .arg(&dir)
+            .args(["main", "alone"])
+            .output()
+            .expect("python");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.success(), *passes, "{name}: {stdout}");
+        assert_eq!(stdout.lines().last(), Some(*total), "{name}: {stdout}");
+        assert!(
+            stdout.starts_with("main: 3 passed, 0 failed\n"),
+            "{name}: {stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

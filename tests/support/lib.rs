@@ -95,6 +95,32 @@ pub const PRICE_BASIC: u128 = 1_000_000;
 pub const PRICE_PROBE: u128 = 2_000_000;
 pub const PRICE_SWORN: u128 = 5_000_000;
 
+/// A test whose scenario cannot run here (a tool missing, a privilege not granted):
+/// it fails, unless the run names it in `UMPIRE_ALLOWED_SKIPS` (comma-separated; `make
+/// test` sets it only where the tool is known missing), in which case the skip is
+/// written to `UMPIRE_SKIPS_FILE` for the run's summary and the caller returns. A skip
+/// never passes silently.
+pub fn cannot_run(name: &str, why: &str) {
+    let allowed = std::env::var("UMPIRE_ALLOWED_SKIPS").unwrap_or_default();
+    if !allowed.split(',').any(|n| n.trim() == name) {
+        panic!(
+            "{name} cannot run its scenario: {why}. A run may skip it only by naming it in UMPIRE_ALLOWED_SKIPS (make test does where the tool is known missing)"
+        );
+    }
+    if let Ok(file) = std::env::var("UMPIRE_SKIPS_FILE") {
+        use std::io::Write as _;
+        let line = format!("allowed skip: {name}: {why}\n");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            panic!("{name}: could not record its allowed skip in {file}: {e}");
+        }
+    }
+}
+
 pub fn python() -> String {
     std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into())
 }

@@ -49,8 +49,8 @@ error_codes! {
     InvalidIdempotencyKey => ("invalid_idempotency_key", 422),
     IdempotencyKeyReuse => ("idempotency_key_reuse", 409),
     InFlight => ("in_flight", 409),
-    // In the contract's table, and never sent by this version: every case it could
-    // name has a more precise answer (docs/api.md, the 409 row).
+    // Sent only for a purchase naming an ERC-8004 validation request already answered;
+    // elsewhere each case it could name has a more precise answer (docs/api.md, 409).
     AlreadyCreated => ("already_created", 409),
     RateLimited => ("rate_limited", 429),
     NotFound => ("not_found", 404),
