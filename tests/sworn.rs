@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use umpire_blackbox::chain::{Devnet, Settlement, buy_v2, node_json};
+use umpire_blackbox::chain::{Devnet, Settlement, buy_v2, node_json, node_json_verdict};
 use umpire_blackbox::{Scripted, Server, TempDir, python_recipe, urlencode};
 use umpire_core::json::{Value, parse};
 
@@ -128,6 +128,9 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
         .header("x-umpire-signature")
         .expect("X-Umpire-Signature")
         .to_owned();
+    // The contract's delivery headers: which verdict, which attempt.
+    assert_eq!(d.header("x-umpire-verdict-id"), Some(id.as_str()));
+    assert_eq!(d.header("x-umpire-delivery-attempt"), Some("1"));
     let check = node_json(
         "tests/js/verify_webhook.mjs",
         &[
@@ -143,7 +146,7 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
         check["ok"], true,
         "the Node recipe rejects the signature: {check}"
     );
-    let forged = node_json(
+    let (verified, forged) = node_json_verdict(
         "tests/js/verify_webhook.mjs",
         &[
             "--secret",
@@ -155,6 +158,10 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
         ],
     );
     assert_eq!(forged["ok"], false, "a wrong secret must not verify");
+    assert!(
+        !verified,
+        "the recipe exits non-zero on a signature that does not verify"
+    );
 
     // The document verifies offline, and find recovers the id.
     let keys = tmp.write(

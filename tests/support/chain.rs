@@ -39,15 +39,38 @@ pub fn node_json(script: &str, args: &[&str]) -> Value {
         .expect("run node (is Node.js installed?)");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().last().unwrap_or_default();
+    // A script that failed fails its caller, whatever it printed last: a JSON line
+    // from a script that then exited non-zero (a purchase refused, say) is not an
+    // answer to go on with.
     match serde_json::from_str(last) {
         Ok(v) if out.status.success() => v,
-        Ok(v) => v,
-        Err(_) => panic!(
+        _ => panic!(
             "node {script} failed ({}):\nstdout: {stdout}\nstderr: {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ),
     }
+}
+
+/// Runs a Node script whose exit status is part of its answer (a check that says no
+/// by exiting 1): whether it exited 0, and the JSON of its last line.
+pub fn node_json_verdict(script: &str, args: &[&str]) -> (bool, Value) {
+    let out = Command::new("node")
+        .arg(repo_root().join(script))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("run node (is Node.js installed?)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let v = serde_json::from_str(last).unwrap_or_else(|_| {
+        panic!(
+            "node {script} printed no JSON ({}):\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), v)
 }
 
 /// A running anvil with the token deployed; `info` is devnet.json.

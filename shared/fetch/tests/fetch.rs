@@ -435,6 +435,12 @@ async fn the_shipped_deadline_is_twelve_seconds() {
     let e = r.observation.error.expect("timed out");
     assert!(e.starts_with("timeout"), "{e}");
     assert!(took >= Duration::from_secs(12), "gave up after {took:?}");
+    // And not much later: the deadline is the fetch's own, not the caller's. (Slack
+    // for a loaded machine; a deadline lost would wait on the dead server for ever.)
+    assert!(
+        took < Duration::from_secs(16),
+        "still waiting after {took:?}"
+    );
 }
 
 /// The shipped politeness: one host is fetched at most once a second by a process
