@@ -2,7 +2,7 @@
 //! embedded store (seeded through the store itself before the server starts).
 
 use umpire_api::plumbing::rate_limits::RateLimits;
-use umpire_blackbox::{Server, TempDir, request, urlencode};
+use umpire_blackbox::{Reply, Server, TempDir, request, urlencode};
 use umpire_core::hash::sha256_hex;
 use umpire_core::json::Value;
 use umpire_host::Clock;
@@ -259,24 +259,45 @@ fn free_routes_are_rate_limited_per_ip() {
     assert_eq!(s.get(&q).status, 200);
 }
 
-/// The contract's default limits, over HTTP: 120 quotes and 120 status lookups a minute
-/// from one address (a lookup of an unknown verdict counts like any other), then 429;
-/// the two buckets are counted apart. Would catch: a default changed in the code and
-/// not in the contract, or a route counted in another route's bucket.
+/// The contract's default limits, over HTTP, bucket by bucket from one address:
+/// quote 120, status 120 (a lookup of an unknown verdict counts like any other),
+/// validate 30, find 20, feedback 30 (counted before the body is read), mcp 120 and
+/// unpaid 60 (a paid route's request without a payment, counted before its 402), then
+/// 429 `rate_limited`; each bucket is counted apart from the others. (`replay` is held
+/// by payments.rs: it needs a purchase to replay.) Would catch: a default changed in
+/// the code and not in the contract, or a route counted in another route's bucket.
 #[test]
-fn the_contracts_default_limits_hold_for_quote_and_status() {
+fn the_contracts_default_limits_hold_for_every_bucket() {
     let (s, clock) = limited(RateLimits::default());
     let status = format!("/v1/verdicts/vrd_{}", "0".repeat(32));
-    for (path, limit) in [("/v1/quote", 120), (status.as_str(), 120)] {
+    let find = format!(
+        "/v1/find?spec_hash={}&webhook=https%3A%2F%2Fa.example",
+        "ab".repeat(32)
+    );
+    let spec = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
+    let purchase = r#"{"spec":{"checks":[{"type":"length","min":1}]},"deliverable":{"text":"x"}}"#;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let buckets: [(&str, usize, &dyn Fn() -> Reply); 7] = [
+        ("quote", 120, &|| s.get("/v1/quote")),
+        ("status", 120, &|| s.get(&status)),
+        ("validate", 30, &|| s.validate(spec)),
+        ("find", 20, &|| s.get(&find)),
+        ("feedback", 30, &|| s.feedback("{}")),
+        ("mcp", 120, &|| s.post_json("/mcp", ping)),
+        ("unpaid", 60, &|| {
+            s.post_json("/v1/verdicts/basic", purchase)
+        }),
+    ];
+    for (bucket, limit, call) in buckets {
         for i in 0..limit {
-            let r = s.get(path);
-            assert_ne!(r.status, 429, "{path}: request {i} of {limit}");
+            let r = call();
+            assert_ne!(r.status, 429, "{bucket}: request {} of {limit}", i + 1);
         }
-        let over = s.get(path);
+        let over = call();
         assert_eq!(
             (over.status, over.error_code().as_str()),
             (429, "rate_limited"),
-            "{path}: request {} of {limit}",
+            "{bucket}: request {} of {limit}",
             limit + 1
         );
     }
