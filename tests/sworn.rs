@@ -510,7 +510,7 @@ fn webhooks_retry_after_a_hang_up_and_a_refused_connection() {
         .expect("a free port");
     let page = Scripted::start(vec![(200, "service up")]);
     let devnet = Devnet::start();
-    let server = devnet.serve(Settlement::SelfSettle, FAST);
+    let server = devnet.serve_logged(Settlement::SelfSettle, FAST);
     let url = format!("http://{}/v1/verdicts/sworn", server.addr);
     let body = |hook: std::net::SocketAddr| {
         format!(
@@ -546,4 +546,15 @@ fn webhooks_retry_after_a_hang_up_and_a_refused_connection() {
         6,
         "the first attempt and 5 retries, no more"
     );
+    // Nothing listens at the refused port, so its attempts are counted in the server's
+    // own log: five retries scheduled, then given up, as for the hang-up.
+    let refused_id = str_of(&bought[1], "verdict_id");
+    let logs = server.logs();
+    let lines = |what: &str| {
+        logs.lines()
+            .filter(|l| l.contains(refused_id) && l.contains(what))
+            .count()
+    };
+    assert_eq!(lines("webhook failed; retrying"), 5, "{logs}");
+    assert_eq!(lines("webhook failed for the last time"), 1, "{logs}");
 }

@@ -428,6 +428,17 @@ impl Devnet {
         all.extend_from_slice(extra);
         Server::start_in(data, &all)
     }
+
+    /// [`Devnet::serve`], logging at debug level into the data directory's `serve.log`
+    /// (read with [`Server::logs`]): for a test that counts what the server did where
+    /// nothing outside can see it (attempts at a port where nothing listens, say).
+    pub fn serve_logged(&self, settlement: Settlement, extra: &[(&str, &str)]) -> Server {
+        let env = self.server_env(settlement);
+        let mut all: Vec<(&str, &str)> =
+            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        all.extend_from_slice(extra);
+        Server::start_logged(&all)
+    }
 }
 
 /// How anvil makes blocks.
