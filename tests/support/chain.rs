@@ -31,25 +31,12 @@ pub fn anvil_bin() -> PathBuf {
 /// Runs a node script from the repository with arguments; returns its last stdout line
 /// as JSON. Panics with stderr when it fails.
 pub fn node_json(script: &str, args: &[&str]) -> Value {
-    let out = Command::new("node")
-        .arg(repo_root().join(script))
-        .args(args)
-        .current_dir(repo_root())
-        .output()
-        .expect("run node (is Node.js installed?)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
     // A script that failed fails its caller, whatever it printed last: a JSON line
     // from a script that then exited non-zero (a purchase refused, say) is not an
     // answer to go on with.
-    match serde_json::from_str(last) {
-        Ok(v) if out.status.success() => v,
-        _ => panic!(
-            "node {script} failed ({}):\nstdout: {stdout}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
+    let (succeeded, v) = node_json_verdict(script, args);
+    assert!(succeeded, "node {script} failed, its last line: {v}");
+    v
 }
 
 /// Runs a Node script whose exit status is part of its answer (a check that says no

@@ -70,23 +70,7 @@ impl EvmChain {
         if let Some(f) = state.fees.filter(|f| f.read_at.elapsed() < fresh_for) {
             return Ok(f);
         }
-        let history = tokio::time::timeout(
-            SEND_CALL_TIMEOUT,
-            self.provider
-                .get_fee_history(1, BlockNumberOrTag::Latest, &[50.0]),
-        )
-        .await
-        .map_err(|_| rpc_error("eth_feeHistory", "no answer in time"))?
-        .map_err(|e| rpc_error("eth_feeHistory", e))?;
-        let base = history.base_fee_per_gas.last().copied().unwrap_or_default();
-        let tip = history
-            .reward
-            .as_ref()
-            .and_then(|r| r.first())
-            .and_then(|r| r.first())
-            .copied()
-            .unwrap_or_default()
-            .max(MIN_PRIORITY_FEE);
+        let (base, tip) = self.next_fees().await?;
         // Twice the next base fee: room for six full blocks of rises.
         let fees = Fees {
             max_fee_per_gas: base.saturating_mul(2).saturating_add(tip),
