@@ -153,10 +153,37 @@ fn attacks() -> Vec<Attack> {
         Refused("regex_too_large"),
     );
     add(
-        "ten ^\\w{1,64}$, 1.1 MB compiled each",
+        "ten ^\\w{1,64}$, 3.6 MB built each (forward and reverse)",
         "basic",
         (0..10)
             .map(|i| regex(&format!("^\\w{{1,64}}{i}$")))
+            .collect(),
+        text("x"),
+        Refused("regex_too_large"),
+    );
+    add(
+        "ten ^\\w{1,44}$ behind a lookahead, compiled after weighing",
+        "basic",
+        (0..10)
+            .map(|i| regex(&format!("^(?=.){i}\\w{{1,44}}$")))
+            .collect(),
+        text("x"),
+        Refused("regex_too_large"),
+    );
+    // Its reverse automaton is five times its forward one (4-byte ranges sharing their
+    // last byte): weighed forward only, ten of these built ~15 MB before payment.
+    let ranges: String = (0..88)
+        .step_by(2)
+        .map(|i| {
+            let lo = 0x10000 + i * 0x40;
+            format!("\\u{{{lo:X}}}-\\u{{{:X}}}", lo + 0xF)
+        })
+        .collect();
+    add(
+        "ten classes of 4-byte ranges counted 600 times, reverse-heavy",
+        "basic",
+        (0..10)
+            .map(|i| regex(&format!("[{ranges}]{{{}}}", 600 + i)))
             .collect(),
         text("x"),
         Refused("regex_too_large"),
@@ -479,6 +506,7 @@ fn every_hostile_body_is_answered_within_the_cpu_budget() {
     let mut over = Vec::new();
     let mut wrong = Vec::new();
     let mut table = Vec::new();
+    let mut worst: Option<(Duration, String)> = None;
     for attack in attacks() {
         for (route, body) in requests(&attack) {
             assert!(
@@ -505,12 +533,25 @@ fn every_hostile_body_is_answered_within_the_cpu_budget() {
             if spent > budget {
                 over.push(format!("{} via {route}: {spent:?}", attack.name));
             }
+            if worst.as_ref().is_none_or(|(w, _)| spent > *w) {
+                worst = Some((spent, format!("{} via {route}", attack.name)));
+            }
         }
     }
     eprintln!(
         "server CPU per hostile request ({build} build, budget {budget:?}):\n{}",
         table.join("\n")
     );
+    if let Some((spent, what)) = &worst {
+        // The goal (half the budget, under a full run's load) is reported in the run's
+        // summary rather than asserted: the budget is what fails the test.
+        umpire_blackbox::record_measure(&format!(
+            "worst hostile body {} ms CPU ({build} build; goal {} ms, budget {} ms): {what}",
+            spent.as_millis(),
+            budget.as_millis() / 2,
+            budget.as_millis()
+        ));
+    }
     assert!(wrong.is_empty(), "answered wrongly: {wrong:#?}");
     assert!(over.is_empty(), "over the CPU budget: {over:#?}");
     assert_eq!(server.get("/healthz").status, 200);

@@ -8,7 +8,7 @@ when its log has no nextest `Summary [` line (a test binary that did not link or
 a server that did not start), or when its summary counts any failed, timed-out or
 exec-failed test. Skips the run allowed (UMPIRE_ALLOWED_SKIPS, set by `make test` only
 where a tool is known missing) are written by the tests to `CACHE_DIR/test-skips.txt`
-and listed here. The last line is the plain total, `N passed, M failed`; the exit status
+and listed here, with the figures tests measured (`CACHE_DIR/test-measures.txt`). The last line is the plain total, `N passed, M failed`; the exit status
 is non-zero unless every run passed and at least one test ran.
 """
 import os
@@ -77,6 +77,11 @@ def main(argv):
         pass
     for s in skips:
         print(s)
+    try:
+        for line in open(os.path.join(cache, "test-measures.txt")).read().splitlines():
+            print(line)
+    except OSError:
+        pass
     print(f"{total_passed} passed, {total_failed} failed")
     return 0 if total_failed == 0 and total_passed > 0 and not all_problems else 1
 

@@ -121,6 +121,23 @@ pub fn cannot_run(name: &str, why: &str) {
     }
 }
 
+/// A figure a test measured that the run's summary shows (a goal the test reports
+/// without asserting it, such as the worst hostile body's CPU under the run's load):
+/// appended to `UMPIRE_MEASURES_FILE` when the run names one.
+pub fn record_measure(line: &str) {
+    if let Ok(file) = std::env::var("UMPIRE_MEASURES_FILE") {
+        use std::io::Write as _;
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(format!("measured: {line}\n").as_bytes()));
+        if let Err(e) = written {
+            panic!("could not record a measure in {file}: {e}");
+        }
+    }
+}
+
 pub fn python() -> String {
     std::env::var("UMPIRE_PYTHON").unwrap_or_else(|_| "python3".into())
 }

@@ -2,12 +2,14 @@
 //!
 //! Patterns live in regex checks and inside JSON Schemas (every `pattern` and every
 //! `patternProperties` key, whatever the property names around them). Before anyone
-//! pays, each one is held to a length cap, passes the backtracking guard, is weighed
-//! against the spec's compiled-size allowance and is compiled once to prove it compiles.
-//! Compiling is what costs: about 15 ms per MiB of automaton for a repeated Unicode class
-//! (`^\w{1,64}$` is 1.1 MB), and building the literal prefilter of a pattern can take
-//! 30 ms on its own, so the check compiles without a prefilter (its acceptance does not
-//! depend on one) and the allowance is spent across the whole spec, not per pattern.
+//! pays, each one is held to a length cap, passes the backtracking guard, and is weighed
+//! against the spec's compiled-size allowance by building what the regex engine will
+//! build for it. Building is what costs: about 5 ms per MiB of automaton (`^\w{1,40}$`
+//! is 2.2 MB forward and reverse). A pattern the engine takes whole is proven to compile
+//! by that weighing; any other (lookaround, backreferences) is compiled once more, its
+//! parts counted twice, without the literal prefilter (building one can take 30 ms on its
+//! own, and acceptance does not depend on it). The allowance is spent across the whole
+//! spec, not per pattern, so the worst spec costs what the allowance costs.
 //!
 //! Schemas are compiled by the `jsonschema` crate, which builds every pattern with a
 //! prefilter. So before payment a schema is compiled with its patterns replaced by
@@ -17,12 +19,12 @@
 //! `default`, `examples`) is refused: it would make data a schema whose patterns nobody
 //! checked.
 
-use fancy_regex::Expr;
-use regex_automata::nfa::thompson;
-
 use crate::guard::{self, GuardRefusal};
 use crate::json::Value;
 use crate::problem::ProblemCode;
+
+mod weigh;
+use weigh::{Weighed, fold_weight, weigh};
 
 /// Fancy-regex gives up after this many backtracking steps (a bound on steps, not on
 /// time: the worker's wall-clock limit is what really stops a hostile pattern).
@@ -41,10 +43,13 @@ pub const MAX_SPEC_PATTERN_CHARS: usize = 10 * MAX_PATTERN_CHARS;
 /// Patterns per spec: each compiles on its own, however short.
 pub const MAX_SPEC_PATTERNS: usize = 100;
 /// What all the patterns of one spec may compile to together, in bytes of automaton
-/// (regex-automata's Thompson NFA, as it counts its own memory). Ordinary patterns
-/// weigh kilobytes; a count on a Unicode class weighs about 17 KB per repetition, so
-/// `^\w{1,64}$` (1.1 MB) fits twice. Weighing and compiling cost about 21 ms per MiB.
+/// (regex-automata's Thompson NFAs, forward and reverse, as it counts their memory).
+/// Ordinary patterns weigh kilobytes; a count on a Unicode class weighs about 55 KB per
+/// repetition, so `^\w{1,40}$` (2.2 MB) fits once. Weighing costs about 5 ms per MiB:
+/// the worst spec about 15 ms of CPU (docs/benchmarks.md).
 pub const SPEC_REGEX_BYTES: usize = 3 << 20;
+
+const SIZE_HINT: &str = "Counted repetitions of Unicode classes compile to large automata (\\w{40} alone is ~2.2 MB, forward and reverse): use ASCII classes such as [A-Za-z0-9_], smaller counts, or fewer such patterns.";
 
 /// Code points that a spec's case-insensitive classes may fold together. regex-syntax
 /// folds a class range by range, code point by code point wherever the range holds a
@@ -101,6 +106,21 @@ impl Default for RegexBudget {
 }
 
 impl RegexBudget {
+    /// Refuses at once, before the pattern is even parsed, once a refused pattern has
+    /// used the allowance up: what follows cannot fit, so reading it is work for nothing.
+    fn spent_up(&self) -> Result<(), Refusal> {
+        if self.left > 0 {
+            return Ok(());
+        }
+        Err(Refusal {
+            code: ProblemCode::RegexTooLarge,
+            message: format!(
+                "nothing is left of the {SPEC_REGEX_BYTES} bytes all of a spec's patterns may compile to together"
+            ),
+            hint: SIZE_HINT.into(),
+        })
+    }
+
     /// Spends the case folding `text` asks for (counted on its syntax tree, before any
     /// class is built), or refuses it when that is more than is left.
     fn spend_folds(&mut self, text: &str) -> Result<(), Refusal> {
@@ -124,12 +144,13 @@ impl RegexBudget {
     /// Spends what `engine_text` (the pattern as the regex engine reads it) compiles to,
     /// or refuses it when that is more than is left. Weighing stops at what is left, so
     /// it never costs more than the allowance; a refused pattern used it all up (the
-    /// work was done), so the patterns after it are refused at once.
-    fn spend(&mut self, engine_text: &str) -> Result<(), Refusal> {
+    /// work was done), so the patterns after it are refused at once. Says whether the
+    /// pattern still has to be compiled to prove it compiles (see [`Weighed`]).
+    fn spend(&mut self, engine_text: &str) -> Result<Weighed, Refusal> {
         match weigh(engine_text, self.left) {
-            Some(bytes) => {
-                self.left -= bytes;
-                Ok(())
+            Some(weighed) => {
+                self.left -= weighed.bytes;
+                Ok(weighed)
             }
             None => Err(Refusal {
                 code: ProblemCode::RegexTooLarge,
@@ -137,179 +158,10 @@ impl RegexBudget {
                     "compiled, the pattern needs more than the {} bytes left of the {SPEC_REGEX_BYTES} all of a spec's patterns may use together",
                     std::mem::take(&mut self.left)
                 ),
-                hint: "Counted repetitions of Unicode classes compile to large automata (\\w{100} alone is ~1.7 MB): use ASCII classes such as [A-Za-z0-9_], smaller counts, or fewer such patterns.".into(),
+                hint: SIZE_HINT.into(),
             }),
         }
     }
-}
-
-/// Bytes of automaton `text` compiles to, if at most `limit`. Text the regex engine
-/// cannot read whole (lookaround, backreferences) is weighed by the parts fancy-regex
-/// hands to it.
-fn weigh(text: &str, limit: usize) -> Option<usize> {
-    match nfa_bytes(text, limit) {
-        Ok(bytes) => Some(bytes),
-        Err(true) => None,
-        Err(false) => {
-            // Unreadable as a whole: weigh the parts; a pattern that does not parse at
-            // all weighs nothing here and is refused when it is compiled.
-            let Ok(tree) = Expr::parse_tree(text) else {
-                return Some(0);
-            };
-            let mut total = 0;
-            weigh_parts(&tree.expr, limit, &mut total).then_some(total)
-        }
-    }
-}
-
-/// Adds the weight of every part of `e` the regex engine would compile to `total`;
-/// false once `total` passes `limit`.
-fn weigh_parts(e: &Expr, limit: usize, total: &mut usize) -> bool {
-    if to_str_safe(e) {
-        let mut text = String::new();
-        e.to_str(&mut text, 0);
-        return match nfa_bytes(&text, limit - *total) {
-            Ok(bytes) => {
-                *total += bytes;
-                true
-            }
-            Err(over) => !over,
-        };
-    }
-    guard::children(e)
-        .into_iter()
-        .all(|c| weigh_parts(c, limit, total))
-}
-
-/// Whether `Expr::to_str` can render `e` (it panics on what the regex engine cannot
-/// run, and this build aborts on panics). Assertions weigh nothing and are left out.
-fn to_str_safe(e: &Expr) -> bool {
-    match e {
-        Expr::Empty | Expr::Any { .. } | Expr::Literal { .. } | Expr::Delegate { .. } => true,
-        Expr::Concat(v) | Expr::Alt(v) => v.iter().all(to_str_safe),
-        Expr::Group(c) => to_str_safe(c),
-        Expr::Repeat { child, .. } => to_str_safe(child),
-        _ => false,
-    }
-}
-
-/// Code points the regex parser will case-fold to compile `text`: every bracketed class
-/// under the `i` flag folds its items (nested classes included, before its own
-/// negation, and each side of a set operation), and so does a `\p{..}` class (before
-/// its `\P` negation). Counted on fancy-regex's syntax tree, whose classes are the
-/// pieces handed to the regex parser (with the `i` flag resolved), each read as syntax
-/// only, with its coverage taken from its translation without folding: microseconds.
-/// Text that does not parse folds nothing here.
-fn fold_weight(text: &str) -> usize {
-    fn in_tree(e: &Expr) -> usize {
-        match e {
-            Expr::Delegate { inner, casei: true } => {
-                match regex_syntax::ast::parse::Parser::new().parse(inner) {
-                    Ok(ast) => folds_in(&ast, &mut true),
-                    Err(_) => 0,
-                }
-            }
-            other => guard::children(other).into_iter().map(in_tree).sum(),
-        }
-    }
-    Expr::parse_tree(text).map_or(0, |tree| in_tree(&tree.expr))
-}
-
-fn folds_in(ast: &regex_syntax::ast::Ast, casei: &mut bool) -> usize {
-    use regex_syntax::ast::{Ast, Flag, GroupKind};
-    match ast {
-        // Flags set inside a group hold to its end, across alternatives.
-        Ast::Flags(set) => {
-            if let Some(on) = set.flags.flag_state(Flag::CaseInsensitive) {
-                *casei = on;
-            }
-            0
-        }
-        Ast::Group(g) => {
-            let mut inner = *casei;
-            if let GroupKind::NonCapturing(flags) = &g.kind
-                && let Some(on) = flags.flag_state(Flag::CaseInsensitive)
-            {
-                inner = on;
-            }
-            folds_in(&g.ast, &mut inner)
-        }
-        Ast::Concat(c) => c.asts.iter().map(|a| folds_in(a, casei)).sum(),
-        Ast::Alternation(a) => a.asts.iter().map(|a| folds_in(a, casei)).sum(),
-        Ast::Repetition(r) => folds_in(&r.ast, casei),
-        Ast::ClassBracketed(b) if *casei => bracket_folds(b),
-        Ast::ClassUnicode(u) if *casei => {
-            let mut plain = (**u).clone();
-            plain.negated = false;
-            coverage(&Ast::class_unicode(plain))
-        }
-        _ => 0,
-    }
-}
-
-/// A bracketed class folds its items, each nested class folds its own, and each side
-/// of a set operation (`&&`, `--`, `~~`) is folded before the operation.
-fn bracket_folds(b: &regex_syntax::ast::ClassBracketed) -> usize {
-    use regex_syntax::ast::{Ast, ClassBracketed, ClassSet, ClassSetItem};
-    fn side(set: &ClassSet, span: regex_syntax::ast::Span) -> usize {
-        coverage(&Ast::class_bracketed(ClassBracketed {
-            span,
-            negated: false,
-            kind: set.clone(),
-        }))
-    }
-    fn nested(set: &ClassSet) -> usize {
-        match set {
-            ClassSet::BinaryOp(op) => {
-                side(&op.lhs, op.span) + side(&op.rhs, op.span) + nested(&op.lhs) + nested(&op.rhs)
-            }
-            ClassSet::Item(ClassSetItem::Bracketed(inner)) => bracket_folds(inner),
-            ClassSet::Item(ClassSetItem::Union(u)) => u
-                .items
-                .iter()
-                .map(|item| match item {
-                    ClassSetItem::Bracketed(inner) => bracket_folds(inner),
-                    _ => 0,
-                })
-                .sum(),
-            ClassSet::Item(_) => 0,
-        }
-    }
-    let mut items = b.clone();
-    items.negated = false;
-    coverage(&Ast::class_bracketed(items)) + nested(&b.kind)
-}
-
-/// Code points a class covers, from its translation without folding.
-fn coverage(class: &regex_syntax::ast::Ast) -> usize {
-    use regex_syntax::hir::{Class, HirKind};
-    match regex_syntax::Parser::new().parse(&class.to_string()) {
-        Ok(hir) => match hir.kind() {
-            HirKind::Class(Class::Unicode(c)) => c
-                .ranges()
-                .iter()
-                .map(|r| r.end() as usize - r.start() as usize + 1)
-                .sum(),
-            HirKind::Literal(_) => 1,
-            _ => 0,
-        },
-        Err(_) => 0,
-    }
-}
-
-/// The Thompson NFA's size for `text`, or whether it failed for its size (true) or
-/// for anything else (false).
-fn nfa_bytes(text: &str, limit: usize) -> Result<usize, bool> {
-    thompson::Compiler::new()
-        .configure(
-            thompson::Config::new()
-                .nfa_size_limit(Some(limit))
-                .shrink(false)
-                .which_captures(thompson::WhichCaptures::None),
-        )
-        .build(text)
-        .map(|nfa| nfa.memory_usage())
-        .map_err(|e| e.size_limit().is_some())
 }
 
 fn length_refusal(hint: &str) -> Refusal {
@@ -338,9 +190,12 @@ pub fn check_regex(pattern: &str, flags: &str, budget: &mut RegexBudget) -> Resu
     }
     // Folding is counted before anything parses the pattern for real (the guard too).
     let text = with_flags(pattern, flags);
+    budget.spent_up()?;
     budget.spend_folds(&text)?;
     guard::check_pattern(pattern)?;
-    budget.spend(&text)?;
+    if !budget.spend(&text)?.compile {
+        return Ok(());
+    }
     compiles(
         fancy_regex::RegexOptionsBuilder::new()
             .backtrack_limit(REGEX_BACKTRACK_LIMIT)
@@ -359,6 +214,7 @@ pub fn check_schema_pattern(pattern: &str, budget: &mut RegexBudget) -> Result<(
             "Shorten the pattern; the same cap holds for regex checks and for every pattern and patternProperties key in a schema.",
         ));
     }
+    budget.spent_up()?;
     budget.spend_folds(pattern)?;
     guard::check_pattern(pattern)?;
     let Ok(translated) = jsonschema_regex::to_rust_regex(pattern) else {
@@ -373,7 +229,9 @@ pub fn check_schema_pattern(pattern: &str, budget: &mut RegexBudget) -> Result<(
     if translated != pattern {
         budget.spend_folds(&translated)?;
     }
-    budget.spend(&translated)?;
+    if !budget.spend(&translated)?.compile {
+        return Ok(());
+    }
     compiles(
         fancy_regex::RegexOptionsBuilder::new()
             .backtrack_limit(REGEX_BACKTRACK_LIMIT)

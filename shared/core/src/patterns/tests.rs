@@ -54,20 +54,33 @@ fn a_schema_is_walked_once_for_patterns_refs_and_its_neutral_copy() {
 #[test]
 fn the_allowance_is_spent_across_the_spec() {
     let mut budget = RegexBudget::default();
-    // ~1.1 MB each: two fit in 3 MiB, the third does not.
-    for i in 0..2 {
-        assert_eq!(check_regex("^\\w{1,64}$", "", &mut budget), Ok(()), "{i}");
-    }
+    // ~2.2 MB each, forward and reverse: one fits in 3 MiB, the second does not.
+    assert_eq!(check_regex("^\\w{1,40}$", "", &mut budget), Ok(()));
     // Small patterns fit in what is left.
     assert_eq!(check_regex("^\\d{4}-\\d{2}$", "", &mut budget), Ok(()));
-    let refused = check_regex("^\\w{1,64}$", "", &mut budget).expect_err("over");
+    let refused = check_regex("^\\w{1,40}$", "", &mut budget).expect_err("over");
     assert_eq!(refused.code, "regex_too_large");
     // Weighing it used the rest up: even a small pattern is refused after it.
     assert_eq!(
         check_regex("^a$", "", &mut budget).map_err(|r| r.code.as_str()),
         Err("regex_too_large")
     );
-    // Lookaround: weighed by its parts.
+    // `^\\w{1,64}$` builds 3.6 MB: more than the whole allowance.
+    assert_eq!(
+        check_regex("^\\w{1,64}$", "", &mut RegexBudget::default()).map_err(|r| r.code.as_str()),
+        Err("regex_too_large")
+    );
+    // Lookaround: weighed by its parts, twice (compiled after weighing): what fits
+    // whole fits once, not as a part.
+    let mut fresh = RegexBudget::default();
+    assert_eq!(
+        check_regex("\\w{1,30}x", "", &mut RegexBudget::default()),
+        Ok(())
+    );
+    assert_eq!(
+        check_regex("(?=a)\\w{1,30}x", "", &mut fresh).map_err(|r| r.code.as_str()),
+        Err("regex_too_large")
+    );
     let mut fresh = RegexBudget::default();
     assert_eq!(
         check_regex("(?=\\w{300})x", "", &mut fresh).map_err(|r| r.code.as_str()),
@@ -110,4 +123,90 @@ fn the_allowance_is_spent_across_the_spec() {
         check_schema_pattern("(a", &mut fresh).map_err(|r| r.code.as_str()),
         Err("invalid_regex")
     );
+}
+
+/// A class whose reverse automaton is five times its forward one (4-byte ranges that
+/// share their last byte): counted forward only, ten of these built ~15 MB before
+/// payment. Both directions count now, so the allowance holds one.
+fn reverse_heavy(count: usize) -> String {
+    let ranges: String = (0..88)
+        .step_by(2)
+        .map(|i| {
+            let lo = 0x10000 + i * 0x40;
+            format!("\\u{{{lo:X}}}-\\u{{{:X}}}", lo + 0xF)
+        })
+        .collect();
+    format!("[{ranges}]{{{count}}}")
+}
+
+#[test]
+fn reverse_automata_count_against_the_allowance() {
+    let mut budget = RegexBudget::default();
+    let pattern = reverse_heavy(600);
+    assert!(pattern.chars().count() <= MAX_PATTERN_CHARS);
+    let fits: Vec<bool> = (0..10)
+        .map(|_| check_regex(&pattern, "", &mut budget).is_ok())
+        .collect();
+    assert_eq!(
+        fits,
+        [
+            true, false, false, false, false, false, false, false, false, false
+        ]
+    );
+}
+
+/// What the check accepts without compiling, the judge compiles: for each pattern (whole
+/// or with lookaround, small and at the allowance's edge), an accepted pattern compiles
+/// under the judge's own options, and a pattern that does not compile is refused.
+#[test]
+fn an_accepted_pattern_compiles_as_the_judge_compiles_it() {
+    let heavy = reverse_heavy(1200);
+    let patterns = [
+        "^\\w{1,40}$",
+        "\\b\\w+\\b",
+        "(?m)^## \\w+$",
+        "(?i)[a-zа-я]{3,9}",
+        "(?=a)\\w{1,20}",
+        "(a)\\1",
+        "(?<=\\w{1,3})x",
+        "\\p{Greek}{40}",
+        "[\\s\\S]{200}",
+        "(?x) a b # comment",
+        "\\h",
+        "\\Z",
+        "a{5,3}",
+        "[z-a]",
+        "(?<n>a)\\k<n>",
+        heavy.as_str(),
+        "\\d{300}",
+        "(?:\\p{Ll}\\p{Lu}){25}",
+    ];
+    for p in patterns {
+        for flags in ["", "i", "s"] {
+            let accepted = check_regex(p, flags, &mut RegexBudget::default());
+            let compiled = crate::eval::compile_regex(p, flags);
+            match (&accepted, &compiled) {
+                (Ok(()), Err(e)) => panic!("{p} ({flags}) accepted but does not compile: {e}"),
+                (Err(r), Ok(_))
+                    if r.code != "regex_too_large" && r.code != "catastrophic_backtracking" =>
+                {
+                    panic!("{p} ({flags}) compiles but was refused: {r:?}")
+                }
+                _ => {}
+            }
+        }
+        // The same pattern in a schema: ECMA-262, compiled by the schema validator.
+        let accepted = check_schema_pattern(p, &mut RegexBudget::default());
+        let schema = crate::json::Value::from(serde_json::json!({"pattern": p}));
+        let compiled = crate::eval::compile_schema(&schema);
+        match (&accepted, &compiled) {
+            (Ok(()), Err(e)) => panic!("schema {p} accepted but does not compile: {e}"),
+            (Err(r), Ok(_))
+                if r.code != "regex_too_large" && r.code != "catastrophic_backtracking" =>
+            {
+                panic!("schema {p} compiles but was refused: {r:?}")
+            }
+            _ => {}
+        }
+    }
 }

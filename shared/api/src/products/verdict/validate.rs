@@ -18,11 +18,29 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
         return respond::error(&e);
     }
     let (body, policy) = (req.body().clone(), state.fetch_policy());
-    let (tier, mut a) =
-        match crate::plumbing::cpu::off_thread(move || validate_assess(&body, &policy)).await {
-            Ok(assessed) => assessed,
-            Err(e) => return respond::error(&e),
-        };
+    let assessed = crate::plumbing::cpu::off_thread(move || {
+        json_bytes(&body).and_then(|body| validate_assess(&body, &policy))
+    })
+    .await;
+    answer(state, assessed).await
+}
+
+/// The MCP `validate` tool: the same, from its arguments as the MCP route parsed them
+/// (serializing them to parse them again would double the cost of a large body).
+pub async fn validate_parsed(state: &AppState, req: &Request, body: Value) -> Response {
+    if let Err(e) = crate::plumbing::limits::enforce_for(state, "validate", req).await {
+        return respond::error(&e);
+    }
+    let policy = state.fetch_policy();
+    let assessed = crate::plumbing::cpu::off_thread(move || validate_assess(&body, &policy)).await;
+    answer(state, assessed).await
+}
+
+async fn answer(state: &AppState, assessed: Result<(Tier, Assessment), ApiError>) -> Response {
+    let (tier, mut a) = match assessed {
+        Ok(assessed) => assessed,
+        Err(e) => return respond::error(&e),
+    };
     if let Some(f) = &state.fetcher {
         let until = state.config.clock.deadline(umpire_fetch::LOOKUP_TIMEOUT);
         a.resolve_urls(f, until).await;
@@ -32,12 +50,12 @@ pub async fn validate(state: &AppState, req: &Request) -> Response {
     crate::plumbing::cpu::off_thread(move || respond::json(200, &validate_answer(tier, &a))).await
 }
 
-/// The CPU part of validate: the body read and assessed, nothing looked up.
+/// The CPU part of validate: the body assessed, nothing looked up. Takes the body so
+/// that it is dropped here, off the async threads.
 fn validate_assess(
-    body: &[u8],
+    body: &Value,
     policy: &umpire_fetch::Policy,
 ) -> Result<(Tier, Assessment), ApiError> {
-    let body = json_bytes(body)?;
     let Some(obj) = body.as_object() else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,

@@ -309,9 +309,8 @@ async fn free_tool(
     let body_of = |args: Value| off_thread(move || Bytes::from(args.to_canonical_vec()));
     let response = match name {
         "validate" => {
-            let body = body_of(args).await;
-            let r = internal(req, Method::POST, "/v1/validate", &[json], Some(body))?;
-            crate::products::verdict::validate::validate(state, &r).await
+            let r = internal(req, Method::POST, "/v1/validate", &[json], None)?;
+            crate::products::verdict::validate::validate_parsed(state, &r, args).await
         }
         "quote" => {
             let r = internal(req, Method::GET, "/v1/quote", &[], None)?;
