@@ -15,7 +15,7 @@ pub(super) struct Decimal {
 impl Decimal {
     fn from_number(n: &Number) -> Decimal {
         let text = match n {
-            Number::Int(t) => t.clone(),
+            Number::Int(t) => t.to_string(),
             // The shortest round-trip digits: what the number means to a JSON reader.
             Number::Float(f) => python_float_repr(*f),
         };

@@ -44,9 +44,70 @@ pub enum Value {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Number {
     /// Normalized decimal text: optional `-`, no leading zeros, never `-0`.
-    Int(String),
+    Int(IntText),
     /// Always finite.
     Float(f64),
+}
+
+/// An integer's decimal text, held inline up to 22 bytes (every 64-bit integer): a body
+/// of hundreds of thousands of small integers parses and drops without an allocation
+/// per number. Longer integers (up to the parser's digit cap) live on the heap.
+#[derive(Clone)]
+pub enum IntText {
+    Inline { len: u8, bytes: [u8; INLINE_INT] },
+    Heap(Box<str>),
+}
+
+const INLINE_INT: usize = 22;
+
+impl IntText {
+    pub fn as_str(&self) -> &str {
+        match self {
+            // Only ever built from a &str (see From), so the bytes are UTF-8.
+            IntText::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            IntText::Heap(s) => s,
+        }
+    }
+}
+
+impl From<&str> for IntText {
+    fn from(s: &str) -> IntText {
+        match u8::try_from(s.len()) {
+            Ok(len) if s.len() <= INLINE_INT => {
+                let mut bytes = [0; INLINE_INT];
+                bytes[..s.len()].copy_from_slice(s.as_bytes());
+                IntText::Inline { len, bytes }
+            }
+            _ => IntText::Heap(s.into()),
+        }
+    }
+}
+
+impl From<String> for IntText {
+    fn from(s: String) -> IntText {
+        IntText::from(s.as_str())
+    }
+}
+
+impl std::ops::Deref for IntText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for IntText {
+    fn eq(&self, other: &IntText) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl std::fmt::Debug for IntText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -232,31 +293,31 @@ impl From<String> for Value {
 
 impl From<i64> for Value {
     fn from(i: i64) -> Self {
-        Value::Number(Number::Int(i.to_string()))
+        Value::Number(Number::Int(i.to_string().into()))
     }
 }
 
 impl From<u64> for Value {
     fn from(u: u64) -> Self {
-        Value::Number(Number::Int(u.to_string()))
+        Value::Number(Number::Int(u.to_string().into()))
     }
 }
 
 impl From<usize> for Value {
     fn from(u: usize) -> Self {
-        Value::Number(Number::Int(u.to_string()))
+        Value::Number(Number::Int(u.to_string().into()))
     }
 }
 
 impl From<u32> for Value {
     fn from(u: u32) -> Self {
-        Value::Number(Number::Int(u.to_string()))
+        Value::Number(Number::Int(u.to_string().into()))
     }
 }
 
 impl From<u16> for Value {
     fn from(u: u16) -> Self {
-        Value::Number(Number::Int(u.to_string()))
+        Value::Number(Number::Int(u.to_string().into()))
     }
 }
 

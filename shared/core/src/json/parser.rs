@@ -313,7 +313,7 @@ impl Parser<'_> {
                 });
             }
             let normalized = if digits == "0" { "0" } else { text };
-            Ok(Value::Number(Number::Int(normalized.to_owned())))
+            Ok(Value::Number(Number::Int(normalized.into())))
         }
     }
 }

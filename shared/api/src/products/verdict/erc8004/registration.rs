@@ -66,7 +66,7 @@ pub fn registration(config: &Config) -> Value {
                 Value::object()
                     .with(
                         "agentId",
-                        Value::Number(umpire_core::json::Number::Int(id.to_string())),
+                        Value::Number(umpire_core::json::Number::Int(id.to_string().into())),
                     )
                     .with("agentRegistry", registry.to_string()),
             ]
