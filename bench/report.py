@@ -58,12 +58,15 @@ if sign and os.path.exists(verdict):
 
 
 def start_umpire(extra_env=None):
-    """A fresh release `umpire serve` (rate limits off); (process, base URL)."""
+    """A fresh release `umpire serve` (rate limits out of reach); (process, base URL)."""
     import tempfile
 
     umpire = os.environ.get("UMPIRE_BIN")
     data = tempfile.mkdtemp(prefix="umpire-bench-")
-    env = dict(os.environ, UMPIRE_RATE_LIMITS="off", RUST_LOG="warn", **(extra_env or {}))
+    # Every bucket raised (a release build refuses UMPIRE_RATE_LIMITS=off, a test switch).
+    limits = {f"UMPIRE_RATE_LIMIT_{b}": "1000000000" for b in
+              ("FEEDBACK", "VALIDATE", "FIND", "STATUS", "QUOTE", "MCP", "REPLAY", "UNPAID")}
+    env = dict(os.environ, RUST_LOG="warn", **limits, **(extra_env or {}))
     server = subprocess.Popen([umpire, "serve", "--addr", "127.0.0.1:0", "--data-dir", data],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
     return server, server.stdout.readline().strip().removeprefix("umpire listening on ")

@@ -391,10 +391,19 @@ impl Server {
         cmd.args(["serve", "--addr", addr, "--data-dir"])
             .arg(data.path())
             .env("RUST_LOG", "warn")
-            // Tests not about rate limits must not trip them; those that are set limits.
-            .env("UMPIRE_RATE_LIMITS", "off")
             .stdout(Stdio::piped())
             .stderr(stderr);
+        // Tests not about rate limits must not trip them; those that are say so with
+        // UMPIRE_RATE_LIMITS (and set the limits they count in). Every bucket raised
+        // rather than limits off: a release build refuses the switch.
+        if !env.iter().any(|(k, _)| *k == "UMPIRE_RATE_LIMITS") {
+            for (bucket, _) in umpire_core::product::RATE_LIMITS {
+                cmd.env(
+                    format!("UMPIRE_RATE_LIMIT_{}", bucket.to_ascii_uppercase()),
+                    "1000000000",
+                );
+            }
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -191,7 +191,7 @@ impl Config {
         // Milliseconds, so tests can run five retries in well under a second.
         c.webhook_retry_base = millis(
             "UMPIRE_WEBHOOK_RETRY_BASE_MS",
-            10..=u64::from(max_delay) * 1000,
+            SHORTEST_RETRY_BASE_MS..=u64::from(max_delay) * 1000,
             c.webhook_retry_base,
         )?;
         c.in_progress_secs = secs("UMPIRE_IN_PROGRESS_SECONDS", 5..=900, c.in_progress_secs)?;
@@ -283,7 +283,7 @@ fn anchors_from_env(rails: &umpire_x402::Rails) -> Result<Vec<String>, ConfigErr
 /// `UMPIRE_RATE_LIMITS=off` returns None (local benchmarking, tests not about limits).
 fn rate_limits_from_env() -> Result<Option<RateLimits>, ConfigError> {
     if std::env::var("UMPIRE_RATE_LIMITS").is_ok_and(|v| v == "off") {
-        return Ok(None);
+        return limits_off();
     }
     let mut limits = RateLimits::default();
     for (bucket, n) in limits.per_minute.iter_mut() {
@@ -296,9 +296,52 @@ fn rate_limits_from_env() -> Result<Option<RateLimits>, ConfigError> {
             })?;
         }
     }
-    limits.window = millis("UMPIRE_RATE_LIMIT_WINDOW_MS", 100..=3_600_000, WINDOW)?;
+    limits.window = millis(
+        "UMPIRE_RATE_LIMIT_WINDOW_MS",
+        SHORTEST_WINDOW_MS..=3_600_000,
+        WINDOW,
+    )?;
     Ok(Some(limits))
 }
+
+// Switches that weaken a defence exist only in a build made for tests (feature
+// `test-switches`, which `make test` builds and no release does): limits off, a
+// rate-limit window under the contract's minute (a higher rate), webhook retries
+// sooner than the documented 30 s base. Any other build has no code that honours them:
+// set, they stop the process at start with the variable's name.
+
+/// `UMPIRE_RATE_LIMITS=off` in a test build: no limits.
+#[cfg(feature = "test-switches")]
+fn limits_off() -> Result<Option<RateLimits>, ConfigError> {
+    Ok(None)
+}
+
+/// `UMPIRE_RATE_LIMITS=off` in any other build: refused.
+#[cfg(not(feature = "test-switches"))]
+fn limits_off() -> Result<Option<RateLimits>, ConfigError> {
+    Err(ConfigError {
+        name: "UMPIRE_RATE_LIMITS",
+        value: "off".into(),
+        problem: "turning the per-IP limits off is a test switch, and this build has none \
+                  (built without the test-switches feature, as every release is): remove it, \
+                  or raise one bucket with UMPIRE_RATE_LIMIT_<BUCKET>"
+            .into(),
+    })
+}
+
+#[cfg(feature = "test-switches")]
+const SHORTEST_WINDOW_MS: u64 = 100;
+/// Never under the contract's minute outside a test build: a shorter window is a
+/// higher rate than the contract's.
+#[cfg(not(feature = "test-switches"))]
+const SHORTEST_WINDOW_MS: u64 = WINDOW.as_millis() as u64;
+
+#[cfg(feature = "test-switches")]
+const SHORTEST_RETRY_BASE_MS: u64 = 10;
+/// Never sooner than the documented 30 s outside a test build: a receiver that is down
+/// is not hammered.
+#[cfg(not(feature = "test-switches"))]
+const SHORTEST_RETRY_BASE_MS: u64 = 30_000;
 
 #[cfg(test)]
 mod budget_tests {
