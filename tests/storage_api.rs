@@ -305,11 +305,16 @@ fn the_contracts_default_limits_hold_for_every_bucket() {
     assert_eq!(s.get("/v1/quote").status, 200);
 }
 
+/// The test switch, in a test build (a release build refuses it: tests/repo.rs): a
+/// bucket of one does not limit anything once limits are off.
 #[test]
 fn rate_limits_can_be_switched_off() {
     let s = Server::start_in(
         TempDir::new("nolimits"),
-        &[("UMPIRE_RATE_LIMIT_VALIDATE", "1")],
+        &[
+            ("UMPIRE_RATE_LIMITS", "off"),
+            ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
+        ],
     );
     let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
     for _ in 0..40 {
