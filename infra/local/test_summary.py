@@ -39,7 +39,7 @@ def judge(cache, run):
         problems.append(f"{run}: no nextest summary (a test binary did not build or list, or the run did not start)")
     else:
         line = summaries[-1]
-        # "exec failed" first, so its "failed" is not read twice.
+        # Each count is read with all its words: "1 exec failed" once, not as "failed".
         for n, what in COUNT.findall(line):
             n = int(n)
             if what == "passed":

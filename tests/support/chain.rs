@@ -29,7 +29,8 @@ pub fn anvil_bin() -> PathBuf {
 }
 
 /// Runs a node script from the repository with arguments; returns its last stdout line
-/// as JSON. Panics with stderr when it fails.
+/// as JSON. Panics when it exits non-zero (with that line) or prints no JSON (with its
+/// stderr).
 pub fn node_json(script: &str, args: &[&str]) -> Value {
     // A script that failed fails its caller, whatever it printed last: a JSON line
     // from a script that then exited non-zero (a purchase refused, say) is not an
@@ -409,22 +410,28 @@ impl Devnet {
         settlement: Settlement,
         extra: &[(&str, &str)],
     ) -> Server {
-        let env = self.server_env(settlement);
-        let mut all: Vec<(&str, &str)> =
-            env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        all.extend_from_slice(extra);
-        Server::start_in(data, &all)
+        self.start_with(settlement, extra, |env| Server::start_in(data, env))
     }
 
     /// [`Devnet::serve`], logging at debug level into the data directory's `serve.log`
     /// (read with [`Server::logs`]): for a test that counts what the server did where
     /// nothing outside can see it (attempts at a port where nothing listens, say).
     pub fn serve_logged(&self, settlement: Settlement, extra: &[(&str, &str)]) -> Server {
+        self.start_with(settlement, extra, Server::start_logged)
+    }
+
+    /// Starts a server with this chain's environment for `settlement`, then `extra`.
+    fn start_with(
+        &self,
+        settlement: Settlement,
+        extra: &[(&str, &str)],
+        start: impl FnOnce(&[(&str, &str)]) -> Server,
+    ) -> Server {
         let env = self.server_env(settlement);
         let mut all: Vec<(&str, &str)> =
             env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         all.extend_from_slice(extra);
-        Server::start_logged(&all)
+        start(&all)
     }
 }
 

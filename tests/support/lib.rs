@@ -107,17 +107,8 @@ pub fn cannot_run(name: &str, why: &str) {
             "{name} cannot run its scenario: {why}. A run may skip it only by naming it in UMPIRE_ALLOWED_SKIPS (make test does where the tool is known missing)"
         );
     }
-    if let Ok(file) = std::env::var("UMPIRE_SKIPS_FILE") {
-        use std::io::Write as _;
-        let line = format!("allowed skip: {name}: {why}\n");
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&file)
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        if let Err(e) = written {
-            panic!("{name}: could not record its allowed skip in {file}: {e}");
-        }
+    if let Err(e) = append_line("UMPIRE_SKIPS_FILE", &format!("allowed skip: {name}: {why}")) {
+        panic!("{name}: could not record its allowed skip: {e}");
     }
 }
 
@@ -125,17 +116,24 @@ pub fn cannot_run(name: &str, why: &str) {
 /// without asserting it, such as the worst hostile body's CPU under the run's load):
 /// appended to `UMPIRE_MEASURES_FILE` when the run names one.
 pub fn record_measure(line: &str) {
-    if let Ok(file) = std::env::var("UMPIRE_MEASURES_FILE") {
-        use std::io::Write as _;
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&file)
-            .and_then(|mut f| f.write_all(format!("measured: {line}\n").as_bytes()));
-        if let Err(e) = written {
-            panic!("could not record a measure in {file}: {e}");
-        }
+    if let Err(e) = append_line("UMPIRE_MEASURES_FILE", &format!("measured: {line}")) {
+        panic!("could not record a measure: {e}");
     }
+}
+
+/// Appends `line` to the file the environment variable `var` names, if it names one
+/// (tests running side by side append to it; the run's summary reads it).
+fn append_line(var: &str, line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let Ok(file) = std::env::var(var) else {
+        return Ok(());
+    };
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{var}={file}: {e}")))
 }
 
 pub fn python() -> String {

@@ -280,7 +280,8 @@ fn anchors_from_env(rails: &umpire_x402::Rails) -> Result<Vec<String>, ConfigErr
 }
 
 /// The contract's values, each overridable with `UMPIRE_RATE_LIMIT_<BUCKET>`;
-/// `UMPIRE_RATE_LIMITS=off` returns None (local benchmarking, tests not about limits).
+/// `UMPIRE_RATE_LIMITS=off` returns None in a test build (tests that need no limits);
+/// see [`limits_off`].
 fn rate_limits_from_env() -> Result<Option<RateLimits>, ConfigError> {
     if std::env::var("UMPIRE_RATE_LIMITS").is_ok_and(|v| v == "off") {
         return limits_off();

@@ -87,7 +87,12 @@ impl From<&str> for IntText {
 
 impl From<String> for IntText {
     fn from(s: String) -> IntText {
-        IntText::from(s.as_str())
+        if s.len() <= INLINE_INT {
+            IntText::from(s.as_str())
+        } else {
+            // Already on the heap: kept there, not copied.
+            IntText::Heap(s.into_boxed_str())
+        }
     }
 }
 

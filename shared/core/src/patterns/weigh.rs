@@ -33,7 +33,7 @@ pub(super) fn weigh(text: &str, limit: usize) -> Option<Weighed> {
             compile: true,
         });
     };
-    if taken_whole(&tree.expr) {
+    if delegated(&tree.expr, true) {
         match nfa_bytes(text, limit) {
             Ok(bytes) => {
                 return Some(Weighed {
@@ -56,8 +56,10 @@ pub(super) fn weigh(text: &str, limit: usize) -> Option<Weighed> {
 /// Whether fancy-regex hands all of `e` to regex-automata as one regex: only the
 /// constructs regex-syntax reads itself (no lookaround, backreference, atomic group,
 /// conditional, `\K`, `\G`, `\Z`, half word boundaries). Conservative: whatever is not
-/// listed is compiled.
-fn taken_whole(e: &Expr) -> bool {
+/// listed is compiled. With `anchors` false, anchors and word boundaries are not taken
+/// either: a part is rendered with `Expr::to_str`, which panics on what the regex engine
+/// cannot run (and this build aborts on panics), and they weigh nothing.
+fn delegated(e: &Expr, anchors: bool) -> bool {
     use fancy_regex::Assertion as A;
     match e {
         Expr::Empty | Expr::Any { .. } | Expr::Literal { .. } | Expr::Delegate { .. } => true,
@@ -68,10 +70,10 @@ fn taken_whole(e: &Expr) -> bool {
             | A::EndLine { .. }
             | A::WordBoundary
             | A::NotWordBoundary,
-        ) => true,
-        Expr::Concat(v) | Expr::Alt(v) => v.iter().all(taken_whole),
-        Expr::Group(c) => taken_whole(c),
-        Expr::Repeat { child, .. } => taken_whole(child),
+        ) => anchors,
+        Expr::Concat(v) | Expr::Alt(v) => v.iter().all(|c| delegated(c, anchors)),
+        Expr::Group(c) => delegated(c, anchors),
+        Expr::Repeat { child, .. } => delegated(child, anchors),
         _ => false,
     }
 }
@@ -79,7 +81,7 @@ fn taken_whole(e: &Expr) -> bool {
 /// Adds twice the weight of every part of `e` the regex engine would compile to
 /// `total` (weighed now, built again by the compile); false once `total` passes `limit`.
 fn weigh_parts(e: &Expr, limit: usize, total: &mut usize) -> bool {
-    if to_str_safe(e) {
+    if delegated(e, false) {
         let mut text = String::new();
         e.to_str(&mut text, 0);
         return match nfa_bytes(&text, (limit - *total) / 2) {
@@ -93,18 +95,6 @@ fn weigh_parts(e: &Expr, limit: usize, total: &mut usize) -> bool {
     guard::children(e)
         .into_iter()
         .all(|c| weigh_parts(c, limit, total))
-}
-
-/// Whether `Expr::to_str` can render `e` (it panics on what the regex engine cannot
-/// run, and this build aborts on panics). Assertions weigh nothing and are left out.
-fn to_str_safe(e: &Expr) -> bool {
-    match e {
-        Expr::Empty | Expr::Any { .. } | Expr::Literal { .. } | Expr::Delegate { .. } => true,
-        Expr::Concat(v) | Expr::Alt(v) => v.iter().all(to_str_safe),
-        Expr::Group(c) => to_str_safe(c),
-        Expr::Repeat { child, .. } => to_str_safe(child),
-        _ => false,
-    }
 }
 
 /// Code points the regex parser will case-fold to compile `text`: every bracketed class
