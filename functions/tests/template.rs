@@ -539,18 +539,23 @@ fn no_function_is_deployed_with_a_test_switch() {
     for (name, f) in functions {
         let env = f["environment"].as_object().expect("an environment");
         assert!(!env.is_empty(), "{name}: its environment is read");
-        // Also what only a local run or a test sets: a seed in the clear, windows and
-        // back-offs shortened for tests, an AWS endpoint of an emulator.
+        // Also what only a local run or a test sets: a seed or a validator key in the
+        // clear, windows and back-offs shortened for tests, and any AWS endpoint of an
+        // emulator (`AWS_ENDPOINT_URL`, or one service's, such as
+        // `AWS_ENDPOINT_URL_LAMBDA`, which would send the isolated checker's
+        // invocations anywhere).
         const LOCAL_ONLY: [&str; 5] = [
             "UMPIRE_RATE_LIMITS",
             "UMPIRE_SIGNING_SEED_HEX",
+            "UMPIRE_VALIDATOR_KEY_HEX",
             "UMPIRE_RATE_LIMIT_WINDOW_MS",
             "UMPIRE_WEBHOOK_RETRY_BASE_MS",
-            "AWS_ENDPOINT_URL",
         ];
         for key in env.keys() {
             assert!(
-                !key.starts_with("UMPIRE_TEST_") && !LOCAL_ONLY.contains(&key.as_str()),
+                !key.starts_with("UMPIRE_TEST_")
+                    && !key.starts_with("AWS_ENDPOINT_URL")
+                    && !LOCAL_ONLY.contains(&key.as_str()),
                 "{name}: the test switch {key}"
             );
         }
