@@ -95,8 +95,10 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
 	cargo build --workspace --bins --quiet --features umpire-cli/test-switches,umpire-functions/test-switches
 	cargo build --profile fast -p umpire-cli --quiet
+	cargo build --profile fast -p umpire-functions --bin verdicts --quiet
 	@rm -f $(CACHE)/test-*.log $(CACHE)/test-*.status $(CACHE)/test-skips.txt $(CACHE)/test-measures.txt
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
+	  UMPIRE_RELEASE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/fast \
 	  UMPIRE_SKIPS_FILE=$(CACHE)/test-skips.txt UMPIRE_ALLOWED_SKIPS=$(ALLOWED_SKIPS) \
 	  UMPIRE_MEASURES_FILE=$(CACHE)/test-measures.txt \
 	  infra/local/with-moto.sh $(VENV) \

@@ -131,10 +131,11 @@ fn the_readme_fits_on_a_screen_and_links_every_docs_page() {
 }
 
 /// A release build has no test switches: `umpire serve` (the `fast` build `make test`
-/// and `make run` make, without the test-switches feature) refuses to start with one of
-/// the fetcher's `UMPIRE_TEST_FETCH_*` set, names it, and starts without it. Would
-/// catch: the switches compiled into what we ship, where a mistaken environment turns
-/// the SSRF defence off.
+/// makes; `make run`'s debug build has the same features, none) refuses to start with
+/// one of the fetcher's `UMPIRE_TEST_FETCH_*`, limits off, a window under a minute,
+/// webhook retries under 30 s or a Lambda function's plain seed, names it, and starts
+/// without it. Would catch: the switches compiled into what we ship, where a mistaken
+/// environment turns the SSRF defence or the rate limits off.
 #[test]
 fn a_release_build_refuses_to_start_with_a_test_switch() {
     let bin = std::env::var_os("UMPIRE_RELEASE_BIN")
@@ -162,6 +163,8 @@ fn a_release_build_refuses_to_start_with_a_test_switch() {
         ("UMPIRE_RATE_LIMITS", "off"),
         ("UMPIRE_RATE_LIMIT_WINDOW_MS", "100"),
         ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "10"),
+        // A function's plain seed: serve signs with its data directory's key.
+        ("UMPIRE_SIGNING_SEED_HEX", "11"),
     ] {
         let out = serve(&[(name, value)])
             .wait_with_output()
@@ -169,7 +172,10 @@ fn a_release_build_refuses_to_start_with_a_test_switch() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
         assert!(
-            stderr.contains(name) && (stderr.contains("test switch") || stderr.contains("between")),
+            stderr.contains(name)
+                && (stderr.contains("test switch")
+                    || stderr.contains("between")
+                    || stderr.contains("not read by umpire serve")),
             "{stderr}"
         );
     }
@@ -182,6 +188,29 @@ fn a_release_build_refuses_to_start_with_a_test_switch() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.starts_with("umpire listening on "), "{line:?}");
+}
+
+/// docs/fetching.md: a test build takes the fetcher's switches, and says so: each one
+/// set is logged as a warning when the server starts. Would catch: a switch honoured
+/// silently, so a test build run by mistake looks like a production one in its logs.
+#[test]
+fn a_test_build_warns_of_each_fetch_switch_it_takes() {
+    let server = umpire_blackbox::Server::start_logged(&[
+        ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1"),
+        ("UMPIRE_TEST_FETCH_HOSTS", "example.com=127.0.0.1"),
+    ]);
+    assert_eq!(server.get("/healthz").status, 200);
+    let logs = server.logs();
+    for warning in [
+        "TEST ONLY: the fetch policy admits non-public addresses",
+        "TEST ONLY: fixed DNS answers for fetches",
+    ] {
+        assert!(
+            logs.lines()
+                .any(|l| l.contains(warning) && l.contains("WARN")),
+            "no warning {warning:?} in: {logs}"
+        );
+    }
 }
 
 /// The emulator's speed-up is faithful: `infra/local/moto_serial.py` serves a later page

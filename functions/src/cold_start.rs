@@ -105,7 +105,7 @@ fn payments_for<'a, N: Needs>(
 /// The state of a function whose route stores nothing: the configuration and the
 /// published keys, no AWS client at all.
 pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Error> {
-    refuse_local_switches(&|name| std::env::var(name).ok())?;
+    refuse_local_switches(N::ROLE, &|name| std::env::var(name).ok())?;
     let config = Config::from_env()?;
     let (signer, retired_keys) = signer_from_env::<N>(None).await?;
     Ok(Published {
@@ -119,7 +119,7 @@ pub async fn published_from_env<N: Needs>() -> Result<Published, lambda_http::Er
 /// Builds the state this function needs, once per cold start. Only the purchase
 /// route takes payments, and only it and the worker start the checker.
 pub async fn state_from_env<N: Needs>() -> Result<AppState, lambda_http::Error> {
-    refuse_local_switches(&|name| std::env::var(name).ok())?;
+    refuse_local_switches(N::ROLE, &|name| std::env::var(name).ok())?;
     let mut config = Config::from_env()?;
     let aws = aws_config_for::<N>()?;
     let (signer, retired_keys) = signer_from_env::<N>(aws.as_ref()).await?;

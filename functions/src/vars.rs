@@ -3,7 +3,9 @@
 
 use umpire_aws::{Service, for_service};
 
-use crate::role::{Needs, Part, ready_part};
+#[cfg(not(feature = "test-switches"))]
+use crate::checker;
+use crate::role::{Needs, Part, Role, ready_part};
 
 /// Variables whose values are secrets. A function is given the secret's ARN in
 /// `<NAME>_SECRET` and reads the value from Secrets Manager once, at cold start, so the
@@ -71,18 +73,62 @@ pub(crate) fn secrets_for<'a, N: Needs>(aws: Option<&'a umpire_aws::SdkConfig>) 
     })
 }
 
-/// Switches that only a local process may take: `UMPIRE_RATE_LIMITS` turns per-IP
-/// limits off for `umpire serve` (benchmarks, tests not about limits); a function
-/// tunes its limits with `UMPIRE_RATE_LIMIT_<BUCKET>` instead. Set on a function, it
-/// stops the cold start with its name. (The fetcher's `UMPIRE_TEST_FETCH_*` are not in
-/// a release build at all: `umpire_fetch::policy::test_switch`.)
-pub fn refuse_local_switches(var: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+/// What a function refuses to start with, naming the variable. In every build:
+/// `UMPIRE_RATE_LIMITS` (a switch for a local `umpire serve`; a function tunes its
+/// limits with `UMPIRE_RATE_LIMIT_<BUCKET>`). In every build but a test one (feature
+/// `test-switches`, which `make test`'s functions and `make watch` have and no deploy
+/// does), also what only a local run may hold: a signing seed or a validator key in the
+/// clear (readable by anyone with lambda:GetFunctionConfiguration; the deploy carries
+/// them sealed under KMS), and, in a function that judges, no `UMPIRE_CHECKER_FUNCTION`
+/// (its checks would run in the paying function's own process, beside its secrets and
+/// its role). The fetcher's `UMPIRE_TEST_FETCH_*` are not in such a build at all
+/// (`umpire_fetch::policy::test_switch`).
+pub fn refuse_local_switches(
+    role: Role,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
     const LOCAL_ONLY: &str = "UMPIRE_RATE_LIMITS";
-    match var(LOCAL_ONLY) {
-        Some(v) => Err(format!(
+    if let Some(v) = var(LOCAL_ONLY) {
+        return Err(format!(
             "{LOCAL_ONLY}={v} is a switch for a local `umpire serve`, not a function: remove it \
              (tune a function's limits with UMPIRE_RATE_LIMIT_<BUCKET>)"
-        )),
-        None => Ok(()),
+        ));
     }
+    refuse_unshipped(role, &|name| var(name).filter(|v| !v.trim().is_empty()))
+}
+
+/// A test build's functions take a plain seed, a plain validator key and the local
+/// checker (`make watch`, the tests).
+#[cfg(feature = "test-switches")]
+fn refuse_unshipped(_: Role, _: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    Ok(())
+}
+
+#[cfg(not(feature = "test-switches"))]
+fn refuse_unshipped(role: Role, set: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    use crate::keys::{SEED_HEX_ENV, VALIDATOR_CIPHERTEXT_ENV};
+    use umpire_api::plumbing::config::KEY_HEX_ENV;
+    if set(SEED_HEX_ENV).is_some() {
+        return Err(format!(
+            "{SEED_HEX_ENV} is a plain signing seed, for local runs only (a build with the \
+             test-switches feature): remove it and deploy the sealed seed that `umpire keygen \
+             --kms-key-id <the stack's SigningKeyId output>` prints"
+        ));
+    }
+    if set(KEY_HEX_ENV).is_some() {
+        return Err(format!(
+            "{KEY_HEX_ENV} is a plain validator key, for local runs only (a build with the \
+             test-switches feature): remove it and deploy {VALIDATOR_CIPHERTEXT_ENV}, which \
+             `umpire keygen --validator` prints"
+        ));
+    }
+    if role.judges() && set(checker::CHECKER_FUNCTION_ENV).is_none() {
+        return Err(format!(
+            "{} is not set: on AWS this function judges in the isolated checker function, \
+             never in its own process; name it (template.yaml passes the stack's \
+             CheckerFunction)",
+            checker::CHECKER_FUNCTION_ENV
+        ));
+    }
+    Ok(())
 }

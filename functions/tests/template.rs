@@ -8,10 +8,12 @@
 use std::collections::BTreeSet;
 
 use serde_json::{Value as Json, json};
+use umpire_api::Route;
 use umpire_blackbox::stack::resolve_template;
 use umpire_blackbox::{str_at, template_resources};
 use umpire_core::json::Value;
 use umpire_core::platform::{API_GATEWAY_TIMEOUT_SECS, LAMBDA_SYNC_PAYLOAD_BYTES};
+use umpire_functions::Role;
 
 /// The deployed functions, by logical id.
 fn deployed(t: &Json) -> Vec<(&str, &Json)> {
@@ -157,6 +159,21 @@ fn no_backup_outlives_what_the_contract_deletes() {
         let pitr = &resource(&t, table)["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"];
         assert_eq!(pitr, &json!(recoverable), "{table}: point-in-time recovery");
     }
+    // docs/api.md: feedback rows never expire, so their table has no TTL; the others
+    // expire what the contract deletes.
+    for table in [
+        "VerdictsTable",
+        "IdempotencyTable",
+        "PaymentsTable",
+        "FeedbackTable",
+    ] {
+        let ttl = &resource(&t, table)["Properties"]["TimeToLiveSpecification"];
+        assert_eq!(
+            ttl.is_null(),
+            table == "FeedbackTable",
+            "{table}: time to live {ttl}"
+        );
+    }
     // Every table is listed above.
     let tables = t["resources"]
         .as_object()
@@ -196,7 +213,15 @@ fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
         "a job that failed 5 times rests in the dead-letter queue, and the worker knows \
          which receive is its last"
     );
+    // docs/sworn.md: jobs in batches of 5, failures kept 14 days in the DLQ.
+    let dlq = &resource(&t, "JobsDeadLetterQueue")["Properties"];
+    assert_eq!(
+        num(&dlq["MessageRetentionPeriod"]),
+        14 * 86_400,
+        "the dead-letter queue keeps a failed job 14 days (SQS's longest)"
+    );
     let sqs = &worker["sqs"][0];
+    assert_eq!(sqs["batch_size"], 5, "the worker takes jobs 5 at a time");
     assert_eq!(
         sqs["report_failures"], true,
         "failures reported per message"
@@ -559,14 +584,40 @@ fn no_function_is_deployed_with_a_test_switch() {
                 "{name}: the test switch {key}"
             );
         }
-        let var = |n: &str| env.get(n).map(|v| v.to_string());
-        umpire_functions::refuse_local_switches(&var)
+        // As each function's cold start reads it (this test's build of the functions
+        // has no test switches, as a deploy's has none): the judging functions name
+        // their checker, and nothing local-only is there.
+        let role = match name {
+            "VerdictsFunction" => Role::Api(Route::Buy),
+            "WorkerFunction" => Role::Worker,
+            _ => Role::Api(Route::Health),
+        };
+        let var = |n: &str| env.get(n).and_then(|v| v.as_str()).map(str::to_owned);
+        umpire_functions::refuse_local_switches(role, &var)
             .unwrap_or_else(|e| panic!("{name} would not start: {e}"));
     }
-    // And the cold start's rule refuses the switch when it is there.
-    let off = |n: &str| (n == "UMPIRE_RATE_LIMITS").then(|| "off".to_owned());
-    let refused = umpire_functions::refuse_local_switches(&off).expect_err("refused");
-    assert!(refused.contains("UMPIRE_RATE_LIMITS"), "{refused}");
+    // And the cold start's rule refuses each local-only variable when it is there, and
+    // a judging function without its checker (a release bootstrap is held to the same
+    // in tests/release_bootstrap.rs).
+    for (switch, value) in [
+        ("UMPIRE_RATE_LIMITS", "off"),
+        ("UMPIRE_SIGNING_SEED_HEX", "11"),
+        ("UMPIRE_VALIDATOR_KEY_HEX", "22"),
+    ] {
+        let var = |n: &str| match n {
+            "UMPIRE_CHECKER_FUNCTION" => Some("checker".to_owned()),
+            n if n == switch => Some(value.to_owned()),
+            _ => None,
+        };
+        let refused =
+            umpire_functions::refuse_local_switches(Role::Worker, &var).expect_err("refused");
+        assert!(refused.contains(switch), "{refused}");
+    }
+    let refused = umpire_functions::refuse_local_switches(Role::Api(Route::Buy), &|_| None)
+        .expect_err("a judge without its checker");
+    assert!(refused.contains("UMPIRE_CHECKER_FUNCTION"), "{refused}");
+    umpire_functions::refuse_local_switches(Role::Api(Route::Health), &|_| None)
+        .expect("a function that does not judge needs no checker");
 }
 
 /// What an operator needs: every function's logs kept a set time, API Gateway's access

@@ -42,5 +42,7 @@ done < <(env -0)
 flags=()
 for kv in "${vars[@]}"; do flags+=(--env-var "$kv"); done
 echo "watch: the API on http://127.0.0.1:$port (functions compile on their first request)" >&2
-PATH="$venv/bin:$PATH" exec cargo lambda watch -p umpire-functions \
+# Built with the test switches: a shipped function refuses the plain seed above and
+# judging without a checker function (here the checker's own binary, run locally).
+PATH="$venv/bin:$PATH" exec cargo lambda watch -p umpire-functions --features test-switches \
   --invoke-address 127.0.0.1 --invoke-port "$port" --ignore-changes "${flags[@]}"

@@ -108,15 +108,22 @@ impl Policy {
 /// (feature `test-switches`). A build without the feature has no test switches: one set
 /// in its environment is an error that names it, so the process refuses to start rather
 /// than run with its SSRF defence quietly in a state nobody chose.
+#[cfg(feature = "test-switches")]
 pub fn test_switch(name: &str) -> Result<Option<String>, String> {
-    let value = std::env::var(name).ok();
-    if cfg!(feature = "test-switches") || value.is_none() {
-        return Ok(value);
+    Ok(std::env::var(name).ok())
+}
+
+/// Any build but a test one has no code that honours a switch (`#[cfg]`, not a
+/// run-time `if`): set, it stops the process with its name.
+#[cfg(not(feature = "test-switches"))]
+pub fn test_switch(name: &str) -> Result<Option<String>, String> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(_) => Err(format!(
+            "{name} is a test switch, and this build has none (it was built without the \
+             test-switches feature, as every release is): remove {name} from the environment"
+        )),
     }
-    Err(format!(
-        "{name} is a test switch, and this build has none (it was built without the \
-         test-switches feature, as every release is): remove {name} from the environment"
-    ))
 }
 
 /// The static production policy: everything that can be judged without resolving the name.

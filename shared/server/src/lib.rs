@@ -25,6 +25,9 @@ use umpire_store::sqlite::SqliteStore;
 use umpire_api::plumbing::respond;
 use umpire_api::{AppState, ClientIp, Config, handle};
 
+/// A Lambda function's plain seed (local runs of the functions only).
+const PLAIN_SEED_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
+
 /// The app on the embedded store: the data directory's signing key (created on first
 /// use), its SQLite file (or an in-memory one when not `persistent`), the isolated
 /// checker when given, and the payment, fetch and feedback settings of the environment.
@@ -34,6 +37,15 @@ pub async fn embedded_state(
     persistent: bool,
     checker: Option<PoolConfig>,
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
+    // A Lambda function's local-run seed means nothing here: refused, not ignored, so
+    // no one believes the documents are signed with the key they set.
+    if std::env::var_os(PLAIN_SEED_ENV).is_some_and(|v| !v.is_empty()) {
+        return Err(format!(
+            "{PLAIN_SEED_ENV} is not read by umpire serve, which signs with the key in its \
+             data directory ({}): remove it (`umpire keygen` makes a deployment's key)",
+            dir.display()
+        ));
+    }
     let signer = datadir::load_or_create_signer(dir).map_err(|e| e.to_string())?;
     let store = if persistent {
         SqliteStore::open_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?
@@ -451,4 +463,56 @@ fn for_hyper(
         *r.body_mut() = Full::new(Bytes::new());
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/api.md: `umpire serve` runs at most 256 purchases at once; the next is
+    /// answered `503 unavailable` with `reason: busy` and `Retry-After`, and a place
+    /// frees as soon as one ends (and wakes a drain waiting on it). Would catch: the cap
+    /// changed or lost (a flood of payment headers holding a task each), a place never
+    /// given back, or the refusal losing the detail a client retries on.
+    #[tokio::test]
+    async fn the_257th_purchase_at_once_is_answered_busy() {
+        assert_eq!(MAX_PURCHASES_IN_FLIGHT, 256);
+        let purchases = Arc::new(Purchases::default());
+        let mut held: Vec<Running> = (0..MAX_PURCHASES_IN_FLIGHT)
+            .map(|i| purchases.start().unwrap_or_else(|| panic!("place {i}")))
+            .collect();
+        assert!(purchases.start().is_none(), "the 257th waits for a place");
+        let busy = purchases_busy();
+        assert_eq!(busy.status(), 503);
+        assert_eq!(
+            busy.headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        let body = umpire_core::json::parse(busy.body()).expect("a JSON error");
+        let field = |k: &str| {
+            body.get("error")
+                .and_then(|e| e.get(k))
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+        };
+        assert_eq!(field("code").as_deref(), Some("unavailable"));
+        assert_eq!(field("reason").as_deref(), Some("busy"));
+        held.pop();
+        let again = purchases.start().expect("a place once one ended");
+        // A drain (Ctrl-C) waits for every running purchase, and no longer.
+        let draining = {
+            let purchases = purchases.clone();
+            tokio::spawn(async move { purchases.drain(Duration::from_secs(60)).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!draining.is_finished(), "purchases still run");
+        drop(held);
+        drop(again);
+        tokio::time::timeout(Duration::from_secs(5), draining)
+            .await
+            .expect("the drain ends with the last purchase")
+            .expect("drain");
+    }
 }
