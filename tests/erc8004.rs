@@ -241,6 +241,13 @@ impl Validator {
             "data:application/json;base64,{}",
             base64::engine::general_purpose::STANDARD.encode(file)
         );
+        self.request_at(&uri, &hash, validator)
+    }
+
+    /// A request whose file is at `uri`, committed to by `hash` (which need not be
+    /// the file's): the reference a purchase names it by, and the hash.
+    fn request_at(&self, uri: &str, hash: &str, validator: Option<&str>) -> (String, String) {
+        let (uri, hash) = (uri.to_owned(), hash.to_owned());
         let mut args = vec![
             "request",
             "--agent-id",
@@ -326,6 +333,54 @@ fn payload_sha256(bought: &Bought) -> String {
     format!("0x{hash}")
 }
 
+/// docs/erc8004.md: a request file is read only from a `data:` URI or an http(s) URL
+/// under the URL policy, and must hash to `requestHash`; each failure is a `422` with a
+/// hint before any payment, nothing charged. Cases: a file that hashes to another
+/// request's hash; an http URL at a private address (a loopback server, which hears
+/// nothing); an `ipfs://` URI (the hint names a gateway). Would catch: a mismatched file
+/// judged, the fetcher's policy skipped for request files (an SSRF through the chain),
+/// or an unreadable scheme charged for.
+#[test]
+fn request_files_that_do_not_match_or_cannot_be_read_are_refused_before_payment() {
+    let v = Validator::start(&[]);
+    let file = request_file(SPEC, GOOD);
+    let other = format!("{}", alloy::primitives::keccak256(b"another file"));
+    let uri = format!(
+        "data:application/json;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(&file)
+    );
+    let private = umpire_blackbox::Scripted::start(vec![(200, "{}")]);
+    let paid0 = v.payer_balance();
+    for (uri, hash, says) in [
+        (uri.clone(), other.clone(), "hashes (keccak256)"),
+        (
+            format!("http://{}/request.json", private.addr),
+            format!("{}", alloy::primitives::keccak256(b"{}")),
+            "could not be read",
+        ),
+        (
+            "ipfs://bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi".to_owned(),
+            // Each request its own hash: the registry takes one request per hash.
+            format!("{}", alloy::primitives::keccak256(b"an ipfs file")),
+            "gateway",
+        ),
+    ] {
+        let (reference, _) = v.request_at(&uri, &hash, None);
+        let bought = v.buy("basic", SPEC, GOOD, &reference);
+        assert_eq!(bought.status, 422, "{uri}: {}", bought.body);
+        assert!(
+            bought.body.contains("invalid_request") && bought.body.contains(says),
+            "{uri}: {}",
+            bought.body
+        );
+    }
+    assert!(
+        private.received().is_empty(),
+        "a private address is never fetched"
+    );
+    assert_eq!(v.payer_balance(), paid0, "nothing charged");
+}
+
 #[test]
 fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
     let (v, reference, bought, status) = basic_answer(GOOD, 100);
@@ -364,6 +419,12 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
         .and_then(umpire_core::Value::as_str)
         .expect("id")
         .to_owned();
+    // docs/erc8004.md: the ValidationResponse event's responseURI is the verdict's
+    // status URL.
+    let uri = status["response_uri"]
+        .as_str()
+        .expect("the event's responseURI");
+    assert!(uri.ends_with(&format!("/v1/verdicts/{id}")), "{uri}");
     let public = v.server.get(&format!("/v1/verdicts/{id}"));
     assert_eq!(
         public.status,
@@ -372,6 +433,15 @@ fn a_passing_verdict_answers_its_request_with_100_and_the_documents_hash() {
         String::from_utf8_lossy(&public.body)
     );
     assert_eq!(public.json().get("document"), bought.json().get("document"));
+    // And its status answer says it is public (no secret was needed to read it).
+    assert_eq!(
+        public
+            .json()
+            .get("public")
+            .and_then(umpire_core::Value::as_bool),
+        Some(true),
+        "a public verdict says so"
+    );
     // An auditor checks the answer against the document; a tampered one fails.
     let key = v.files.write(
         "key.json",

@@ -156,16 +156,23 @@ fn paid_and_signed_feedback_is_accepted_once() {
     );
 }
 
-/// Feedback waits for its payment's confirmations (default 5; 3 here): a transfer in
-/// the latest block is refused, saying how many it has and to retry, and the same body
-/// is accepted once the chain is deep enough. Would catch: the confirmation rule
-/// skipped (every other test runs at 1, where it cannot fail).
+/// Feedback waits for its payment's confirmations, 5 by default (the server here is
+/// started without the variable): a transfer in the latest block is refused, saying how
+/// many it has and to retry, still at 4, and the same body is accepted at 5. Would
+/// catch: the confirmation rule skipped (every other test runs at 1, where it cannot
+/// fail), or its default changed.
 #[test]
 fn feedback_waits_for_its_payments_confirmations() {
     let devnet = Devnet::start();
     let payer = devnet.get("payer");
     let merchant = devnet.accounts()[6].clone();
-    let s = server(&devnet, &[("UMPIRE_FEEDBACK_CONFIRMATIONS", "3")]);
+    let env: Vec<(String, String)> = devnet
+        .feedback_env()
+        .into_iter()
+        .filter(|(k, _)| k != "UMPIRE_FEEDBACK_CONFIRMATIONS")
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let s = Server::start_with(&env);
     let tx = devnet.transfer(&payer, &merchant, ONE_USDC);
     let body = signed_with_viem(
         &devnet.get("payer_private_key"),
@@ -177,9 +184,17 @@ fn feedback_waits_for_its_payments_confirmations() {
     let early = s.feedback(&body);
     expect(&early, 422, "payment_not_found");
     let message = early.error_message();
-    assert!(message.contains("1 of the 3 confirmations"), "{message}");
-    devnet.mine();
-    expect(&s.feedback(&body), 422, "payment_not_found");
+    assert!(message.contains("1 of the 5 confirmations"), "{message}");
+    for _ in 0..3 {
+        devnet.mine();
+    }
+    let four = s.feedback(&body);
+    expect(&four, 422, "payment_not_found");
+    assert!(
+        four.error_message().contains("4 of the 5 confirmations"),
+        "{}",
+        four.error_message()
+    );
     devnet.mine();
     let r = s.feedback(&body);
     assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));

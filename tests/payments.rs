@@ -118,6 +118,24 @@ fn the_reference_client_buys_a_basic_verdict_and_retries_replay_without_paying()
 
     // The status link with the one-time secret returns the same document.
     let id = body.get("verdict_id").and_then(Value::as_str).expect("id");
+    // docs/api.md: the 201 names the paying wallet and the status link (also its
+    // `Location`), whose path is the one opened below.
+    assert_eq!(
+        body.get("payer")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase),
+        Some(payer.to_ascii_lowercase()),
+        "the 201's payer is the wallet that paid"
+    );
+    let status_url = body
+        .get("status_url")
+        .and_then(Value::as_str)
+        .expect("status_url");
+    assert!(
+        status_url.ends_with(&format!("/v1/verdicts/{id}")),
+        "{status_url}"
+    );
+    assert_eq!(bought.header("location").as_deref(), Some(status_url));
     let secret = body.get("secret").and_then(Value::as_str).expect("secret");
     let bearer = format!("Bearer {secret}");
     let status = request(
@@ -959,6 +977,65 @@ fn observation(document: &Value, i: usize) -> Value {
 
 fn field<'a>(v: &'a Value, k: &str) -> &'a Value {
     v.get(k).unwrap_or_else(|| panic!("no {k} in {v:?}"))
+}
+
+/// docs/fetching.md: no proxy is ever used. The server runs with every proxy variable
+/// an HTTP library reads naming a recording server, and the page is on 127.0.0.2,
+/// which `NO_PROXY` (127.0.0.1, the chain's RPC) does not exempt: the witness still
+/// fetches it directly and the proxy hears nothing. Would catch: the fetcher built
+/// without `no_proxy` (reqwest reads these variables by default), so an environment
+/// reroutes, observes or forges what a verdict signs.
+#[test]
+fn no_proxy_from_the_environment_reroutes_a_fetch() {
+    let page = std::net::TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let at = page.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for mut conn in page.incoming().flatten() {
+            let mut buf = [0u8; 8192];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut conn,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\ndeployed",
+            );
+        }
+    });
+    let proxy = umpire_blackbox::Scripted::start(vec![(502, "a proxy"); 4]);
+    let via = format!("http://{}", proxy.addr);
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[
+            ("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1,127.0.0.2"),
+            ("HTTP_PROXY", &via),
+            ("HTTPS_PROXY", &via),
+            ("ALL_PROXY", &via),
+            ("http_proxy", &via),
+            ("https_proxy", &via),
+            ("all_proxy", &via),
+            ("NO_PROXY", "127.0.0.1"),
+            ("no_proxy", "127.0.0.1"),
+        ],
+    );
+    let url_ = format!("http://{at}/release");
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"{url_}","expect":{{"status":200,"keyword":"deployed"}}}}]}},"deliverable":{{"text":"deployed"}}}}"#
+    );
+    let bought = buy_v2(&devnet, &url(&server, "witness"), &body, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let document = bought.json().get("document").cloned().expect("document");
+    let o = observation(&document, 0);
+    assert_eq!(field(&o, "resolved_address").as_str(), Some("127.0.0.2"));
+    assert_eq!(field(&o, "http_status"), &Value::from(200u64));
+    assert_eq!(
+        document.get("verdict").and_then(Value::as_str),
+        Some("pass"),
+        "{document:?}"
+    );
+    assert!(
+        proxy.received().is_empty(),
+        "a fetch went through the environment's proxy: {:?}",
+        proxy.received()
+    );
 }
 
 #[test]

@@ -25,6 +25,10 @@ fn read_until_closed(s: &mut TcpStream, limit: Duration) -> Result<Vec<u8>, Stri
 
 #[test]
 fn idle_connections_that_never_finish_their_headers_are_closed_and_block_nothing() {
+    // docs/api.md's figures, which the timings below are taken from: 10 s to send the
+    // headers, 10 s for the body.
+    assert_eq!(HEADER_READ_TIMEOUT, Duration::from_secs(10));
+    assert_eq!(BODY_READ_TIMEOUT, Duration::from_secs(10));
     let server = Server::start();
     let mut idle: Vec<TcpStream> = (0..500)
         .map(|_| {

@@ -263,11 +263,13 @@ fn free_routes_are_rate_limited_per_ip() {
 /// quote 120, status 120 (a lookup of an unknown verdict counts like any other),
 /// validate 30, find 20, feedback 30 (counted before the body is read), mcp 120 and
 /// unpaid 60 (a paid route's request without a payment, counted before its 402), then
-/// 429 `rate_limited`; each bucket is counted apart from the others. (`replay` is held
-/// by payments.rs: it needs a purchase to replay.) Would catch: a default changed in
-/// the code and not in the contract, or a route counted in another route's bucket.
+/// 429 `rate_limited`; each bucket is counted apart from the others. `replay` (120) is
+/// read from the defaults here; payments.rs holds replays to their bucket over HTTP
+/// (a replay needs a purchase). Would catch: a default changed in the code and not in
+/// the contract, or a route counted in another route's bucket.
 #[test]
 fn the_contracts_default_limits_hold_for_every_bucket() {
+    assert_eq!(RateLimits::default().limit("replay"), Some(120));
     let (s, clock) = limited(RateLimits::default());
     let status = format!("/v1/verdicts/vrd_{}", "0".repeat(32));
     let find = format!(
@@ -303,6 +305,30 @@ fn the_contracts_default_limits_hold_for_every_bucket() {
     }
     clock.advance(60);
     assert_eq!(s.get("/v1/quote").status, 200);
+}
+
+/// Only the word `off` turns the limits off: any other value of `UMPIRE_RATE_LIMITS`
+/// (`yes`, `0`, `false`) keeps them on. Would catch: a switch read as "set means off",
+/// where an operator writing `UMPIRE_RATE_LIMITS=on` removes every limit.
+#[test]
+fn any_value_but_off_keeps_the_limits_on() {
+    let body = r#"{"tier":"basic","spec":{"checks":[{"type":"length","min":1}]}}"#;
+    for value in ["yes", "0", "false", "OFF"] {
+        let s = Server::start_in(
+            TempDir::new("limits-on"),
+            &[
+                ("UMPIRE_RATE_LIMITS", value),
+                ("UMPIRE_RATE_LIMIT_VALIDATE", "1"),
+            ],
+        );
+        assert_eq!(s.validate(body).status, 200, "{value}");
+        let over = s.validate(body);
+        assert_eq!(
+            (over.status, over.error_code().as_str()),
+            (429, "rate_limited"),
+            "UMPIRE_RATE_LIMITS={value}"
+        );
+    }
 }
 
 /// The test switch, in a test build (a release build refuses it: tests/repo.rs): a

@@ -79,11 +79,24 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
         payer0 - umpire_blackbox::PRICE_SWORN,
         "sworn costs $5"
     );
+    let answered_at = umpire_host::Clock::system().now();
     let answer = bought.json();
     assert_eq!(str_of(&answer, "status"), "pending");
     let pass1 = answer.get("pass1").expect("pass 1 results");
     assert_eq!(str_of(pass1, "verdict_so_far"), "pass");
     let id = str_of(&answer, "verdict_id").to_owned();
+    // docs/sworn.md: the 202 carries its status link and when pass 2 is due, the
+    // pass-2 delay (1 s here) after the answer (give or take the request's seconds).
+    assert!(
+        str_of(&answer, "status_url").ends_with(&format!("/v1/verdicts/{id}")),
+        "{answer}"
+    );
+    let due = umpire_core::time::parse_rfc3339(str_of(&answer, "final_due_at"))
+        .expect("final_due_at is an RFC 3339 time");
+    assert!(
+        (answered_at.saturating_sub(30)..=answered_at + 2).contains(&due),
+        "final_due_at {due} is the 1 s delay after the answer at {answered_at}"
+    );
     let secret = str_of(&answer, "secret").to_owned();
 
     let status = final_status(&server, &id, &secret, Duration::from_secs(30));

@@ -140,6 +140,12 @@ async fn a_first_deploy_is_healthy_and_the_documented_order_makes_it_sell() {
         ];
         for r in &refusals {
             assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+            // docs/api.md: no `Retry-After` (waiting does not help; a deploy does).
+            assert_eq!(
+                r.header("retry-after"),
+                None,
+                "a missing key is not a pause"
+            );
             let e = &json(r)["error"];
             assert_eq!(e["code"], "unavailable");
             assert!(

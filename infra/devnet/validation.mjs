@@ -12,7 +12,8 @@
 //     a validator (Umpire's key by default) answers
 //   node infra/devnet/validation.mjs status --devnet devnet.json --request-hash 0x…
 //        [--agent-id N --tag T]
-//     the request's status (and, with --agent-id, the agent's summary for the tag)
+//     the request's status, its latest answer's response_uri (from the event), and, with
+//     --agent-id, the agent's summary for the tag
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { createPublicClient, createWalletClient, http, parseEventLogs } from "viem";
@@ -114,6 +115,15 @@ try {
       tag,
       last_update: lastUpdate.toString(),
     };
+    // The latest answer's responseURI, which only the event carries.
+    const answers = await pub.getContractEvents({
+      address: devnet.validation_registry,
+      abi: validation,
+      eventName: "ValidationResponse",
+      args: { requestHash },
+      fromBlock: 0n,
+    });
+    out.response_uri = answers.length ? answers[answers.length - 1].args.responseURI : null;
     if (args["agent-id"]) {
       const [count, average] = await pub.readContract({
         address: devnet.validation_registry,

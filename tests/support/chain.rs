@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -694,6 +694,9 @@ struct ProxyControl {
     /// Calls of a method that pass before its faults apply.
     spared: Mutex<std::collections::HashMap<String, usize>>,
     calls: Mutex<Vec<String>>,
+    /// The chain's error message for each call it refused, by method (whether or not
+    /// the answer then reached the server): which path a test took.
+    refusals: Mutex<Vec<(String, String)>>,
     /// When each transaction sent through the proxy was accepted, by hash.
     sent_at: Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Receipts are preconfirmed this long after a send (0: never), as a flashblocks
@@ -701,6 +704,8 @@ struct ProxyControl {
     preconfirm_ms: AtomicU64,
     /// A preconfirmed transaction then leaves the pool.
     drop_preconfirmed: AtomicBool,
+    /// How many preconfirmed receipts the proxy has answered.
+    preconfirmed_answers: AtomicUsize,
     /// The next call of this method waits until [`Paused::resume`].
     pause_on: Mutex<Option<String>>,
     paused: Mutex<PauseState>,
@@ -775,6 +780,11 @@ impl RpcProxy {
             u64::try_from(a.as_millis()).unwrap_or(u64::MAX).max(1)
         });
         self.ctl.preconfirm_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// How many preconfirmed receipts (of blocks not sealed yet) were answered so far.
+    pub fn preconfirmed_answers(&self) -> usize {
+        self.ctl.preconfirmed_answers.load(Ordering::SeqCst)
     }
 
     /// A transaction preconfirmed from now on leaves the pool at once: its flashblock
@@ -856,6 +866,15 @@ impl RpcProxy {
             *counts.entry(m.clone()).or_default() += 1;
         }
         counts
+    }
+
+    /// The chain's error messages for the calls of `method` it refused so far.
+    pub fn refusals_of(&self, method: &str) -> Vec<String> {
+        lock(&self.ctl.refusals)
+            .iter()
+            .filter(|(m, _)| m == method)
+            .map(|(_, e)| e.clone())
+            .collect()
     }
 
     pub fn reset_counts(&self) {
@@ -1009,6 +1028,9 @@ impl ProxyControl {
             std::thread::sleep(Duration::from_millis(delay));
         }
         let mut answer = forward(upstream, call);
+        if let Some(message) = answer["error"]["message"].as_str() {
+            lock(&self.refusals).push((method.clone(), message.to_owned()));
+        }
         if lose || lock(&self.lose_answers_of).as_deref() == Some(method.as_str()) {
             std::thread::sleep(lost_after);
             return None;
@@ -1023,6 +1045,7 @@ impl ProxyControl {
             && let Some(receipt) = self.preconfirmed(call, upstream)
         {
             answer["result"] = receipt;
+            self.preconfirmed_answers.fetch_add(1, Ordering::SeqCst);
         }
         Some(answer)
     }

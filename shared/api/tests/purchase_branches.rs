@@ -1079,6 +1079,30 @@ fn assert_pending(r: &Response) {
     );
     assert_eq!(settlement_header(r)["errorReason"], "settlement_pending");
     assert_eq!(settlement_header(r)["success"], false);
+    // docs/paying.md: the body says until when the payment can land, and the header
+    // names the rail's network and the payer, as a settled answer would.
+    let until = json(r)["error"]["pending_until"]
+        .as_str()
+        .map(str::to_owned);
+    assert!(
+        until
+            .as_deref()
+            .and_then(umpire_core::time::parse_rfc3339)
+            .is_some(),
+        "pending_until: {:?}",
+        json(r)
+    );
+    let header = settlement_header(r);
+    assert!(
+        header["network"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("eip155:") || n.starts_with("solana:")),
+        "{header:?}"
+    );
+    assert!(
+        header["payer"].as_str().is_some_and(|p| !p.is_empty()),
+        "{header:?}"
+    );
     assert!(r.headers().contains_key("retry-after"));
     assert!(
         !r.headers().contains_key(HEADER_PAYMENT_REQUIRED),

@@ -40,7 +40,13 @@ fn answer(mut conn: TcpStream, me: SocketAddr) {
         );
         let _ = conn.write_all(body);
     };
-    if path == "/page" {
+    if path == "/echo" {
+        // The request as it arrived, for tests of what the fetcher sends.
+        respond(&mut conn, "200 OK", "", head.as_bytes());
+    } else if path == "/long-server" {
+        let server = format!("Server: {}\r\n", "s".repeat(300));
+        respond(&mut conn, "200 OK", &server, b"ok");
+    } else if path == "/page" {
         respond(
             &mut conn,
             "200 OK",
@@ -128,6 +134,42 @@ async fn a_page_is_fetched_and_observed() {
     assert_eq!(o.error, None);
 }
 
+/// docs/fetching.md: a fetch is a GET with `User-Agent: UmpireProbe/1.0
+/// (+https://umpire.vimabrosta.com/bot)`, and an observed header value is capped at 200
+/// characters. Would catch: another method or agent (site owners allow-list the bot by
+/// it), or a server's header growing the signed document without bound.
+#[tokio::test]
+async fn a_fetch_is_a_get_named_umpireprobe_and_observed_headers_are_capped() {
+    let addr = serve();
+    let f = fetcher(addr).fetch(&format!("http://{addr}/echo")).await;
+    let seen = String::from_utf8(f.body.expect("a response").body).expect("text");
+    assert!(seen.starts_with("GET /echo HTTP/1.1\r\n"), "{seen}");
+    let agent = seen
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("user-agent"))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .expect("a User-Agent header");
+    assert_eq!(agent, umpire_core::product::FETCH_USER_AGENT);
+    assert_eq!(
+        agent,
+        "UmpireProbe/1.0 (+https://umpire.vimabrosta.com/bot)"
+    );
+    let long = fetcher(addr)
+        .fetch(&format!("http://{addr}/long-server"))
+        .await;
+    let server = long
+        .observation
+        .headers
+        .iter()
+        .find(|(k, _)| k == "server")
+        .map(|(_, v)| v.clone())
+        .expect("the server header observed");
+    assert_eq!(server, "s".repeat(200), "capped at 200 characters");
+}
+
 #[tokio::test]
 async fn four_redirects_are_followed_and_a_fifth_is_refused() {
     let addr = serve();
@@ -171,6 +213,8 @@ async fn a_large_body_is_truncated_at_the_cap_and_hashed_as_read() {
     let f = fetcher(addr).fetch(&format!("http://{addr}/big")).await;
     let body = f.body.expect("response");
     let cap = umpire_core::product::FETCH_READ_CAP_BYTES as usize;
+    // docs/fetching.md's figure: 2 MB (MiB) read, then truncated.
+    assert_eq!(cap, 2 * 1024 * 1024);
     assert!(body.truncated);
     assert_eq!(body.body.len(), cap);
     assert!(f.observation.truncated);

@@ -1280,6 +1280,34 @@ mod sqlite {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// docs/api.md: feedback rows never expire. The hourly purge `umpire serve` runs
+    /// deletes expired verdicts and leaves every feedback row, however old, and the
+    /// ledger reads them all. Would catch: feedback given a lifetime, or a purge that
+    /// sweeps the table along with the others.
+    #[tokio::test]
+    async fn the_purge_never_takes_a_feedback_row() {
+        let s = SqliteStore::in_memory().expect("sqlite");
+        let m = "0x1111111111111111111111111111111111111111";
+        let p = "0x3333333333333333333333333333333333333333";
+        s.put_feedback(&feedback("0xold", m, p, 1))
+            .await
+            .expect("put");
+        s.put_feedback(&feedback("0xnew", m, p, NOW - 1))
+            .await
+            .expect("put");
+        s.put_verdict(&verdict("vrd_gone", "s", None, NOW + 100))
+            .await
+            .expect("put");
+        let far = NOW + 10 * 365 * 86_400;
+        assert_eq!(
+            s.purge_expired(far).await.expect("purge"),
+            1,
+            "the verdict alone"
+        );
+        let all = s.merchant_ledger(m, 0).await.expect("ledger");
+        assert_eq!(all.rows.len(), 2, "both feedback rows stay");
+    }
+
     /// A data directory made before the webhook's state moved onto verdicts gains the
     /// new columns on open, its verdicts intact.
     #[tokio::test]

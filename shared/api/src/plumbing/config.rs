@@ -348,6 +348,18 @@ const SHORTEST_RETRY_BASE_MS: u64 = 30_000;
 mod budget_tests {
     use super::*;
 
+    /// docs/sworn.md's defaults, which every test overrides: pass 2 a minute after the
+    /// answer, webhook retries 30 s × 2^(n-1) apart, and a rate-limit window of a
+    /// minute. Would catch: a default changed in the code and not in the docs, never
+    /// seen by a test that sets its own.
+    #[test]
+    fn the_documented_defaults() {
+        let c = Config::default();
+        assert_eq!(c.sworn_delay_secs, 60);
+        assert_eq!(c.webhook_retry_base, Duration::from_secs(30));
+        assert_eq!(WINDOW, Duration::from_secs(60));
+    }
+
     #[test]
     fn the_budget_must_fit_the_claim_and_the_authorization() {
         let mut c = Config::default();

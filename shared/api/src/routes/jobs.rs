@@ -76,6 +76,10 @@ pub async fn run_delivery(state: &AppState, job: &Job, receive_count: u32) -> Re
     Err(failed)
 }
 
+/// How long a job `umpire serve`'s worker took stays hidden: a job that fails (or whose
+/// worker died) comes back this long after it was taken (docs/sworn.md: 5 minutes).
+pub const EMBEDDED_RETRY_SECS: u32 = 300;
+
 /// `umpire serve`'s worker: polls the embedded store's delayed jobs and runs them,
 /// like the worker Lambda does for SQS.
 pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
@@ -85,7 +89,7 @@ pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
     // A back-off shorter than the poll would wait for the poll instead.
     let poll = poll.min(state.config.webhook_retry_base);
     loop {
-        match queue.receive(10, 300).await {
+        match queue.receive(10, EMBEDDED_RETRY_SECS).await {
             Ok(deliveries) if !deliveries.is_empty() => {
                 for d in deliveries {
                     match run_job(&state, &d.job).await {
@@ -106,5 +110,58 @@ pub async fn work_forever(state: std::sync::Arc<AppState>, poll: Duration) {
                 tokio::time::sleep(poll * 4).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use umpire_store::JobQueue as _;
+    use umpire_store::sqlite::SqliteStore;
+
+    use super::*;
+
+    /// docs/sworn.md: on the embedded store a job that failed comes back every 5
+    /// minutes, its receive counted: hidden 299 s after it was taken, due at 300 s.
+    /// Would catch: the retry delay changed (a failing webhook hammered, or a pass 2
+    /// left for an hour) or a taken job never coming back.
+    #[tokio::test]
+    async fn a_failed_job_on_the_embedded_store_comes_back_five_minutes_later() {
+        assert_eq!(EMBEDDED_RETRY_SECS, 5 * 60);
+        let now = Arc::new(AtomicU64::new(1_700_000_000_000));
+        let clock = now.clone();
+        let store = SqliteStore::in_memory()
+            .expect("sqlite")
+            .with_clock(move || clock.load(Ordering::SeqCst));
+        let job = Job {
+            kind: "sworn_pass2".into(),
+            payload: "{}".into(),
+        };
+        store.enqueue(&job, Duration::ZERO).await.expect("enqueue");
+        let taken = store
+            .receive(10, EMBEDDED_RETRY_SECS)
+            .await
+            .expect("receive");
+        assert_eq!(taken.len(), 1);
+        // Its run failed: not acknowledged.
+        now.fetch_add(299_000, Ordering::SeqCst);
+        assert!(
+            store
+                .receive(10, EMBEDDED_RETRY_SECS)
+                .await
+                .expect("receive")
+                .is_empty(),
+            "hidden for 5 minutes"
+        );
+        now.fetch_add(1_000, Ordering::SeqCst);
+        let again = store
+            .receive(10, EMBEDDED_RETRY_SECS)
+            .await
+            .expect("receive");
+        assert_eq!(again.len(), 1, "back after 5 minutes");
+        assert_eq!(again[0].receive_count, 2);
+        assert_eq!(again[0].job.payload, job.payload);
     }
 }

@@ -388,6 +388,27 @@ pub fn product() -> Product {
 mod tests {
     use super::*;
 
+    /// docs/reputation.md's rounding, at its edges: a rate exactly half a unit of the
+    /// fourth place rounds up (1/20,000 is 0.00005 → 0.0001; 3/20,000 → 0.0002), just
+    /// under half rounds down, nothing to divide is 0; an even count's median is the
+    /// mean of the middle two rounded down to a base unit (1 and 2 → 1). Would catch:
+    /// rounding to nearest-even or truncating, or a median given as a fraction.
+    #[test]
+    fn rates_round_half_up_and_even_medians_round_down() {
+        let r = |n, d| ratio(n, d).as_f64().expect("a number");
+        assert_eq!(r(1, 20_000), 0.0001);
+        assert_eq!(r(3, 20_000), 0.0002);
+        assert_eq!(r(5, 20_000), 0.0003);
+        assert_eq!(r(49_999, 1_000_000_000), 0.0);
+        assert_eq!(r(2, 3), 0.6667);
+        assert_eq!(r(1, 3), 0.3333);
+        assert_eq!(r(0, 0), 0.0);
+        assert_eq!(median(vec![2, 1]), 1, "(1 + 2) / 2 rounded down");
+        assert_eq!(median(vec![10_000, 10_001]), 10_000);
+        assert_eq!(median(vec![3, 1, 2]), 2);
+        assert_eq!(median(vec![]), 0);
+    }
+
     const M: &str = "0x1111111111111111111111111111111111111111";
     const OTHER: &str = "0x2222222222222222222222222222222222222222";
 

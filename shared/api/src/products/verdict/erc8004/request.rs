@@ -139,15 +139,24 @@ async fn check_request(
 async fn request_file(state: &AppState, uri: &str) -> Result<Vec<u8>, ApiError> {
     let hint = "Serve the request file over https (or put it on chain as a data: URI); nothing was charged.";
     if let Some(data) = uri.strip_prefix("data:") {
-        return data_uri(data)
-            .ok_or_else(|| refused("the requestURI data: URI does not decode", hint));
+        return match data_uri(data) {
+            Ok(bytes) => Ok(bytes),
+            Err(DataUri::Undecodable) => {
+                Err(refused("the requestURI data: URI does not decode", hint))
+            }
+            Err(DataUri::TooLarge(n)) => Err(too_large(&format!(
+                "the request file in the requestURI data: URI is {n} bytes, larger than \
+                 {MAX_REQUEST_FILE_BYTES}"
+            ))),
+        };
     }
     if !(uri.starts_with("https://") || uri.starts_with("http://")) {
         return Err(refused(
             format!(
                 "Umpire cannot read the requestURI {uri:?}: only http(s) and data: URIs are read"
             ),
-            hint,
+            "Serve the request file over https (an IPFS or Arweave gateway URL works) or put \
+             it on chain as a data: URI; nothing was charged.",
         ));
     }
     let fetcher = state.fetcher.as_ref().ok_or_else(|| {
@@ -175,26 +184,43 @@ async fn request_file(state: &AppState, uri: &str) -> Result<Vec<u8>, ApiError> 
         ));
     }
     if body.truncated || body.body.len() > MAX_REQUEST_FILE_BYTES {
-        return Err(refused(
-            format!("the request file at {uri} is larger than {MAX_REQUEST_FILE_BYTES} bytes"),
-            "Put the deliverable's hash (deliverable_hash) in the request file instead of the deliverable; nothing was charged.",
-        ));
+        return Err(too_large(&format!(
+            "the request file at {uri} is larger than {MAX_REQUEST_FILE_BYTES} bytes"
+        )));
     }
     Ok(body.body)
 }
 
+fn too_large(message: &str) -> ApiError {
+    refused(
+        message,
+        "Put the deliverable's hash (deliverable_hash) in the request file instead of the deliverable; nothing was charged.",
+    )
+}
+
+/// Why a `data:` URI gives no request file.
+#[derive(Debug, PartialEq)]
+enum DataUri {
+    Undecodable,
+    /// Its bytes, decoded, are more than [`MAX_REQUEST_FILE_BYTES`].
+    TooLarge(usize),
+}
+
 /// A `data:` URI's bytes (after `data:`): `[<type>][;base64],<data>`.
-fn data_uri(rest: &str) -> Option<Vec<u8>> {
+fn data_uri(rest: &str) -> Result<Vec<u8>, DataUri> {
     use base64::Engine as _;
-    let (meta, data) = rest.split_once(',')?;
+    let (meta, data) = rest.split_once(',').ok_or(DataUri::Undecodable)?;
     let bytes = if meta.ends_with(";base64") {
         base64::engine::general_purpose::STANDARD
             .decode(data.trim())
-            .ok()?
+            .map_err(|_| DataUri::Undecodable)?
     } else {
-        percent_decode(data)?
+        percent_decode(data).ok_or(DataUri::Undecodable)?
     };
-    (bytes.len() <= MAX_REQUEST_FILE_BYTES).then_some(bytes)
+    if bytes.len() > MAX_REQUEST_FILE_BYTES {
+        return Err(DataUri::TooLarge(bytes.len()));
+    }
+    Ok(bytes)
 }
 
 /// A value as the request file spelled it, for a refusal's message.
@@ -423,15 +449,44 @@ mod tests {
     fn data_uris_decode_strictly() {
         assert_eq!(
             data_uri("application/json;base64,eyJhIjoxfQ=="),
-            Some(br#"{"a":1}"#.to_vec())
+            Ok(br#"{"a":1}"#.to_vec())
         );
         assert_eq!(
             data_uri("application/json,%7B%22a%22%3A1%7D"),
-            Some(br#"{"a":1}"#.to_vec())
+            Ok(br#"{"a":1}"#.to_vec())
         );
-        assert_eq!(data_uri(",%+f"), None, "a sign is not a hex digit");
-        assert_eq!(data_uri(",%4"), None);
-        assert_eq!(data_uri("no comma"), None);
-        assert_eq!(data_uri(";base64,***"), None);
+        let bad = Err(DataUri::Undecodable);
+        assert_eq!(data_uri(",%+f"), bad, "a sign is not a hex digit");
+        assert_eq!(data_uri(",%4"), bad);
+        assert_eq!(data_uri("no comma"), bad);
+        assert_eq!(data_uri(";base64,***"), bad);
+    }
+
+    /// docs/erc8004.md: a request file over 256 KB is refused, and said to be too large
+    /// (not undecodable); 256 KB exactly is read. Would catch: the cap moved or lost (a
+    /// chain-borne file of any size read before payment), or a refusal that misleads.
+    #[test]
+    fn a_data_uri_over_256_kb_is_refused_as_too_large() {
+        use base64::Engine as _;
+        assert_eq!(MAX_REQUEST_FILE_BYTES, 256 * 1024);
+        let b64 = |n: usize| {
+            format!(
+                ";base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(vec![b'x'; n])
+            )
+        };
+        assert_eq!(
+            data_uri(&b64(MAX_REQUEST_FILE_BYTES)).map(|b| b.len()),
+            Ok(MAX_REQUEST_FILE_BYTES)
+        );
+        assert_eq!(
+            data_uri(&b64(MAX_REQUEST_FILE_BYTES + 1)),
+            Err(DataUri::TooLarge(MAX_REQUEST_FILE_BYTES + 1))
+        );
+        let plain = format!(",{}", "y".repeat(MAX_REQUEST_FILE_BYTES + 1));
+        assert_eq!(
+            data_uri(&plain),
+            Err(DataUri::TooLarge(MAX_REQUEST_FILE_BYTES + 1))
+        );
     }
 }
