@@ -373,14 +373,19 @@ fn free_port() -> u16 {
 
 /// `tests/js/siwx.mjs` against `url`: (status, body, the header sent).
 fn sign_in(url: &str, args: &[&str]) -> (u64, String, String) {
-    let mut all = vec!["--url", url];
-    all.extend_from_slice(args);
-    let v = node_json("tests/js/siwx.mjs", &all);
+    let v = sign_in_json(url, args);
     (
         v["status"].as_u64().unwrap_or_default(),
         v["body"].as_str().unwrap_or_default().to_owned(),
         v["header"].as_str().unwrap_or_default().to_owned(),
     )
+}
+
+/// All that `tests/js/siwx.mjs` printed (the nonces signed and offered included).
+fn sign_in_json(url: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--url", url];
+    all.extend_from_slice(args);
+    node_json("tests/js/siwx.mjs", &all)
 }
 
 #[test]
@@ -418,16 +423,29 @@ fn the_paying_wallet_signs_in_to_its_verdict_and_nothing_else_does() {
     );
 
     // The paying wallet, through the reference helpers: the verdict, no secret needed.
-    let (status, text, header) = sign_in(&status_url, &["--private-key", &payer_key]);
+    let first = sign_in_json(&status_url, &["--private-key", &payer_key]);
+    let (status, text, header) = (
+        first["status"].as_u64().unwrap_or_default(),
+        first["body"].as_str().unwrap_or_default().to_owned(),
+        first["header"].as_str().unwrap_or_default().to_owned(),
+    );
     assert_eq!(status, 200, "{text}");
     let read: Value = serde_json::from_str(&text).expect("JSON");
     assert_eq!(read["verdict_id"], id.as_str());
     assert_eq!(read["document"], answer["document"]);
 
-    // The same proof again: its nonce is spent.
-    let (status, text, _) = sign_in(&status_url, &["--header", &header]);
-    assert_eq!(status, 401, "{text}");
+    // The same proof again: its nonce is spent. docs/api.md: the refusal is `401
+    // bad_signature` with a fresh challenge, a nonce other than the one spent.
+    let replayed = sign_in_json(&status_url, &["--header", &header]);
+    let text = replayed["body"].as_str().unwrap_or_default();
+    assert_eq!(replayed["status"], 401, "{text}");
     assert!(text.contains("invalid_siwx_nonce"), "{text}");
+    assert!(text.contains("bad_signature"), "{text}");
+    let spent = first["signed_nonce"].as_str().expect("the nonce signed");
+    let fresh_nonce = replayed["refusal_nonce"]
+        .as_str()
+        .expect("the refusal carries a challenge");
+    assert_ne!(fresh_nonce, spent, "a fresh nonce, not the spent one");
 
     // Another wallet: told what an unknown id is told.
     let stranger = format!("0x{}", "42".repeat(32));

@@ -219,6 +219,119 @@ fn every_route_is_described_and_real_answers_match_their_schemas() {
     }
 }
 
+/// docs/api.md's status answer, whole: a final verdict (a real signed document, as
+/// `umpire judge` signs it) and a pending sworn one (its preview as pass 1 writes it),
+/// seeded into the embedded store and read with their secret, each validate against
+/// the description's `200` schema and carry `tier`, `created_at` and `expires_at`.
+/// Would catch: a status field renamed, dropped or retyped, which no other test reads
+/// against the contract (they compare documents).
+#[tokio::test]
+async fn a_status_answer_matches_its_schema_final_and_pending() {
+    use umpire_store::VerdictStore as _;
+    const SECRET: &str = "vs_00112233445566778899aabbccddeeff";
+    let dir = umpire_blackbox::TempDir::new("status-schema");
+    let spec_file = dir.write(
+        "spec.json",
+        br##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##,
+    );
+    let deliverable = dir.write("deliverable.json", br##"{"text":"# Report\nall green"}"##);
+    let judged = Command::new(umpire_blackbox::umpire_bin())
+        .arg("judge")
+        .arg("--spec")
+        .arg(&spec_file)
+        .arg("--deliverable")
+        .arg(&deliverable)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("umpire judge");
+    assert!(
+        judged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&judged.stderr)
+    );
+    let document = String::from_utf8(judged.stdout).expect("utf-8");
+    let now = umpire_host::Clock::system().now();
+    let record = |id: &str, tier, status, document: Option<String>, preview: Option<String>| {
+        umpire_store::VerdictRecord {
+            verdict_id: id.into(),
+            tier,
+            status,
+            document,
+            preview,
+            secret_hash: umpire_api::checkout::secret::check_of(SECRET),
+            spec_hash: "ab".repeat(32),
+            webhook_url: None,
+            created_at: now,
+            expires_at: now + 90 * 86_400,
+            webhook_outcome: None,
+            job_key: None,
+            payer: None,
+        }
+    };
+    let final_id = "vrd_0123456789abcdef0123456789abcdef";
+    let pending_id = "vrd_fedcba9876543210fedcba9876543210";
+    let preview = umpire_api::products::verdict::sworn::preview(&[], now + 60);
+    {
+        let store = umpire_store::sqlite::SqliteStore::open_in(dir.path()).expect("store");
+        store
+            .put_verdict(&record(
+                final_id,
+                umpire_core::product::Tier::Basic,
+                umpire_store::VerdictStatus::Final,
+                Some(document.trim().to_owned()),
+                None,
+            ))
+            .await
+            .expect("seed");
+        store
+            .put_verdict(&record(
+                pending_id,
+                umpire_core::product::Tier::Sworn,
+                umpire_store::VerdictStatus::Pending,
+                None,
+                Some(String::from_utf8_lossy(&preview.to_canonical_vec()).into_owned()),
+            ))
+            .await
+            .expect("seed");
+    }
+    let server = Server::start_in(dir, &[]);
+    let spec = description(&server);
+    let schema = documented(&spec, "GET", "/v1/verdicts/{id}", 200).expect("a 200 schema");
+    let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+    let bearer = format!("Bearer {SECRET}");
+    for (id, tier, status) in [
+        (final_id, "basic", "final"),
+        (pending_id, "sworn", "pending"),
+    ] {
+        let r = request(
+            server.addr,
+            "GET",
+            &format!("/v1/verdicts/{id}"),
+            &[("Authorization", bearer.as_str())],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let answer: Json = serde_json::from_slice(&r.body).expect("JSON");
+        let errors: Vec<String> = validator
+            .iter_errors(&answer)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{id}: {errors:?}\n{answer}");
+        assert_eq!(answer["tier"], tier, "{answer}");
+        assert_eq!(answer["status"], status, "{answer}");
+        for field in ["created_at", "expires_at"] {
+            assert!(
+                answer[field]
+                    .as_str()
+                    .and_then(umpire_core::time::parse_rfc3339)
+                    .is_some(),
+                "{field}: {answer}"
+            );
+        }
+    }
+}
+
 #[test]
 fn schemathesis_finds_nothing_wrong() {
     // A devnet behind the rails and the feedback chain, so that every answer a fuzzer

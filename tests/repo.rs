@@ -213,6 +213,50 @@ fn a_test_build_warns_of_each_fetch_switch_it_takes() {
     }
 }
 
+/// docs/development.md's promise table names real tests: every `file::test` in its
+/// "Held by" column is a file of the repository holding a test function of that name
+/// (a module path between them is read as part of the name), and no row is held by
+/// nothing. Would catch: a row left pointing at a test renamed or deleted, so the table
+/// claims a promise is held when nothing holds it.
+#[test]
+fn every_promise_in_the_table_names_a_test_that_exists() {
+    let text = std::fs::read_to_string(repo_root().join("docs/development.md"))
+        .expect("docs/development.md");
+    let table = text
+        .split("| Doc | Promise | Held by |")
+        .nth(1)
+        .expect("the promise table")
+        .split("\n\n")
+        .next()
+        .unwrap_or_default();
+    let mut rows = 0;
+    for row in table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+    {
+        let held = row.rsplit('|').nth(1).unwrap_or_default();
+        let names: Vec<&str> = held
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| n.contains("::"))
+            .collect();
+        assert!(!names.is_empty(), "a promise held by no test: {row}");
+        for name in names {
+            let (file, path) = name.split_once("::").expect("file::test");
+            let source = std::fs::read_to_string(repo_root().join(file))
+                .unwrap_or_else(|e| panic!("{name}: {file}: {e} (row: {row})"));
+            let test = path.rsplit("::").next().unwrap_or(path);
+            assert!(
+                source.contains(&format!("fn {test}(")),
+                "{name}: no test {test} in {file} (row: {row})"
+            );
+        }
+        rows += 1;
+    }
+    assert!(rows > 150, "the table was read: {rows} rows");
+}
+
 /// The emulator's speed-up is faithful: `infra/local/moto_serial.py` serves a later page
 /// of an index Query from the candidates it kept, and must answer every page exactly as
 /// stock moto does (Limit and the 1 MB cut, both directions, a range condition, a

@@ -2,7 +2,8 @@
 // sign-in-with-x helpers (@x402/extensions/sign-in-with-x): asks the status URL with no
 // credential, takes the challenge from its PAYMENT-REQUIRED header, signs it with
 // createSIWxPayload and sends encodeSIWxHeader's value. Prints one JSON line:
-// {"challenge_status", "status", "body", "header"}.
+// {"challenge_status", "status", "body", "header", "signed_nonce", "refusal_nonce"}
+// (the nonce it signed, and the nonce of the challenge a refusal carries, if any).
 //
 //   node tests/js/siwx.mjs --url http://127.0.0.1:PORT/v1/verdicts/vrd_… \
 //     (--private-key 0x… | --svm-keypair FILE) [--tamper domain|expired] [--header H]
@@ -30,6 +31,7 @@ const { values: args } = parseArgs({
 
 let header = args.header;
 let challengeStatus = null;
+let signedNonce = null;
 if (!header) {
   const signer = args["svm-keypair"]
     ? await createKeyPairSignerFromBytes(new Uint8Array(JSON.parse(readFileSync(args["svm-keypair"], "utf8"))))
@@ -51,9 +53,20 @@ if (!header) {
     info.issuedAt = new Date(Date.now() - 360_000).toISOString();
     info.expirationTime = new Date(Date.now() - 60_000).toISOString();
   }
+  signedNonce = info.nonce;
   header = encodeSIWxHeader(await createSIWxPayload(info, signer, origin));
 }
 const res = await fetch(args.url, { headers: { [SIGN_IN_WITH_X]: header } });
+// A refusal's own challenge, if it carries one (the nonce to sign next).
+const again = res.headers.get("payment-required");
+const refusalNonce = again ? decodePaymentRequiredHeader(again).extensions?.[SIGN_IN_WITH_X]?.info?.nonce ?? null : null;
 console.log(
-  JSON.stringify({ challenge_status: challengeStatus, status: res.status, body: await res.text(), header }),
+  JSON.stringify({
+    challenge_status: challengeStatus,
+    status: res.status,
+    body: await res.text(),
+    header,
+    signed_nonce: signedNonce,
+    refusal_nonce: refusalNonce,
+  }),
 );
