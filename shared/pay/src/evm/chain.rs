@@ -103,7 +103,26 @@ pub struct EvmChain {
     /// The most gas a smart-wallet settlement may use.
     gas_cap: u64,
     /// Payers whose settlement reverted on chain, and until when they are refused.
-    cooling_off: Arc<Mutex<HashMap<Address, Instant>>>,
+    cooling_off: Arc<Mutex<CoolingOff>>,
+}
+
+/// Payers refused until a moment: each a payer whose settlement reverted on chain,
+/// for [`REVERT_COOLING_OFF`] from then. Kept per process. Times are given, so the
+/// rule is tested without waiting ten minutes.
+#[derive(Default)]
+struct CoolingOff(HashMap<Address, Instant>);
+
+impl CoolingOff {
+    /// Until when `payer` is refused, as of `now` (forgetting every refusal ended).
+    fn until(&mut self, payer: Address, now: Instant) -> Option<Instant> {
+        self.0.retain(|_, until| *until > now);
+        self.0.get(&payer).copied()
+    }
+
+    /// Refuses `payer` from `now` for [`REVERT_COOLING_OFF`].
+    fn refuse(&mut self, payer: Address, now: Instant) {
+        self.0.insert(payer, now + REVERT_COOLING_OFF);
+    }
 }
 
 /// What one receipt poll found.
@@ -375,9 +394,10 @@ impl EvmChain {
 
     /// Whether `payer` is refused for now: a settlement of theirs reverted on chain.
     fn cooling_off_until(&self, payer: Address) -> Option<Instant> {
-        let mut map = self.cooling_off.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, until| *until > Instant::now());
-        map.get(&payer).copied()
+        self.cooling_off
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .until(payer, Instant::now())
     }
 
     /// Refuses `payer` for [`REVERT_COOLING_OFF`]: our settlement of their payment
@@ -387,7 +407,7 @@ impl EvmChain {
         self.cooling_off
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(payer, Instant::now() + REVERT_COOLING_OFF);
+            .refuse(payer, Instant::now());
     }
 
     /// Answers purchases on preconfirmed receipts: an RPC that streams Base's
@@ -474,4 +494,27 @@ enum Sent {
     Broadcast(Broadcast),
     /// No need: the authorization already paid us in this transaction.
     PaidBy(B256),
+}
+
+#[cfg(test)]
+mod cooling_off_tests {
+    use super::*;
+
+    /// docs/paying.md: a payer whose settlement reverted is refused for 10 minutes,
+    /// then taken again; another payer is never held up by it. Would catch: the period
+    /// changed, a refusal never lifted (a payer shut out for good), or one payer's
+    /// revert refusing everyone.
+    #[test]
+    fn a_reverted_payer_is_refused_ten_minutes_then_taken_again() {
+        assert_eq!(REVERT_COOLING_OFF, Duration::from_secs(600));
+        let (payer, other) = (Address::repeat_byte(1), Address::repeat_byte(2));
+        let t0 = Instant::now();
+        let mut list = CoolingOff::default();
+        list.refuse(payer, t0);
+        assert_eq!(list.until(payer, t0), Some(t0 + REVERT_COOLING_OFF));
+        assert!(list.until(payer, t0 + Duration::from_secs(599)).is_some());
+        assert_eq!(list.until(other, t0 + Duration::from_secs(1)), None);
+        assert_eq!(list.until(payer, t0 + REVERT_COOLING_OFF), None, "lifted");
+        assert!(list.0.is_empty(), "an ended refusal is forgotten");
+    }
 }
