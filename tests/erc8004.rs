@@ -220,7 +220,12 @@ impl Validator {
             }
             None => Settlement::SelfSettle,
         };
-        let server = devnet.serve(how, &env);
+        // Logged at debug (metrics included) when the test asks with RUST_LOG.
+        let server = if extra.iter().any(|(k, _)| *k == "RUST_LOG") {
+            devnet.serve_logged(how, &env)
+        } else {
+            devnet.serve(how, &env)
+        };
         let agent = register(&devnet);
         let agent_id = agent["agent_id"].as_str().expect("agent_id").to_owned();
         Validator {
@@ -379,6 +384,35 @@ fn request_files_that_do_not_match_or_cannot_be_read_are_refused_before_payment(
         "a private address is never fetched"
     );
     assert_eq!(v.payer_balance(), paid0, "nothing charged");
+}
+
+/// docs/erc8004.md: after each answer it posts, Umpire reads its validator's balance
+/// and, below the threshold (`UMPIRE_VALIDATOR_LOW_GAS_WEI`), records `ValidatorGasLow`
+/// (the template alarms on it: functions/tests/template.rs). Here the threshold is
+/// above any balance the devnet gives. Would catch: the balance never read, or read
+/// and never reported, so a validator runs dry and answers stop with nothing said.
+#[test]
+fn a_validator_low_on_gas_is_reported_after_its_answer() {
+    let v = Validator::start(&[
+        ("RUST_LOG", "debug"),
+        (
+            "UMPIRE_VALIDATOR_LOW_GAS_WEI",
+            "1000000000000000000000000000",
+        ),
+    ]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    v.answered(&hash, "umpire:basic");
+    let started = std::time::Instant::now();
+    while !v.server.logs().contains("ValidatorGasLow") {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no ValidatorGasLow after the answer: {}",
+            v.server.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -679,6 +713,72 @@ fn a_second_purchase_for_an_answered_request_is_refused_before_payment() {
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("already_created"), "{}", again.body);
     assert_eq!(v.payer_balance(), before, "nothing was charged");
+}
+
+/// docs/erc8004.md: `umpire verify --validation` without `--validator` and
+/// `--registry` reads both from the document's issuer's registration file
+/// (`/.well-known/agent-registration.json`), and the audit passes against the chain.
+/// Would catch: the audit needing what the docs say it finds itself, or trusting a
+/// validator the issuer does not publish.
+#[test]
+fn the_validation_audit_reads_the_validator_from_the_issuers_registration() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let issuer = format!("http://127.0.0.1:{port}");
+    let v = Validator::start(&[("UMPIRE_ISSUER", &issuer)]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    v.answered(&hash, "umpire:basic");
+    let key = v.files.write(
+        "key.json",
+        &v.server.get("/.well-known/umpire-key.json").body,
+    );
+    let doc = v.files.write("doc.json", bought.body.as_bytes());
+    let rpc = v.devnet.get("rpc_url");
+    let (code, out, err) = run_umpire(
+        &[
+            "verify",
+            &doc.to_string_lossy(),
+            "--key",
+            &key.to_string_lossy(),
+            "--validation",
+            &reference,
+            "--rpc",
+            &rpc,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("ok   response_hash"), "{out}");
+}
+
+/// docs/erc8004.md: a chain that cannot be read when the request is checked is `502
+/// chain_unavailable`, nothing charged; once it answers, the same purchase goes
+/// through. Would catch: an unreadable chain taken for a refusal (`422`, the customer
+/// told the request is bad) or for a pass (a request bought without being checked).
+#[test]
+fn a_validation_chain_that_cannot_be_read_is_502_and_charges_nothing() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let v = Validator::serve_on(devnet, Some(&proxy.url), &[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let before = v.payer_balance();
+    proxy.set_down(true);
+    let refused = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(refused.status, 502, "{}", refused.body);
+    assert!(
+        refused.body.contains("chain_unavailable"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(v.payer_balance(), before, "nothing charged");
+    proxy.set_down(false);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    assert_eq!(v.answered(&hash, "umpire:basic")["response"], 100);
 }
 
 #[test]

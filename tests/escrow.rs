@@ -503,6 +503,77 @@ fn an_evaluation_interrupted_after_buying_reuses_the_purchase_and_pays_once() {
     assert_eq!(w.balance("escrow_provider"), BUDGET);
 }
 
+/// docs/erc8183.md: a job is bought once, under its own Idempotency-Key: an evaluation
+/// asking another spec for a job already bought is refused (`idempotency_key_reuse`,
+/// exit 1), nothing more is paid and nothing is decided. Would catch: a second purchase
+/// for one job (paid twice), or an evaluation deciding the job on another spec than
+/// the one bought.
+#[test]
+fn another_spec_for_a_job_already_bought_is_refused_and_pays_nothing() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let other = w.file(
+        "other.json",
+        r#"{"checks":[{"type":"length","unit":"words","min":1}]}"#,
+    );
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let r: JobRef = job.parse().expect("job");
+    let base = format!("http://{}", w.server.addr);
+    let key = w.devnet.get("payer_private_key");
+    let (code, _, err) = run_umpire(
+        &[
+            "buy",
+            "basic",
+            "--spec",
+            &spec,
+            "--deliverable",
+            &good,
+            "--job-ref",
+            &r.job_ref(),
+            "--idempotency-key",
+            &r.idempotency_key(),
+            "--base",
+            &base,
+        ],
+        &[("UMPIRE_WALLET_KEY", key.as_str())],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = w.evaluate(&job, "basic", &other, &good);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("idempotency_key_reuse"), "{err}");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the first purchase only"
+    );
+    assert_eq!(w.balance("escrow_provider"), 0, "nothing decided");
+}
+
+/// docs/erc8183.md: before anything is paid the spec is checked for the tier: a spec
+/// the tier refuses (a witness verdict without its one `url_probe`) is exit 1, nothing
+/// paid, nothing decided. Would catch: a refusal found only after paying (the 422 of
+/// a purchase the evaluator already signed a payment for).
+#[test]
+fn a_spec_the_tier_refuses_stops_the_evaluation_before_payment() {
+    let w = World::start(&[]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let (code, out, err) = w.evaluate(&job, "witness", &spec, &good);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("url_probe"),
+        "the refusal names what is missing: {err}"
+    );
+    assert_eq!(w.balance("payer"), payer0, "nothing paid");
+    assert_eq!(w.balance("escrow_provider"), 0, "nothing decided");
+}
+
 #[test]
 fn a_watching_evaluator_judges_the_jobs_it_is_named_for_from_their_descriptions() {
     let w = World::start(&[]);

@@ -622,6 +622,73 @@ fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
     assert_eq!(devnet.balance(&payer), payer0, "nothing charged");
 }
 
+/// docs/paying.md: Ctrl-C stops `umpire serve` taking connections and waits (up to a
+/// minute) for the purchases in progress: a probe held mid-check when SIGINT arrives
+/// is answered `201` once its page answers, charged once, and only then does the
+/// process end. Would catch: a shutdown that drops a paid purchase mid-way (the money
+/// moved or about to, no answer), or one that keeps taking new work.
+#[test]
+fn ctrl_c_lets_a_purchase_in_progress_finish_then_stops() {
+    let devnet = Devnet::start();
+    let page = Held::start("service up");
+    let server = Arc::new(devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    ));
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"deployed"}}}}"#,
+        page.addr
+    );
+    let payer = devnet.get("payer");
+    let payer0 = devnet.balance(&payer);
+    let payment = sign_payment(&devnet, &url(&server, "probe"), &body);
+    let purchase = {
+        let (server, body, payment) = (server.clone(), body.clone(), payment.clone());
+        std::thread::spawn(move || {
+            request(
+                server.addr,
+                "POST",
+                "/v1/verdicts/probe",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", &payment),
+                    ("Idempotency-Key", &key()),
+                ],
+                Some(body.as_bytes()),
+            )
+        })
+    };
+    page.wait_for_request(std::time::Duration::from_secs(30));
+    server.interrupt();
+    // New connections are refused while the purchase still runs.
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(server.addr).is_ok() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "still taking connections after Ctrl-C"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!server.has_ended(), "it waits for the purchase in progress");
+    page.release();
+    let answered = purchase.join().expect("purchase thread");
+    assert_eq!(
+        answered.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answered.body)
+    );
+    assert_eq!(devnet.balance(&payer), payer0 - PRICE_PROBE, "charged once");
+    let started = std::time::Instant::now();
+    while !server.has_ended() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the server did not end after its last purchase"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A payment that reached us is delivered, whoever broadcast it: an authorization a
 /// stranger executes while the purchase works (a front-runner who saw the header, the
 /// payer's own relayer) paid us, so the purchase is answered with that transaction,
@@ -977,6 +1044,41 @@ fn observation(document: &Value, i: usize) -> Value {
 
 fn field<'a>(v: &'a Value, k: &str) -> &'a Value {
     v.get(k).unwrap_or_else(|| panic!("no {k} in {v:?}"))
+}
+
+/// docs/fetching.md: each distinct URL is fetched once per pass and shared by the checks
+/// naming it. A probe with two checks on one page (its status and keyword, and its
+/// body's hash) makes one request at the page's server, and both checks judge that one
+/// body. Would catch: a fetch per check (twice the load on the customer's site, and two
+/// checks judging two different bodies of one page).
+#[test]
+fn checks_naming_one_url_share_one_fetch() {
+    const PAGE: &str = "service up";
+    let page = umpire_blackbox::Scripted::start(vec![(200, PAGE), (200, "changed")]);
+    let devnet = Devnet::start();
+    let server = devnet.serve(
+        Settlement::SelfSettle,
+        &[("UMPIRE_TEST_FETCH_ALLOW", "127.0.0.1")],
+    );
+    let at = format!("http://{}/status", page.addr);
+    let sha = umpire_core::hash::sha256_hex(PAGE.as_bytes());
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"{at}","expect":{{"status":200,"keyword":"up"}}}},{{"type":"content_hash","target":"url","url":"{at}","sha256":"{sha}"}}]}},"deliverable":{{"text":"deployed"}}}}"#
+    );
+    let bought = buy_v2(&devnet, &url(&server, "probe"), &body, Some(&key()));
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let document = bought.json().get("document").cloned().expect("document");
+    assert_eq!(
+        document.get("verdict").and_then(Value::as_str),
+        Some("pass"),
+        "both checks judged the one body: {document:?}"
+    );
+    assert_eq!(
+        page.received().len(),
+        1,
+        "one request for the page: {:?}",
+        page.received()
+    );
 }
 
 /// docs/fetching.md: no proxy is ever used. The server runs with every proxy variable

@@ -201,6 +201,87 @@ fn a_sworn_verdict_reaches_the_webhook_and_the_status_link() {
     assert_eq!(str_of(&again, "webhook_delivery"), "delivered");
 }
 
+/// docs/sworn.md: a sworn settlement that fails after pass 1 (the payer's funds left
+/// between verification and settlement) voids the purchase: the pending verdict is
+/// deleted (find knows no id for the spec and webhook), and the pass 2 queued before
+/// the settlement runs and does nothing (the webhook is never called), nothing
+/// charged. Would catch: a pending verdict left behind for a sale that never
+/// happened, or pass 2 finishing (and signing, and calling the webhook) unpaid.
+#[test]
+fn a_sworn_settlement_that_fails_leaves_no_verdict_and_pass_two_does_nothing() {
+    let page = umpire_blackbox::Held::start("service up");
+    let hook = Scripted::start(vec![(200, "thanks")]);
+    let devnet = Devnet::start();
+    let server = std::sync::Arc::new(devnet.serve(Settlement::SelfSettle, FAST));
+    let webhook = format!("http://{}/hook", hook.addr);
+    let body = format!(
+        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"ready"}},"webhook_url":"{webhook}"}}"#,
+        page.addr
+    );
+    let spec_hash = server
+        .validate(&format!(
+            r#"{{"tier":"sworn","spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}}}}"#,
+            page.addr
+        ))
+        .json()
+        .get("spec_hash")
+        .and_then(Value::as_str)
+        .expect("spec_hash")
+        .to_owned();
+    let payer = devnet.get("payer");
+    let elsewhere = devnet.get("settler");
+    let payer0 = devnet.balance(&payer);
+    let pay_to = devnet.get("pay_to");
+    let earned0 = devnet.balance(&pay_to);
+    let url = format!("http://{}/v1/verdicts/sworn", server.addr);
+    let payment = umpire_blackbox::chain::sign_payment(&devnet, &url, &body);
+    let purchase = {
+        let (server, body, payment) = (server.clone(), body.clone(), payment.clone());
+        std::thread::spawn(move || {
+            umpire_blackbox::request(
+                server.addr,
+                "POST",
+                "/v1/verdicts/sworn",
+                &[
+                    ("Content-Type", "application/json"),
+                    ("PAYMENT-SIGNATURE", &payment),
+                    ("Idempotency-Key", &key()),
+                ],
+                Some(body.as_bytes()),
+            )
+        })
+    };
+    // Pass 1 is fetching: the funds leave before the settlement.
+    page.wait_for_request(Duration::from_secs(30));
+    devnet.transfer(&payer, &elsewhere, payer0);
+    page.release();
+    let voided = purchase.join().expect("purchase thread");
+    assert_eq!(
+        voided.status,
+        402,
+        "{}",
+        String::from_utf8_lossy(&voided.body)
+    );
+    // Past pass 2's delay (1 s here) and then some: nothing ran on its account.
+    std::thread::sleep(Duration::from_secs(4));
+    let found = server
+        .get(&format!(
+            "/v1/find?spec_hash={spec_hash}&webhook={}",
+            urlencode(&webhook)
+        ))
+        .json();
+    assert_eq!(
+        found.get("verdict_ids"),
+        Some(&Value::Array(Vec::new())),
+        "the pending verdict is gone: {found:?}"
+    );
+    assert!(
+        hook.received().is_empty(),
+        "no webhook for a voided purchase"
+    );
+    assert_eq!(devnet.balance(&pay_to), earned0, "nothing charged");
+}
+
 #[test]
 fn a_check_that_fails_in_pass_two_fails_the_verdict() {
     // Up for pass 1, down for pass 2.

@@ -687,6 +687,8 @@ fn an_operator_sees_logs_traces_and_alarms() {
             "Umpire/NotKeyed",
         ),
         ("API 5xx", "AWS/ApiGateway/5xx"),
+        ("validation answers given up", "Umpire/ValidationFailures"),
+        ("the validator's gas running low", "Umpire/ValidatorGasLow"),
     ] {
         assert!(
             alarms.iter().any(|a| a.starts_with(needle)),

@@ -351,6 +351,32 @@ impl Server {
         std::mem::replace(&mut self.data, TempDir(PathBuf::new()))
     }
 
+    /// Sends the server's process SIGINT, as Ctrl-C does.
+    pub fn interrupt(&self) {
+        let pid = self.pid();
+        let sent = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .expect("kill -INT");
+        assert!(sent.success(), "kill -INT {pid}");
+    }
+
+    /// Whether the server's process has ended (gone, or a zombie left for our wait).
+    pub fn has_ended(&self) -> bool {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        stat.is_empty() || stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z'))
+    }
+
+    fn pid(&self) -> u32 {
+        match &self.runner {
+            Runner::Process(child) => child.id(),
+            Runner::InProcess { .. } => {
+                panic!("only a server in its own process has a pid (start it with an env)")
+            }
+        }
+    }
+
     /// What the server logged so far (only for [`Server::start_logged`]).
     pub fn logs(&self) -> String {
         std::fs::read_to_string(self.data.path().join("serve.log")).unwrap_or_default()

@@ -487,6 +487,33 @@ mod tests {
     use alloy::signers::SignerSync;
     use alloy::signers::local::PrivateKeySigner;
 
+    /// docs/reputation.md: an RPC that hangs is given up after 10 s a call (the route
+    /// then answers `502 chain_unavailable`). The RPC here takes the connection and
+    /// never answers. Would catch: a call with no deadline (feedback requests held until
+    /// API Gateway's 30 s, or forever on `umpire serve`), or the deadline changed.
+    #[tokio::test]
+    async fn an_rpc_that_never_answers_is_given_up_after_ten_seconds() {
+        assert_eq!(RPC_TIMEOUT, Duration::from_secs(10));
+        // Connections are queued by the kernel and never read: no answer, ever.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", silent.local_addr().expect("addr"));
+        let config =
+            ChainConfig::from_vars(&|n| (n == "UMPIRE_FEEDBACK_RPC_URL").then(|| url.clone()))
+                .expect("config")
+                .expect("an RPC named");
+        let chain = FeedbackChain::new(config).expect("reader");
+        let started = std::time::Instant::now();
+        let r = chain.ensure_chain().await;
+        let took = started.elapsed();
+        assert!(
+            matches!(&r, Err(ProofError::Unavailable(m)) if m.contains("no answer within")),
+            "{r:?}"
+        );
+        // At the deadline, not much later (slack for a loaded machine).
+        assert!(took >= RPC_TIMEOUT, "gave up after {took:?}");
+        assert!(took < RPC_TIMEOUT * 2, "still waiting after {took:?}");
+    }
+
     #[test]
     fn ecrecover_accepts_the_signer_and_refuses_others_and_high_s() {
         let key = PrivateKeySigner::random();

@@ -23,6 +23,20 @@ pub(crate) const LOG_CHUNK_BLOCKS: u64 = 10_000;
 /// How far back events are looked for: about 11 days of Base blocks.
 pub const DEFAULT_LOOKBACK_BLOCKS: u64 = 500_000;
 
+/// The `eth_getLogs` ranges (inclusive) covering the `lookback` blocks before `head`
+/// and `head` itself, newest first, each at most [`LOG_CHUNK_BLOCKS`] long (what RPC
+/// providers allow a call).
+pub(crate) fn ranges_back(head: u64, lookback: u64) -> impl Iterator<Item = (u64, u64)> {
+    let floor = head.saturating_sub(lookback);
+    let mut next = Some(head);
+    std::iter::from_fn(move || {
+        let to = next?;
+        let from = to.saturating_sub(LOG_CHUNK_BLOCKS - 1).max(floor);
+        next = (from > floor).then(|| from - 1);
+        Some((from, to))
+    })
+}
+
 /// Whether an RPC error is the EVM's revert (JSON-RPC code 3, revert data, or a node's
 /// "execution reverted" message), not a failure of the node itself.
 fn is_revert(e: &alloy::transports::RpcError<alloy::transports::TransportErrorKind>) -> bool {
@@ -203,20 +217,16 @@ impl Contract {
         first_only: bool,
     ) -> Result<Vec<Log>, EscrowError> {
         let head = self.head().await?;
-        let floor = head.saturating_sub(lookback);
-        let mut to = head;
         let mut chunks = Vec::new();
-        loop {
-            let from = to.saturating_sub(LOG_CHUNK_BLOCKS - 1).max(floor);
+        for (from, to) in ranges_back(head, lookback) {
             let logs = self
                 .logs(filter.clone().from_block(from).to_block(to))
                 .await?;
             let found = !logs.is_empty();
             chunks.push(logs);
-            if (found && first_only) || from <= floor {
+            if found && first_only {
                 break;
             }
-            to = from - 1;
         }
         Ok(chunks.into_iter().rev().flatten().collect())
     }
@@ -287,5 +297,41 @@ impl Contract {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+    }
+}
+
+#[cfg(test)]
+mod range_tests {
+    use super::*;
+
+    /// docs/erc8183.md: events are looked for `--lookback-blocks` back (500,000 by
+    /// default) in `eth_getLogs` ranges of at most 10,000 blocks, newest first, with no
+    /// block missed or asked twice. Would catch: a range a provider refuses (over
+    /// 10,000), a gap where an event hides, or a lookback cut short.
+    #[test]
+    fn logs_are_asked_for_in_ranges_of_ten_thousand_back_to_the_lookback() {
+        assert_eq!(
+            (DEFAULT_LOOKBACK_BLOCKS, LOG_CHUNK_BLOCKS),
+            (500_000, 10_000)
+        );
+        let head = 1_234_567;
+        let ranges: Vec<(u64, u64)> = ranges_back(head, DEFAULT_LOOKBACK_BLOCKS).collect();
+        assert_eq!(ranges[0].1, head, "from the head");
+        assert_eq!(
+            ranges.last().map(|r| r.0),
+            Some(head - DEFAULT_LOOKBACK_BLOCKS)
+        );
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[1].1 + 1, pair[0].0, "contiguous: {pair:?}");
+        }
+        assert!(
+            ranges
+                .iter()
+                .all(|(f, t)| f <= t && t - f < LOG_CHUNK_BLOCKS)
+        );
+        assert_eq!(ranges.len(), 51, "500,001 blocks in ranges of 10,000");
+        // Near genesis: down to block 0, once.
+        assert_eq!(ranges_back(5, 500_000).collect::<Vec<_>>(), vec![(0, 5)]);
+        assert_eq!(ranges_back(0, 0).collect::<Vec<_>>(), vec![(0, 0)]);
     }
 }

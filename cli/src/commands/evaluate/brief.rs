@@ -172,6 +172,103 @@ async fn fetched_spec(
 mod tests {
     use super::*;
 
+    /// A local server answering every path with `body`, recording the paths asked.
+    fn serve(
+        body: &'static str,
+    ) -> (
+        std::net::SocketAddr,
+        std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    ) {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                log.lock().unwrap_or_else(|p| p.into_inner()).push(path);
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (addr, asked)
+    }
+
+    fn fetcher(allow: Option<std::net::IpAddr>) -> umpire_fetch::Fetcher {
+        umpire_fetch::Fetcher::new(
+            umpire_fetch::FetchConfig {
+                policy: umpire_fetch::Policy {
+                    test_allow: allow.into_iter().collect(),
+                },
+                politeness: std::time::Duration::ZERO,
+                ..umpire_fetch::FetchConfig::default()
+            },
+            std::sync::Arc::new(umpire_fetch::StaticResolver::default()),
+        )
+        .expect("fetcher")
+    }
+
+    /// docs/erc8183.md: a `spec_url` whose bytes do not hash to `spec_sha256` skips the
+    /// job (nothing fetched after it, nothing paid); `{job_id}` in `deliverable_url`
+    /// becomes the job's id; and the brief's URLs go through the fetcher's URL policy,
+    /// so a deliverable at a private address is refused and never asked. Would catch: a
+    /// spec swapped after the job was funded judged anyway, the placeholder left in the
+    /// URL, or a brief that points the evaluator's machine at its own network.
+    #[tokio::test]
+    async fn a_briefs_spec_must_hash_and_its_urls_keep_the_policy() {
+        const BODY: &str = r#"{"checks":[{"type":"length","min":1}]}"#;
+        let (addr, asked) = serve(BODY);
+        let job: JobRef = "eip155:8453:0x1111111111111111111111111111111111111111:42"
+            .parse()
+            .expect("job");
+        let commitment = B256::repeat_byte(7);
+        let spec_url = format!("http://{addr}/spec.json");
+        let with_hash = |sha256: String| Brief {
+            tier: None,
+            spec: SpecSource::Url {
+                url: spec_url.clone(),
+                sha256,
+            },
+            deliverable_url: format!("http://{addr}/jobs/{{job_id}}.json"),
+        };
+        let allowed = fetcher(Some(addr.ip()));
+        // Another spec than the brief fixed: skipped (done, nothing paid), and the
+        // deliverable is never fetched.
+        let wrong = inputs(&job, with_hash("ab".repeat(32)), commitment, &allowed).await;
+        assert!(matches!(wrong, Err(Step::Done(_))), "skipped");
+        assert_eq!(*asked.lock().expect("log"), vec!["/spec.json".to_owned()]);
+        // The right spec: the deliverable is asked at the job's own URL.
+        let right = umpire_core::hash::sha256_hex(BODY.as_bytes());
+        let (spec, _) = inputs(&job, with_hash(right.clone()), commitment, &allowed)
+            .await
+            .unwrap_or_else(|_| panic!("the spec and the deliverable"));
+        assert!(spec.get("checks").is_some());
+        assert_eq!(
+            asked.lock().expect("log").last().map(String::as_str),
+            Some("/jobs/42.json"),
+            "{{job_id}} became the job's id"
+        );
+        // The shipped policy (no test allowance): a loopback URL is refused, never asked.
+        let before = asked.lock().expect("log").len();
+        let refused = inputs(&job, with_hash(right), commitment, &fetcher(None)).await;
+        assert!(
+            matches!(refused, Err(Step::Done(_))),
+            "skipped by the policy"
+        );
+        assert_eq!(
+            asked.lock().expect("log").len(),
+            before,
+            "nothing was fetched"
+        );
+    }
+
     #[test]
     fn a_brief_names_a_spec_or_its_hashed_url_and_where_the_deliverable_is() {
         let b = brief(r#"{"umpire":{"tier":"probe","spec":{"checks":[]},"deliverable_url":"https://p.example/{commitment}.json"}}"#)

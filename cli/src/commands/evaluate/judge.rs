@@ -158,14 +158,27 @@ fn parsed_inputs(
             ));
         }
     };
-    let Ok(spec_parsed) = parse_spec(spec, Some(tier)) else {
-        return Err(no(
-            format!(
-                "the spec is not a valid {} spec; `umpire validate` lists every problem",
-                tier.as_str()
-            ),
-            "nothing was paid",
-        ));
+    let spec_parsed = match parse_spec(spec, Some(tier)) {
+        Ok(s) => s,
+        // The first problem named (where and what), so the refusal says what to fix.
+        Err(problems) => {
+            let first = problems
+                .first()
+                .map(|p| format!(": {}: {}", p.at, p.message))
+                .unwrap_or_default();
+            let more = if problems.len() > 1 {
+                format!(" (and {} more)", problems.len() - 1)
+            } else {
+                String::new()
+            };
+            return Err(no(
+                format!(
+                    "the spec is not a valid {} spec{first}{more}; `umpire validate` lists every problem",
+                    tier.as_str()
+                ),
+                "nothing was paid",
+            ));
+        }
     };
     Ok((parsed, spec_parsed.hash))
 }

@@ -190,6 +190,14 @@ pub(super) async fn watch(
     }
 }
 
+/// Where the poll after one that read up to `head` (from `from`) starts: the last
+/// [`RESCAN_BLOCKS`] blocks again (an RPC that lagged behind the head, or served an
+/// event late, loses nothing: the job list drops what it has seen), never before
+/// `from`.
+fn next_from(head: u64, from: u64) -> u64 {
+    (head + 1).saturating_sub(RESCAN_BLOCKS).max(from)
+}
+
 /// Reads the jobs submitted since block `from` into the pending ones, and returns the
 /// block the next poll reads from. A chain that does not answer now is asked again at
 /// the next poll, from the same block.
@@ -202,7 +210,7 @@ async fn poll(ev: &Evaluator<'_>, from: u64, jobs: &mut Jobs) -> u64 {
                         jobs.pending.push(id);
                     }
                 }
-                return (head + 1).saturating_sub(RESCAN_BLOCKS).max(from);
+                return next_from(head, from);
             }
             Err(e) => eprintln!("reading JobSubmitted events failed: {e}; trying again"),
         },
@@ -263,4 +271,43 @@ async fn evaluate_pending(
     }
     jobs.pending = again;
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/erc8183.md: each poll reads the last 32 blocks again (an RPC that served
+    /// the head before its events loses nothing), never before where the watch began.
+    /// Would catch: a watch that moves on past the head and misses a late event.
+    #[test]
+    fn each_poll_reads_the_last_32_blocks_again() {
+        assert_eq!(RESCAN_BLOCKS, 32);
+        let next = next_from(1_000, 0);
+        assert_eq!(1_000 - next + 1, 32, "blocks 969..=1000 read again");
+        assert_eq!(next_from(10, 5), 5, "never before the start");
+        assert_eq!(next_from(0, 0), 0);
+    }
+
+    /// docs/erc8183.md: a job whose evaluation fails on the way is tried again at up
+    /// to 10 polls, then given up for good. Would catch: a job retried for ever (paying
+    /// for nothing each time a fetch works and the decision does not), or given up at
+    /// its first hiccup.
+    #[test]
+    fn a_failing_job_is_given_up_at_its_tenth_attempt() {
+        assert_eq!(MAX_ATTEMPTS, 10);
+        let mut jobs = Jobs::default();
+        let id = U256::from(7);
+        for attempt in 1..10 {
+            assert_eq!(jobs.given_up(id), None, "attempt {attempt}");
+            assert!(!jobs.done.contains(&id));
+        }
+        assert_eq!(jobs.given_up(id), Some(10));
+        assert!(jobs.done.contains(&id), "never tried again");
+        assert_eq!(
+            jobs.given_up(U256::from(8)),
+            None,
+            "another job counts apart"
+        );
+    }
 }

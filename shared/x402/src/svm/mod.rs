@@ -279,6 +279,27 @@ mod tests {
             reason(&signed(&payer_key, greedy)),
             Some(FailureReason::SvmInstructions)
         );
+        // docs/paying.md: a memo of at most 256 bytes, once; 257 bytes are refused.
+        let memo_of = |n: usize| {
+            compile(
+                payer,
+                &[system_transfer(payer, to, 5), memo(&vec![b'm'; n])],
+                [7; 32],
+            )
+        };
+        assert_eq!(MAX_MEMO_BYTES, 256);
+        assert!(native_transfer(&signed(&payer_key, memo_of(256))).is_ok());
+        assert_eq!(
+            reason(&signed(&payer_key, memo_of(257))),
+            Some(FailureReason::SvmInstructions)
+        );
+        // And no address lookup table, whatever it would resolve to.
+        let mut looked_up = compile(payer, &[system_transfer(payer, to, 5)], [7; 32]);
+        looked_up.lookups.push((to, vec![0], Vec::new()));
+        assert_eq!(
+            reason(&signed(&payer_key, looked_up)),
+            Some(FailureReason::SvmTransaction)
+        );
         let _ = other;
     }
 

@@ -115,28 +115,28 @@ impl EvmChain {
         let current = settler.remembered(id).filter(|b| b.nonce == nonce)?;
         let (base, tip) = self.next_fees().await.ok()?;
         let fees = current.fees;
-        if fees.max_fee_per_gas >= base.saturating_add(fees.max_priority_fee_per_gas)
-            && fees.max_priority_fee_per_gas >= tip
-        {
-            return None;
-        }
-        let bump = |x: u128| (x.saturating_mul(BUMP_EIGHTHS)).div_ceil(8).max(x + 1);
-        let tip = bump(fees.max_priority_fee_per_gas).max(tip);
-        let wanted = bump(fees.max_fee_per_gas).max(base.saturating_mul(2).saturating_add(tip));
-        let max_fee = wanted.min(self.fee_cap);
-        if max_fee < bump(fees.max_fee_per_gas) {
-            tracing::error!(
-                nonce,
-                hash = %current.hash,
-                base_fee = base,
-                cap = self.fee_cap,
-                "a settlement priced out of the chain cannot be replaced within the fee cap (UMPIRE_EVM_MAX_FEE_GWEI); it waits for fees to fall"
-            );
-            return None;
-        }
+        let (max_fee, tip) = match replacement_fees(
+            (fees.max_fee_per_gas, fees.max_priority_fee_per_gas),
+            base,
+            tip,
+            self.fee_cap,
+        ) {
+            Replacement::NotNeeded => return None,
+            Replacement::OverTheCap => {
+                tracing::error!(
+                    nonce,
+                    hash = %current.hash,
+                    base_fee = base,
+                    cap = self.fee_cap,
+                    "a settlement priced out of the chain cannot be replaced within the fee cap (UMPIRE_EVM_MAX_FEE_GWEI); it waits for fees to fall"
+                );
+                return None;
+            }
+            Replacement::At { max_fee, tip } => (max_fee, tip),
+        };
         let bumped = Fees {
             max_fee_per_gas: max_fee,
-            max_priority_fee_per_gas: tip.min(max_fee),
+            max_priority_fee_per_gas: tip,
             read_at: Instant::now(),
         };
         let replacement = self
@@ -170,5 +170,92 @@ impl EvmChain {
             }
             Err(_) => None,
         }
+    }
+}
+
+/// What to do with a settlement whose fees are `(max_fee, tip)` when the next block
+/// asks `base` and blocks tip `tip_now`, under the operator's `cap` (wei per gas).
+#[derive(Debug, PartialEq, Eq)]
+enum Replacement {
+    /// The next block takes it as it is.
+    NotNeeded,
+    /// A replacement would have to pay more than the cap: it waits for fees to fall.
+    OverTheCap,
+    /// Replace it at these fees: each at least 12.5% above the old (nodes refuse less
+    /// than 10%) and what the chain asks now, the fee cap within `cap`.
+    At { max_fee: u128, tip: u128 },
+}
+
+fn replacement_fees(
+    (max_fee, tip): (u128, u128),
+    base: u128,
+    tip_now: u128,
+    cap: u128,
+) -> Replacement {
+    if max_fee >= base.saturating_add(tip) && tip >= tip_now {
+        return Replacement::NotNeeded;
+    }
+    let bump = |x: u128| (x.saturating_mul(BUMP_EIGHTHS)).div_ceil(8).max(x + 1);
+    let new_tip = bump(tip).max(tip_now);
+    let wanted = bump(max_fee).max(base.saturating_mul(2).saturating_add(new_tip));
+    let new_max = wanted.min(cap);
+    if new_max < bump(max_fee) {
+        return Replacement::OverTheCap;
+    }
+    Replacement::At {
+        max_fee: new_max,
+        tip: new_tip.min(new_max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GWEI: u128 = 1_000_000_000;
+
+    /// docs/paying.md: a replacement's fees are each at least 12.5% higher than the
+    /// settlement's and what the chain asks now; past the fee cap (1 gwei by default)
+    /// there is no replacement (the settlement waits, pending); a settlement the next
+    /// block takes is left alone. Would catch: a bump nodes refuse (under 10%), a
+    /// replacement past the operator's cap, or replacing what needs no replacing.
+    #[test]
+    fn a_replacement_pays_an_eighth_more_within_the_cap() {
+        assert_eq!(super::super::DEFAULT_FEE_CAP_WEI, GWEI);
+        let cap = GWEI;
+        // Base 0.01 gwei, tip 0.001 gwei: fine as it is.
+        let (max_fee, tip) = (30_000_000, 1_000_000);
+        assert_eq!(
+            replacement_fees((max_fee, tip), 10_000_000, 1_000_000, cap),
+            Replacement::NotNeeded
+        );
+        // The base fee tripled: replaced, each fee at least 9/8 of the old.
+        let Replacement::At { max_fee: m, tip: t } =
+            replacement_fees((max_fee, tip), 30_000_000, 1_000_000, cap)
+        else {
+            panic!("replaced");
+        };
+        assert!(m * 8 >= max_fee * 9 && t * 8 >= tip * 9, "{m} {t}");
+        assert!(m >= 2 * 30_000_000 + t, "what the chain asks now: {m}");
+        assert!(m <= cap && t <= m);
+        // Tips rose: the tip follows the chain's.
+        let Replacement::At { tip: t, .. } =
+            replacement_fees((max_fee, tip), 10_000_000, 5_000_000, cap)
+        else {
+            panic!("replaced");
+        };
+        assert!(t >= 5_000_000);
+        // A forty-fold spike under a low cap: no replacement, it waits.
+        assert_eq!(
+            replacement_fees((max_fee, tip), 400_000_000, 1_000_000, 32_000_000),
+            Replacement::OverTheCap
+        );
+        // Near the cap: the cap holds (the bump still fits under it).
+        let Replacement::At { max_fee: m, .. } =
+            replacement_fees((max_fee, tip), 400_000_000, 1_000_000, 40_000_000)
+        else {
+            panic!("replaced within the cap");
+        };
+        assert_eq!(m, 40_000_000);
     }
 }
