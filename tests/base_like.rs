@@ -86,9 +86,11 @@ impl Base {
     }
 
     /// Waits until the server has sent `n` settlements in all.
+    /// Waits until `n` broadcasts have reached the chain (not merely the proxy: a block
+    /// mined between the two would not hold the transaction).
     fn await_broadcasts(&self, n: usize) {
         let started = Instant::now();
-        while self.proxy.calls_of("eth_sendRawTransaction") < n {
+        while self.proxy.reached_chain("eth_sendRawTransaction") < n {
             assert!(started.elapsed() < Duration::from_secs(30), "no broadcast");
             std::thread::sleep(Duration::from_millis(20));
         }

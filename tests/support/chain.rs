@@ -694,6 +694,9 @@ struct ProxyControl {
     /// Calls of a method that pass before its faults apply.
     spared: Mutex<std::collections::HashMap<String, usize>>,
     calls: Mutex<Vec<String>>,
+    /// Each call that reached the chain (its answer kept or lost), by method: counted
+    /// once the chain has it, where `calls` counts on arrival.
+    reached: Mutex<Vec<String>>,
     /// The chain's error message for each call it refused, by method (whether or not
     /// the answer then reached the server): which path a test took.
     refusals: Mutex<Vec<(String, String)>>,
@@ -868,6 +871,16 @@ impl RpcProxy {
         counts
     }
 
+    /// How many calls of `method` the chain has received so far (through the proxy,
+    /// answered or not): a transaction counted here is in the node's pool, so a block
+    /// mined after it can hold it.
+    pub fn reached_chain(&self, method: &str) -> usize {
+        lock(&self.ctl.reached)
+            .iter()
+            .filter(|m| *m == method)
+            .count()
+    }
+
     /// The chain's error messages for the calls of `method` it refused so far.
     pub fn refusals_of(&self, method: &str) -> Vec<String> {
         lock(&self.ctl.refusals)
@@ -1028,6 +1041,7 @@ impl ProxyControl {
             std::thread::sleep(Duration::from_millis(delay));
         }
         let mut answer = forward(upstream, call);
+        lock(&self.reached).push(method.clone());
         if let Some(message) = answer["error"]["message"].as_str() {
             lock(&self.refusals).push((method.clone(), message.to_owned()));
         }
