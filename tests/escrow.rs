@@ -120,6 +120,33 @@ impl World {
         self.evaluate_at(&base, job, tier, spec, deliverable, env)
     }
 
+    /// The purchase an evaluation of `job` makes, made with `umpire buy` outside any
+    /// evaluation (as if one died before its transaction, leaving no record): the
+    /// job's own job_ref, under the job's own Idempotency-Key.
+    fn buy_for_job(&self, job: &str, spec: &str, deliverable: &str) {
+        let r: JobRef = job.parse().expect("job");
+        let base = format!("http://{}", self.server.addr);
+        let key = self.devnet.get("payer_private_key");
+        let (code, _, err) = run_umpire(
+            &[
+                "buy",
+                "basic",
+                "--spec",
+                spec,
+                "--deliverable",
+                deliverable,
+                "--job-ref",
+                &r.job_ref(),
+                "--idempotency-key",
+                &r.idempotency_key(),
+                "--base",
+                &base,
+            ],
+            &[("UMPIRE_WALLET_KEY", key.as_str())],
+        );
+        assert_eq!(code, 0, "{err}");
+    }
+
     /// `umpire evaluate` buying from the service at `base`.
     fn evaluate_at(
         &self,
@@ -467,29 +494,8 @@ fn an_evaluation_interrupted_after_buying_reuses_the_purchase_and_pays_once() {
     let good = w.file("good.json", GOOD);
     w.submit(&id, &good);
 
-    // The purchase an evaluation makes, as if it died before its transaction: the
-    // job's own job_ref, under the job's own Idempotency-Key.
-    let r: JobRef = job.parse().expect("job");
-    let base = format!("http://{}", w.server.addr);
-    let key = w.devnet.get("payer_private_key");
-    let (code, _, err) = run_umpire(
-        &[
-            "buy",
-            "basic",
-            "--spec",
-            &spec,
-            "--deliverable",
-            &good,
-            "--job-ref",
-            &r.job_ref(),
-            "--idempotency-key",
-            &r.idempotency_key(),
-            "--base",
-            &base,
-        ],
-        &[("UMPIRE_WALLET_KEY", key.as_str())],
-    );
-    assert_eq!(code, 0, "{err}");
+    // The purchase an evaluation makes, as if it died before its transaction.
+    w.buy_for_job(&job, &spec, &good);
     assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC);
 
     let (code, out, err) = w.evaluate(&job, "basic", &spec, &good);
@@ -520,27 +526,7 @@ fn another_spec_for_a_job_already_bought_is_refused_and_pays_nothing() {
     );
     let good = w.file("good.json", GOOD);
     w.submit(&id, &good);
-    let r: JobRef = job.parse().expect("job");
-    let base = format!("http://{}", w.server.addr);
-    let key = w.devnet.get("payer_private_key");
-    let (code, _, err) = run_umpire(
-        &[
-            "buy",
-            "basic",
-            "--spec",
-            &spec,
-            "--deliverable",
-            &good,
-            "--job-ref",
-            &r.job_ref(),
-            "--idempotency-key",
-            &r.idempotency_key(),
-            "--base",
-            &base,
-        ],
-        &[("UMPIRE_WALLET_KEY", key.as_str())],
-    );
-    assert_eq!(code, 0, "{err}");
+    w.buy_for_job(&job, &spec, &good);
     let (code, out, err) = w.evaluate(&job, "basic", &other, &good);
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("idempotency_key_reuse"), "{err}");

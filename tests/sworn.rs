@@ -212,17 +212,16 @@ fn a_sworn_settlement_that_fails_leaves_no_verdict_and_pass_two_does_nothing() {
     let page = umpire_blackbox::Held::start("service up");
     let hook = Scripted::start(vec![(200, "thanks")]);
     let devnet = Devnet::start();
-    let server = std::sync::Arc::new(devnet.serve(Settlement::SelfSettle, FAST));
+    let server = devnet.serve(Settlement::SelfSettle, FAST);
     let webhook = format!("http://{}/hook", hook.addr);
-    let body = format!(
-        r#"{{"spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}},"deliverable":{{"text":"ready"}},"webhook_url":"{webhook}"}}"#,
+    let spec = format!(
+        r#"{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}}"#,
         page.addr
     );
+    let body =
+        format!(r#"{{"spec":{spec},"deliverable":{{"text":"ready"}},"webhook_url":"{webhook}"}}"#);
     let spec_hash = server
-        .validate(&format!(
-            r#"{{"tier":"sworn","spec":{{"checks":[{{"type":"url_probe","url":"http://{}/status","expect":{{"status":200,"keyword":"up"}}}}]}}}}"#,
-            page.addr
-        ))
+        .validate(&format!(r#"{{"tier":"sworn","spec":{spec}}}"#))
         .json()
         .get("spec_hash")
         .and_then(Value::as_str)
@@ -235,22 +234,13 @@ fn a_sworn_settlement_that_fails_leaves_no_verdict_and_pass_two_does_nothing() {
     let earned0 = devnet.balance(&pay_to);
     let url = format!("http://{}/v1/verdicts/sworn", server.addr);
     let payment = umpire_blackbox::chain::sign_payment(&devnet, &url, &body);
-    let purchase = {
-        let (server, body, payment) = (server.clone(), body.clone(), payment.clone());
-        std::thread::spawn(move || {
-            umpire_blackbox::request(
-                server.addr,
-                "POST",
-                "/v1/verdicts/sworn",
-                &[
-                    ("Content-Type", "application/json"),
-                    ("PAYMENT-SIGNATURE", &payment),
-                    ("Idempotency-Key", &key()),
-                ],
-                Some(body.as_bytes()),
-            )
-        })
-    };
+    let purchase = umpire_blackbox::pay_in_background(
+        server.addr,
+        "/v1/verdicts/sworn",
+        &body,
+        &payment,
+        Some(&key()),
+    );
     // Pass 1 is fetching: the funds leave before the settlement.
     page.wait_for_request(Duration::from_secs(30));
     devnet.transfer(&payer, &elsewhere, payer0);

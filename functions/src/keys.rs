@@ -19,7 +19,7 @@ pub const RETIRED_KEYS_ENV: &str = "UMPIRE_RETIRED_PUBLIC_KEYS";
 /// The key a rotation's second deploy signs with, published by its first (base64).
 pub const NEXT_KEY_ENV: &str = "UMPIRE_NEXT_PUBLIC_KEY";
 /// A plain seed in hex: local runs only (`cargo lambda watch`, tests), never in AWS.
-pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
+pub use umpire_api::plumbing::config::SEED_HEX_ENV;
 /// The KMS key the seed is sealed under (its ARN): Decrypt names it.
 pub const SIGNING_KEY_ENV: &str = "UMPIRE_SIGNING_KEY_ARN";
 

@@ -101,14 +101,12 @@ where
 /// The whole life of an API function: log setup, cold start, then serve events.
 pub async fn run<F: Function>() -> Result<(), lambda_http::Error> {
     init_logging();
-    // Before anything else, a function without its key included: a switch no deploy
-    // may carry stops it here, named, not on its first keyed cold start.
-    crate::vars::refuse_local_switches(F::ROLE, &|name| std::env::var(name).ok())?;
-    // And the configuration it will run with once keyed, read now: a keyless first
-    // deploy that starts says what it would refuse later (a weakening switch such as a
-    // window under a minute included), not after `umpire keygen`.
-    umpire_api::Config::from_env()?;
     if keygen_pending::<F>(&|name| std::env::var(name).ok()) {
+        // What the keyed cold start would refuse (a switch no deploy may carry, a
+        // configuration it could not run with, a window under a minute among them) is
+        // refused here too, named, not only after `umpire keygen`.
+        crate::vars::refuse_local_switches(F::ROLE, &|name| std::env::var(name).ok())?;
+        umpire_api::Config::from_env()?;
         tracing::warn!(
             "no signing key yet: every request is refused until `umpire keygen` is deployed"
         );

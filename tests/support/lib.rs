@@ -95,6 +95,30 @@ pub const PRICE_BASIC: u128 = 1_000_000;
 pub const PRICE_PROBE: u128 = 2_000_000;
 pub const PRICE_SWORN: u128 = 5_000_000;
 
+/// A paid request (`payment` in `PAYMENT-SIGNATURE`, `key` as its Idempotency-Key
+/// when given) POSTed as JSON to `path` in a thread of its own, so the test can act
+/// while the purchase runs (move funds, execute the authorization, stop the server).
+pub fn pay_in_background(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    payment: &str,
+    key: Option<&str>,
+) -> std::thread::JoinHandle<Reply> {
+    let (path, body, payment) = (path.to_owned(), body.to_owned(), payment.to_owned());
+    let key = key.map(str::to_owned);
+    std::thread::spawn(move || {
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("PAYMENT-SIGNATURE", payment.as_str()),
+        ];
+        if let Some(key) = &key {
+            headers.push(("Idempotency-Key", key.as_str()));
+        }
+        request(addr, "POST", &path, &headers, Some(body.as_bytes()))
+    })
+}
+
 /// A test whose scenario cannot run here (a tool missing, a privilege not granted):
 /// it fails, unless the run names it in `UMPIRE_ALLOWED_SKIPS` (comma-separated; `make
 /// test` sets it only where the tool is known missing), in which case the skip is

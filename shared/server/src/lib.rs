@@ -25,9 +25,6 @@ use umpire_store::sqlite::SqliteStore;
 use umpire_api::plumbing::respond;
 use umpire_api::{AppState, ClientIp, Config, handle};
 
-/// A Lambda function's plain seed (local runs of the functions only).
-const PLAIN_SEED_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
-
 /// The app on the embedded store: the data directory's signing key (created on first
 /// use), its SQLite file (or an in-memory one when not `persistent`), the isolated
 /// checker when given, and the payment, fetch and feedback settings of the environment.
@@ -39,9 +36,10 @@ pub async fn embedded_state(
 ) -> Result<(AppState, Arc<SqliteStore>), String> {
     // A Lambda function's local-run seed means nothing here: refused, not ignored, so
     // no one believes the documents are signed with the key they set.
-    if std::env::var_os(PLAIN_SEED_ENV).is_some_and(|v| !v.is_empty()) {
+    use umpire_api::plumbing::config::SEED_HEX_ENV;
+    if std::env::var_os(SEED_HEX_ENV).is_some_and(|v| !v.is_empty()) {
         return Err(format!(
-            "{PLAIN_SEED_ENV} is not read by umpire serve, which signs with the key in its \
+            "{SEED_HEX_ENV} is not read by umpire serve, which signs with the key in its \
              data directory ({}): remove it (`umpire keygen` makes a deployment's key)",
             dir.display()
         ));
@@ -211,9 +209,10 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// flood of idle sockets cannot use up the process's file descriptors.
 pub const MAX_CONNECTIONS: usize = 4096;
 
-/// Serves until `shutdown` resolves; connections in progress finish on their own, and
-/// purchases in progress are waited for (up to a minute) before it returns, so stopping
-/// the server does not cut one between its settlement and its record.
+/// Serves until `shutdown` resolves; then takes no more connections, closes the idle
+/// ones, and waits (up to a minute) for each request in progress to be answered and
+/// each purchase in progress to end before it returns, so stopping the server cuts no
+/// purchase between its settlement and its record, nor loses its answer.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -233,6 +232,9 @@ pub async fn serve_capped(
     tokio::pin!(shutdown);
     let purchases = Arc::new(Purchases::default());
     let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    // Told to every connection at shutdown: finish the request in progress (write its
+    // answer), then close; an idle one closes at once.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -246,7 +248,17 @@ pub async fn serve_capped(
             },
             () = &mut shutdown => {
                 drop(listener);
-                purchases.drain(DRAIN_PURCHASES).await;
+                let _ = stopping.send(true);
+                // Every connection's answer written (each gives back its slot when it
+                // ends), and every purchase ended, its client there or not; at most
+                // DRAIN_PURCHASES. A purchase's end alone is not enough: its answer is
+                // written by its connection after it, and the process would end first.
+                let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+                let answered = async {
+                    let _ = tokio::time::timeout(DRAIN_PURCHASES, connections.acquire_many(all))
+                        .await;
+                };
+                tokio::join!(answered, purchases.drain(DRAIN_PURCHASES));
                 return Ok(());
             }
         };
@@ -255,7 +267,7 @@ pub async fn serve_capped(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (state, purchases) = (state.clone(), purchases.clone());
+        let (state, purchases, mut stop) = (state.clone(), purchases.clone(), stop.clone());
         tokio::spawn(async move {
             let _slot = slot;
             let service = service_fn(move |req| {
@@ -264,12 +276,18 @@ pub async fn serve_capped(
                     Ok::<_, std::convert::Infallible>(serve_one(state, &purchases, req, peer).await)
                 }
             });
-            let _ = http1::Builder::new()
+            let connection = http1::Builder::new()
                 .keep_alive(true)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                _ = stop.wait_for(|stopping| *stopping) => {}
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
         });
     }
 }

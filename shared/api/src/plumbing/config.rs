@@ -424,6 +424,11 @@ fn bad(name: &'static str, value: &str, problem: impl Into<String>) -> ConfigErr
     }
 }
 
+/// A Lambda function's plain signing seed, in hex: local runs of the functions only
+/// (`make watch`, tests). A deployed function carries the seed sealed under KMS, and
+/// `umpire serve` signs with its data directory's key; both refuse this variable.
+pub const SEED_HEX_ENV: &str = "UMPIRE_SIGNING_SEED_HEX";
+
 /// The validator's key for local runs (`UMPIRE_VALIDATOR_KEY_HEX`); on AWS the key is
 /// sealed (`UMPIRE_VALIDATOR_KEY_CIPHERTEXT`, opened by the worker alone).
 pub const KEY_HEX_ENV: &str = "UMPIRE_VALIDATOR_KEY_HEX";
