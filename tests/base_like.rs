@@ -1035,3 +1035,87 @@ fn a_payer_whose_settlement_reverted_on_our_gas_is_refused_for_a_while() {
     );
     base.audit();
 }
+
+/// docs/paying.md: smart-wallet (ERC-1271) payments are not replayed by payment: the
+/// header's signature cannot be tied to its payer offline, so a copy of it (public in
+/// the pool, then on chain) must not fetch the purchase back. The same payment sent
+/// again is refused as spent, with no document and no replay. Would catch a replay
+/// handed to whoever holds a copy of a contract wallet's payment, and a second charge.
+#[test]
+fn a_smart_wallet_payment_is_not_replayed_by_payment() {
+    let base = Base::open(Mining::Instant, &[]);
+    let (wallet, payments) = costly_wallet(&base.devnet, &base.url(), 0, 1);
+    let wallet0 = base.devnet.balance(&wallet);
+    let bought = base.buy(&payments[0], &key());
+    assert_eq!(bought.status, 201, "{}", text(&bought));
+    for k in [key(), key()] {
+        let again = base.buy(&payments[0], &k);
+        assert_eq!(again.status, 402, "{}", text(&again));
+        assert!(
+            again.header("idempotent-replayed").is_none(),
+            "{}",
+            text(&again)
+        );
+        assert!(again.json().get("document").is_none(), "{}", text(&again));
+    }
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction"),
+        1,
+        "settled once"
+    );
+    assert_eq!(
+        wallet0 - base.devnet.balance(&wallet),
+        PRICE_BASIC,
+        "charged once"
+    );
+    base.audit();
+}
+
+/// docs/paying.md: an authorization already expired when its request arrives, that a
+/// bystander executed to us while it was valid, paid us: it buys (`201`, settled by the
+/// bystander's transaction, nothing broadcast by us). Would catch an expiry check that
+/// refuses a payment we were paid (money kept without its purchase).
+#[test]
+fn an_expired_authorization_a_bystander_executed_in_time_still_buys() {
+    let base = Base::open(
+        Mining::Every(Duration::from_secs(2)),
+        // The shortest window a request budget of 3 s allows: expired a few blocks later.
+        &[
+            ("UMPIRE_REQUEST_BUDGET_MS", "3000"),
+            ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "12"),
+        ],
+    );
+    let payment = base.sign();
+    let bystander = base.devnet.accounts()[6].clone();
+    let receipt = base.devnet.execute_authorization(&bystander, &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let valid_before: u64 = authorization(&payment)["validBefore"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("validBefore");
+    // Until the authorization has expired by our clock (and by the chain's).
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    while now() <= valid_before + 1 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = base.buy(&payment, &key());
+    assert_eq!(r.status, 201, "{}", text(&r));
+    assert_eq!(
+        settled_by(&r).to_lowercase(),
+        receipt["transactionHash"]
+            .as_str()
+            .map(str::to_lowercase)
+            .expect("hash")
+    );
+    assert_eq!(
+        base.proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing left to broadcast"
+    );
+    assert_eq!(base.charged(), PRICE_BASIC, "charged once");
+    base.audit();
+}

@@ -287,8 +287,7 @@ impl Validator {
         reference: &str,
         key: Option<&str>,
     ) -> Bought {
-        let body =
-            format!(r#"{{"spec":{spec},"deliverable":{deliverable},"job_ref":"{reference}"}}"#);
+        let body = purchase_body(spec, deliverable, reference);
         let url = format!("http://{}/v1/verdicts/{tier}", self.server.addr);
         buy_v2(&self.devnet, &url, &body, key)
     }
@@ -324,6 +323,11 @@ impl Validator {
 
 fn request_file(spec: &str, deliverable: &str) -> String {
     format!(r#"{{"spec":{spec},"deliverable":{deliverable}}}"#)
+}
+
+/// A purchase's body: `spec` and `deliverable` judged, naming `reference` as its job_ref.
+fn purchase_body(spec: &str, deliverable: &str, reference: &str) -> String {
+    format!(r#"{{"spec":{spec},"deliverable":{deliverable},"job_ref":"{reference}"}}"#)
 }
 
 fn payload_sha256(bought: &Bought) -> String {
@@ -876,4 +880,415 @@ fn answers_of_purchases_pending_past_their_holds_are_posted_once_the_chain_decid
 fn through_the_facilitator_answers_of_long_pending_purchases_are_posted() {
     let v = Validator::through_facilitator(std::time::Duration::from_secs(3), &pending_env());
     answers_of_purchases_pending_past_their_holds_are_posted(&v);
+}
+
+// ---------------------------------------------------------------------------------
+// The checks run again once the payment is claimed; a payment that moved before it was
+// presented; and the posting job: what it sends, what it never sends, when it waits and
+// when it gives up. Its sends are counted at an RPC proxy that carries only the
+// validation RPC (the purchases settle on the node itself).
+
+use umpire_api::products::verdict::jobs::{JOB_PASS2, JOB_VALIDATION};
+use umpire_blackbox::chain::sign_payment;
+use umpire_blackbox::{PRICE_BASIC, decode_b64_json};
+
+impl Validator {
+    /// The payloads of the jobs of `kind` in the server's embedded queue now, one whose
+    /// attempt is running included (a job leaves the queue once it has run, its next
+    /// attempt queued first); None while the store cannot be read.
+    fn queued(&self, kind: &str) -> Option<Vec<Value>> {
+        let db = self.server.data.path().join("umpire.sqlite3");
+        let conn = rusqlite::Connection::open(&db).ok()?;
+        let mut st = conn
+            .prepare("SELECT payload FROM jobs WHERE kind = ?1")
+            .ok()?;
+        let rows = st
+            .query_map(rusqlite::params![kind], |r| r.get::<_, String>(0))
+            .ok()?;
+        rows.map(|r| r.ok().and_then(|p| serde_json::from_str::<Value>(&p).ok()))
+            .collect()
+    }
+
+    /// Waits until the queue holds no answer to post and no pass 2 to run (which queues
+    /// a final answer): every answer's attempts have ended, sent, found not needed, or
+    /// given up on. Answers are queued before their purchase settles, so one this
+    /// finds no trace of was never queued.
+    fn drained(&self, within: std::time::Duration) {
+        let until = std::time::Instant::now() + within;
+        loop {
+            let left: Vec<Option<Vec<Value>>> = [JOB_VALIDATION, JOB_PASS2]
+                .iter()
+                .map(|kind| self.queued(kind))
+                .collect();
+            if left.iter().all(|l| l.as_ref().is_some_and(Vec::is_empty)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "jobs still queued after {within:?}: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Whether an answer tagged `tag` is queued at attempt `attempt` or later (so its
+    /// earlier attempts failed).
+    fn retrying(&self, tag: &str, attempt: u64) -> bool {
+        self.queued(JOB_VALIDATION)
+            .unwrap_or_default()
+            .iter()
+            .any(|job| job["tag"] == tag && job["attempt"].as_u64().is_some_and(|a| a >= attempt))
+    }
+
+    /// The registry's `ValidationResponse` events for the request, oldest first.
+    fn answers_on_chain(&self, hash: &str) -> Vec<Value> {
+        let answered = format!(
+            "{}",
+            alloy::primitives::keccak256(
+                "ValidationResponse(address,uint256,bytes32,uint8,string,bytes32,string)"
+            )
+        );
+        let logs = self.devnet.rpc(
+            "eth_getLogs",
+            serde_json::json!([{
+                "address": self.devnet.get("validation_registry"),
+                "fromBlock": "0x0",
+                "topics": [answered, null, null, hash],
+            }]),
+        );
+        logs.as_array().cloned().unwrap_or_default()
+    }
+
+    /// The id of the verdict a purchase bought.
+    fn verdict_id(bought: &Bought) -> String {
+        bought
+            .json()
+            .get("verdict_id")
+            .and_then(umpire_core::Value::as_str)
+            .expect("verdict_id")
+            .to_owned()
+    }
+}
+
+/// Polls until `done` holds, failing with `what` past `within`.
+fn wait_for(within: std::time::Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{what}: not within {within:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// docs/erc8004.md: the checks run before any payment is asked for, and again once the
+/// payment is claimed, before anything settles. Here the 402 round passes them (the
+/// payment is asked for, and signed), then the request is answered from outside before
+/// the payment is presented (an answer of Umpire's validator key, as another purchase's
+/// would be): the paid request is refused `409 already_created` naming that answer, its
+/// authorization never executed, nothing charged, and the answer given meanwhile still
+/// stands. Would catch: the checks skipped for a paid request (a request answered
+/// meanwhile sold again, and its answer overwritten by a second one), or run after the
+/// settlement (a refusal charged for).
+#[test]
+fn a_request_answered_between_the_402_and_the_payment_is_refused_with_nothing_charged() {
+    let v = Validator::start(&[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let body = purchase_body(SPEC, GOOD, &reference);
+    let url = format!("http://{}/v1/verdicts/basic", v.server.addr);
+    // A refusal at the 402 round would leave nothing to sign.
+    let payment = sign_payment(&v.devnet, &url, &body);
+    let theirs = format!("0x{}", "ef".repeat(32));
+    ok(
+        &v.devnet,
+        &[
+            "respond",
+            "--request-hash",
+            &hash,
+            "--response",
+            "100",
+            "--tag",
+            "umpire:basic",
+            "--response-hash",
+            &theirs,
+        ],
+    );
+    let before = v.payer_balance();
+    let paid = v
+        .server
+        .buy("basic", &body, &payment, "erc8004-answered-meanwhile-0001");
+    let text = String::from_utf8_lossy(&paid.body).into_owned();
+    assert_eq!(paid.status, 409, "{text}");
+    assert_eq!(paid.error_code(), "already_created", "{text}");
+    assert!(
+        paid.error_message().contains("already has Umpire's answer"),
+        "the refusal names the answer: {text}"
+    );
+    assert_eq!(v.payer_balance(), before, "nothing charged");
+    assert!(
+        v.devnet.authorization_payments().is_empty(),
+        "the authorization was never executed"
+    );
+    v.devnet.assert_ledger_matches_chain(&v.server);
+    assert_eq!(
+        v.status(&hash)["response_hash"],
+        theirs.as_str(),
+        "the answer given meanwhile stands"
+    );
+}
+
+/// docs/erc8004.md: a payment whose payer broadcast the authorization before presenting
+/// it has moved already: it buys its verdict, but a request it fails the checks for is
+/// not answered. Here the request's file is not the one its hash commits to (its unpaid
+/// round is refused `422`); the payer signs the tier's payment (every basic purchase is
+/// asked the same), executes it itself, then presents it naming that request: `201` with
+/// the verdict, settled by the payer's own transaction, charged once, and nothing is
+/// ever posted to the request. Would catch: a moved payment refused (the customer charged
+/// with nothing delivered), or a request that failed its checks answered on chain anyway
+/// (an agent credited for work its request never committed to).
+#[test]
+fn a_payment_broadcast_before_presenting_buys_its_verdict_but_answers_no_request_it_fails() {
+    let v = Validator::start(&[]);
+    let uri = format!(
+        "data:application/json;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(request_file(SPEC, GOOD))
+    );
+    let committed = format!("{}", alloy::primitives::keccak256(b"another request file"));
+    let (reference, hash) = v.request_at(&uri, &committed, None);
+    let body = purchase_body(SPEC, GOOD, &reference);
+    let unpaid = v.server.post_json("/v1/verdicts/basic", &body);
+    let text = String::from_utf8_lossy(&unpaid.body).into_owned();
+    assert_eq!(unpaid.status, 422, "the request fails its checks: {text}");
+    assert!(text.contains("hashes (keccak256)"), "{text}");
+
+    let url = format!("http://{}/v1/verdicts/basic", v.server.addr);
+    let same_work = format!(r#"{{"spec":{SPEC},"deliverable":{GOOD}}}"#);
+    let payment = sign_payment(&v.devnet, &url, &same_work);
+    let before = v.payer_balance();
+    let receipt = v
+        .devnet
+        .execute_authorization(&v.devnet.get("payer"), &payment);
+    assert_eq!(receipt["status"], "0x1", "{receipt}");
+    let bought = v
+        .server
+        .buy("basic", &body, &payment, "erc8004-broadcast-first-0001");
+    let text = String::from_utf8_lossy(&bought.body).into_owned();
+    assert_eq!(bought.status, 201, "{text}");
+    assert_eq!(
+        bought
+            .json()
+            .get("verdict")
+            .and_then(umpire_core::Value::as_str),
+        Some("pass"),
+        "{text}"
+    );
+    let settled = decode_b64_json(bought.header("payment-response").expect("PAYMENT-RESPONSE"));
+    assert_eq!(settled["success"], true, "{settled}");
+    assert_eq!(
+        settled["transaction"].as_str().map(str::to_lowercase),
+        receipt["transactionHash"].as_str().map(str::to_lowercase),
+        "settled by the payer's own transaction: {settled}"
+    );
+    assert_eq!(before - v.payer_balance(), PRICE_BASIC, "charged once");
+    v.devnet.assert_ledger_matches_chain(&v.server);
+
+    v.drained(std::time::Duration::from_secs(60));
+    let status = v.status(&hash);
+    assert_eq!(status["tag"], "", "not answered: {status}");
+    assert!(
+        v.answers_on_chain(&hash).is_empty(),
+        "not answered: {status}"
+    );
+}
+
+/// docs/erc8004.md: the posting job reads the request's status and sends nothing when
+/// it already shows this answer (tag, response, hash). Here the answer's first send
+/// reaches the chain and its reply is lost: the job learns nothing, tries again
+/// (attempt 2, seen waiting in the queue), finds its own answer standing, and sends
+/// nothing. Would catch: a retry that sends the same answer again (gas spent twice, a
+/// second `ValidationResponse`), the status not read first or compared on the wrong
+/// fields.
+#[test]
+fn posting_sends_nothing_when_the_status_already_shows_the_answer() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    proxy.fault("eth_sendRawTransaction", Fault::LoseAnswer, Some(1));
+    // Attempts 5 s apart: the second one waits in the queue long enough to be seen.
+    let v = Validator::serve_on(
+        devnet,
+        Some(&proxy.url),
+        &[("UMPIRE_WEBHOOK_RETRY_BASE_MS", "5000")],
+    );
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the answer tried again after its lost send",
+        || v.retrying("umpire:basic", 2),
+    );
+    let status = v.answered(&hash, "umpire:basic");
+    assert_eq!(
+        status["response_hash"].as_str(),
+        Some(payload_sha256(&bought).as_str()),
+        "the lost send landed"
+    );
+    v.drained(std::time::Duration::from_secs(60));
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        1,
+        "the retry found the answer standing and sent nothing"
+    );
+    assert_eq!(v.answers_on_chain(&hash).len(), 1, "one answer on chain");
+}
+
+/// docs/erc8004.md: the posting job never sends a provisional answer once the verdict is
+/// final or a final answer stands (sent after the final one, it would replace it as the
+/// request's status). Here every answer stops short of sending (the RPC refuses the
+/// validator's nonce, asked last before a send) until pass 2 has signed the final
+/// document; the provisional answer has tried and failed by then. Once the RPC is back,
+/// only the final answer is sent, and it stands. Would catch: a provisional answer
+/// retried into a final verdict (the request's status left provisional, or two answers
+/// where one is due).
+#[test]
+fn a_provisional_answer_is_never_sent_once_the_verdict_is_final() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    proxy.fault(
+        "eth_getTransactionCount",
+        Fault::Fail("the RPC is overloaded".into()),
+        None,
+    );
+    // Pass 2 due well after the provisional answer's first attempt (2 s after the sale).
+    let v = Validator::serve_on(
+        devnet,
+        Some(&proxy.url),
+        &[("UMPIRE_SWORN_DELAY_SECONDS", "8")],
+    );
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("sworn", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 202, "{}", bought.body);
+    let id = Validator::verdict_id(&bought);
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the provisional answer tried and failed",
+        || v.retrying("umpire:sworn:provisional", 2),
+    );
+    // Final: its document is public (it answers a validation request).
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "the verdict final",
+        || v.server.get(&format!("/v1/verdicts/{id}")).status == 200,
+    );
+    proxy.see_again();
+    let last = v.answered(&hash, "umpire:sworn");
+    assert_eq!(last["response"], 100);
+    v.drained(std::time::Duration::from_secs(90));
+    let answers = v.answers_on_chain(&hash);
+    assert_eq!(answers.len(), 1, "the final answer alone: {answers:?}");
+    assert_eq!(proxy.calls_of("eth_sendRawTransaction"), 1);
+    assert_eq!(
+        v.status(&hash)["tag"],
+        "umpire:sworn",
+        "the final answer stands"
+    );
+}
+
+/// docs/erc8004.md: the posting job sends only when no transaction of the validator is
+/// pending (another could act twice, or wait behind it). Here its first attempt is held
+/// at its last step before sending while a transaction of the validator's goes into the
+/// pool unmined (the chain stopped, as a fee spike strands one): attempt after attempt
+/// finds it pending and sends nothing; once it is mined, the answer goes out, once.
+/// Would catch: the pending check dropped or reading the wrong block tag (answers sent
+/// behind a stuck transaction, two in flight).
+#[test]
+fn posting_waits_while_a_validator_transaction_is_pending() {
+    use umpire_blackbox::chain::Mining;
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let v = Validator::serve_on(devnet, Some(&proxy.url), &[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let validator = v.devnet.get("validator");
+    let mut bought = None;
+    // Only the posting job asks this RPC for the validator's transaction count, last
+    // before it sends.
+    let held = proxy.pause_next("eth_getTransactionCount", || {
+        bought = Some(v.buy("basic", SPEC, GOOD, &reference));
+    });
+    let bought = bought.expect("the purchase");
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    v.devnet.set_mining(Mining::Manual);
+    let stuck = v.devnet.rpc(
+        "eth_sendTransaction",
+        serde_json::json!([{"from": validator.as_str(), "to": validator.as_str(), "value": "0x0"}]),
+    );
+    assert_eq!(
+        v.devnet.pending_from(&validator).len(),
+        1,
+        "{stuck} is pending"
+    );
+    held.resume();
+    // Two counts (pending, mined) an attempt: four attempts.
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "four attempts at the answer",
+        || proxy.calls_of("eth_getTransactionCount") >= 8,
+    );
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing sent while a transaction of the validator's is pending"
+    );
+    assert_eq!(v.status(&hash)["tag"], "", "not answered yet");
+    v.devnet.set_mining(Mining::Instant);
+    v.devnet.mine();
+    assert_eq!(v.answered(&hash, "umpire:basic")["response"], 100);
+    v.drained(std::time::Duration::from_secs(60));
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        1,
+        "sent once, after the stuck one was mined"
+    );
+}
+
+/// docs/erc8004.md: an answer the chain keeps refusing is tried 10 times, with the
+/// webhook's backoff, then given up on, raising `ValidationFailures` (alarmed). Here
+/// every send is refused: exactly ten are tried, the metric is raised, nothing is left
+/// queued and the request stays unanswered. Would catch: an answer retried forever or
+/// dropped early, a give-up nobody hears of, or the attempts drifting from the
+/// documented ten.
+#[test]
+fn posting_gives_up_after_ten_attempts_raising_validation_failures() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    proxy.fault(
+        "eth_sendRawTransaction",
+        Fault::Fail("the RPC is overloaded".into()),
+        None,
+    );
+    // Ten attempts 20 ms doubling apart: about ten seconds in all.
+    let v = Validator::serve_on(
+        devnet,
+        Some(&proxy.url),
+        &[
+            ("RUST_LOG", "debug"),
+            ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "20"),
+        ],
+    );
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    wait_for(
+        std::time::Duration::from_secs(90),
+        "ValidationFailures raised",
+        || v.server.logs().contains("ValidationFailures"),
+    );
+    v.drained(std::time::Duration::from_secs(30));
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        10,
+        "ten attempts, then none"
+    );
+    assert_eq!(v.status(&hash)["tag"], "", "never answered");
 }

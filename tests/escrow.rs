@@ -5,11 +5,13 @@
 //! hash, and `umpire evaluate` buying the verdict and completing or rejecting the job
 //! with it; `umpire verify --job` audits the result.
 
+use alloy::primitives::{B256, Bytes, U256};
+use alloy::sol_types::SolCall as _;
 use serde_json::Value;
-use umpire_blackbox::chain::{Devnet, Settlement, node_json};
+use umpire_blackbox::chain::{Devnet, Mining, RpcProxy, Settlement, node_json};
 use umpire_blackbox::mirror::Mirror;
 use umpire_blackbox::{PRICE_BASIC, PRICE_SWORN, Server, TempDir, run_umpire};
-use umpire_escrow::JobRef;
+use umpire_escrow::{IAgenticCommerce, JobRef};
 
 const BUDGET: u128 = 10_000_000;
 const SPEC: &str = r##"{"checks":[{"type":"regex","pattern":"^# Report"}]}"##;
@@ -185,6 +187,59 @@ impl World {
         )
     }
 
+    /// `umpire evaluate` reading and writing the chain through `rpc` (a proxy in front
+    /// of the devnet, say).
+    fn evaluate_via(
+        &self,
+        rpc: &str,
+        job: &str,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+    ) -> (i32, String, String) {
+        let (args, env) = self.evaluate_command(rpc, job, tier, spec, deliverable);
+        run_owned(&args, &env)
+    }
+
+    /// The command line and environment of [`World::evaluate_via`], owned: a test runs
+    /// it in a thread of its own while it acts on the chain.
+    fn evaluate_command(
+        &self,
+        rpc: &str,
+        job: &str,
+        tier: &str,
+        spec: &str,
+        deliverable: &str,
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        let base = format!("http://{}", self.server.addr);
+        let args: &[&str] = &[
+            "evaluate",
+            "--job",
+            job,
+            "--rpc",
+            rpc,
+            "--tier",
+            tier,
+            "--spec",
+            spec,
+            "--deliverable",
+            deliverable,
+            "--base",
+            base.as_str(),
+        ];
+        let env = vec![
+            (
+                "UMPIRE_WALLET_KEY".to_owned(),
+                self.devnet.get("payer_private_key"),
+            ),
+            (
+                "UMPIRE_DATA_DIR".to_owned(),
+                self.files.path().to_string_lossy().into_owned(),
+            ),
+        ];
+        (args.iter().map(|a| (*a).to_owned()).collect(), env)
+    }
+
     /// `umpire verify DOC --job J --rpc R` with the service's published key.
     fn audit(&self, out: &str, job: &str, deliverable: &str) -> (i32, String, String) {
         let doc = self.file("evaluated.json", out);
@@ -249,6 +304,13 @@ impl World {
             serde_json::json!([self.devnet.get("evaluator"), "latest"]),
         )
     }
+}
+
+/// `umpire` run with an owned command line and environment ([`World::evaluate_command`]).
+fn run_owned(args: &[String], env: &[(String, String)]) -> (i32, String, String) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    run_umpire(&args, &env)
 }
 
 fn json(out: &str) -> Value {
@@ -1032,4 +1094,219 @@ fn a_watcher_stops_when_its_budget_is_spent() {
         .collect();
     assert!(statuses.contains(&"Completed".to_owned()), "{statuses:?}");
     assert!(statuses.contains(&"Submitted".to_owned()), "{statuses:?}");
+}
+
+/// docs/erc8183.md: a sworn verdict is waited for at most 15 minutes, then left for the
+/// next run (the test build's `UMPIRE_TEST_FINAL_WAIT_SECS` shortens the wait; pass 2
+/// comes 15 s after the purchase here): that run ends with exit 2 and "run again
+/// later", prints no result, has paid once and decided nothing; a later run reads the
+/// purchase back, waits for the final document and decides. Would catch: an unbounded
+/// wait (a watcher held up by one slow verdict), a purchase dropped or bought again
+/// after the wait, or a decision on pass 1's preview.
+#[test]
+fn a_sworn_verdict_not_final_in_time_is_left_for_the_next_run() {
+    let w = World::start(&[("UMPIRE_SWORN_DELAY_SECONDS", "15")]);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let nonce = w.evaluator_nonce();
+
+    let shortened = [("UMPIRE_TEST_FINAL_WAIT_SECS", "1")];
+    let (code, out, err) = w.evaluate_as(&job, "sworn", &spec, &good, &shortened);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("is not final after"), "{err}");
+    assert!(err.contains("run again later"), "{err}");
+    assert!(out.trim().is_empty(), "nothing printed as a result: {out}");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_SWORN,
+        "one sworn verdict bought"
+    );
+    assert_eq!(w.show(&id)["status"], "Submitted", "nothing decided");
+    assert_eq!(w.evaluator_nonce(), nonce, "nothing sent");
+
+    // The next run (the documented wait) reads the purchase back and finishes.
+    let (code, out, err) = w.evaluate(&job, "sworn", &spec, &good);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("reading back verdict"), "{err}");
+    let v = json(&out);
+    assert_eq!(v["status"], "Completed");
+    assert_eq!(v["document"]["tier"], "sworn", "the final document");
+    assert_eq!(w.balance("payer"), payer0 - PRICE_SWORN, "bought once");
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
+}
+
+/// docs/erc8183.md: the decision is simulated first: one the escrow would refuse (here
+/// `complete` cannot pay the provider: the escrow's tokens were moved away) is reported
+/// by name, exit 1, and nothing is sent, so no gas is spent; once the escrow can pay,
+/// the next run reads the verdict back and decides. Would catch: a decision sent blind
+/// (a reverted transaction paid for in gas), or a refusal reported as a passing
+/// failure.
+#[test]
+fn a_decision_the_escrow_would_refuse_is_named_and_costs_no_gas() {
+    let w = World::start(&[]);
+    let proxy = RpcProxy::start(&w.devnet);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    // The escrow's tokens moved out by the escrow itself (impersonated), to an account
+    // no test counts: its `complete` reverts in the transfer to the provider.
+    let escrow = w.contract();
+    let stash = w.devnet.get("merchant");
+    w.devnet
+        .rpc("anvil_impersonateAccount", serde_json::json!([escrow]));
+    w.devnet.rpc(
+        "anvil_setBalance",
+        serde_json::json!([escrow, "0xDE0B6B3A7640000"]),
+    );
+    w.devnet.transfer(&escrow, &stash, BUDGET);
+    let evaluator = w.devnet.get("evaluator");
+    let gas = || {
+        w.devnet
+            .rpc("eth_getBalance", serde_json::json!([evaluator, "latest"]))
+    };
+    let (nonce, gas0) = (w.evaluator_nonce(), gas());
+
+    let (code, out, err) = w.evaluate_via(&proxy.url, &job, "basic", &spec, &good);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("the escrow refused complete"), "{err}");
+    assert!(out.trim().is_empty(), "nothing reported decided: {out}");
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing sent: {:?}",
+        proxy.counts()
+    );
+    assert_eq!(w.evaluator_nonce(), nonce, "no transaction");
+    assert_eq!(gas(), gas0, "no gas spent");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the verdict was bought"
+    );
+    assert_eq!(w.show(&id)["status"], "Submitted");
+
+    // The tokens back: the next run decides with the verdict it bought.
+    w.devnet.transfer(&stash, &escrow, BUDGET);
+    let (code, out, err) = w.evaluate_via(&proxy.url, &job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("reading back verdict"), "{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+    assert_eq!(proxy.calls_of("eth_sendRawTransaction"), 1);
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC, "bought once");
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
+}
+
+/// docs/erc8183.md: the job is read again just before the decision, so a job decided
+/// meanwhile (here by the evaluator's key from elsewhere, while this run was looking
+/// up the job's submission, after reading it Submitted) is reported as decided (exit
+/// 0, `already_decided`), the verdict bought kept, and no second transaction is sent.
+/// Would catch: a decision sent on the first read alone (a second transaction, which
+/// the escrow refuses, reported as a failure).
+#[test]
+fn a_job_decided_during_its_evaluation_is_reported_and_not_decided_again() {
+    let w = World::start(&[]);
+    let proxy = RpcProxy::start(&w.devnet);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    let (args, env) = w.evaluate_command(&proxy.url, &job, "basic", &spec, &good);
+    let mut run = None;
+    // Held at the lookup of the job's JobSubmitted event: the job was read already.
+    let held = proxy.pause_next("eth_getLogs", || {
+        run = Some(std::thread::spawn(move || run_owned(&args, &env)));
+    });
+    let reject = IAgenticCommerce::rejectCall {
+        jobId: U256::from(id.parse::<u64>().expect("a job id")),
+        reason: B256::repeat_byte(0xee),
+        optParams: Bytes::new(),
+    }
+    .abi_encode();
+    w.devnet.send(serde_json::json!({
+        "from": w.devnet.get("evaluator"),
+        "to": w.contract(),
+        "data": format!("0x{}", alloy::hex::encode(&reject)),
+    }));
+    let nonce = w.evaluator_nonce();
+    held.resume();
+    let (code, out, err) = run
+        .expect("the evaluation started")
+        .join()
+        .expect("the evaluation ran");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("decided meanwhile"), "{err}");
+    let v = json(&out);
+    assert_eq!(v["already_decided"], true, "{v}");
+    assert_eq!(v["status"], "Rejected", "{v}");
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing sent: {:?}",
+        proxy.counts()
+    );
+    assert_eq!(w.evaluator_nonce(), nonce, "no second decision");
+    assert_eq!(
+        w.balance("payer"),
+        payer0 - PRICE_BASIC,
+        "the verdict bought is kept"
+    );
+    assert_eq!(w.show(&id)["status"], "Rejected");
+}
+
+/// docs/erc8183.md: while a transaction from the evaluator is still pending, nothing is
+/// sent (exit 2, "run again later"): a second one could act twice, or wait behind the
+/// first. Once it is mined, the next run decides, paying nothing more. Would catch: a
+/// decision sent behind a pending transaction of ours.
+#[test]
+fn nothing_is_sent_while_an_evaluator_transaction_is_pending() {
+    let w = World::start(&[]);
+    let proxy = RpcProxy::start(&w.devnet);
+    let payer0 = w.balance("payer");
+    let (id, job) = w.funded_job();
+    let spec = w.file("spec.json", SPEC);
+    let good = w.file("good.json", GOOD);
+    w.submit(&id, &good);
+    // The verdict bought while blocks still come at once (its settlement needs one),
+    // then blocks only when the test makes one, and a transaction of the evaluator's
+    // left in the pool.
+    w.buy_for_job(&job, &spec, &good);
+    w.devnet.set_mining(Mining::Manual);
+    let evaluator = w.devnet.get("evaluator");
+    w.devnet.rpc(
+        "eth_sendTransaction",
+        serde_json::json!([{"from": evaluator, "to": evaluator, "value": "0x0"}]),
+    );
+    assert_eq!(w.devnet.pending_from(&evaluator).len(), 1, "one pending");
+    let nonce = w.evaluator_nonce();
+
+    let (code, out, err) = w.evaluate_via(&proxy.url, &job, "basic", &spec, &good);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("still pending"), "{err}");
+    assert!(err.contains("run again later"), "{err}");
+    assert!(out.trim().is_empty(), "nothing reported decided: {out}");
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        0,
+        "nothing sent: {:?}",
+        proxy.counts()
+    );
+    assert_eq!(w.devnet.pending_from(&evaluator).len(), 1, "still the one");
+    assert_eq!(w.evaluator_nonce(), nonce);
+    assert_eq!(w.show(&id)["status"], "Submitted");
+
+    // Mined: the next run decides.
+    w.devnet.mine();
+    w.devnet.set_mining(Mining::Instant);
+    let (code, out, err) = w.evaluate_via(&proxy.url, &job, "basic", &spec, &good);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(json(&out)["status"], "Completed");
+    assert_eq!(proxy.calls_of("eth_sendRawTransaction"), 1);
+    assert_eq!(w.balance("payer"), payer0 - PRICE_BASIC, "bought once");
+    assert_eq!(w.balance("escrow_provider"), BUDGET);
 }

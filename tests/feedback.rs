@@ -621,6 +621,101 @@ fn the_report_is_bought_with_x402_and_verifies_offline() {
     assert!(ok, "{said}");
 }
 
+/// docs/reputation.md: the anchors default to this deployment's EVM `pay_to`,
+/// `UMPIRE_REPUTATION_ANCHORS` names others, the report lists them, and a row records
+/// whether its merchant was an anchor when it was written. A payer reviews the
+/// deployment's own `pay_to` and a merchant: the report lists the `pay_to` and counts
+/// the payer anchored. The server comes back on the same data with another list (a
+/// well-known merchant): its report lists that one, the first payer is still anchored
+/// by its row written under the old list, a newcomer's row for the former anchor
+/// anchors nothing, and a row for the named merchant does. Would catch: the default
+/// lost, a named list not reaching the rows or the report, or a row's flag read from
+/// today's list.
+#[test]
+fn a_rows_anchor_flag_is_fixed_when_written() {
+    let devnet = Devnet::start();
+    let accounts = devnet.accounts();
+    let payer = devnet.get("payer");
+    let payer_key = devnet.get("payer_private_key");
+    let pay_to = devnet.get("pay_to");
+    let merchant = accounts[5].clone();
+    let well_known = accounts[8].clone();
+    let env = devnet.feedback_env();
+    let feedback_env: Vec<(&str, &str)> =
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let review = |s: &Server, key: &str, from: &str, to: &str| {
+        let tx = devnet.transfer(from, to, ONE_USDC);
+        let r = s.post_json(
+            "/v1/feedback",
+            &signed_with_viem(key, from, &tx, to, "fulfilled"),
+        );
+        assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    };
+    let independence = |s: &Server| -> Value {
+        let bought = buy_get_v2(
+            &devnet,
+            &format!("http://{}/v1/reputation?merchant={merchant}", s.addr),
+        );
+        assert_eq!(bought.status, 200, "{}", bought.body);
+        bought
+            .json()
+            .get("report")
+            .and_then(|r| r.get("independence"))
+            .cloned()
+            .expect("independence")
+    };
+    let anchors = |v: &Value| -> Vec<String> {
+        v.get("anchors")
+            .and_then(Value::as_array)
+            .expect("anchors")
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+
+    // No UMPIRE_REPUTATION_ANCHORS: the deployment's own pay_to is the anchor.
+    let s = devnet.serve(Settlement::SelfSettle, &feedback_env);
+    review(&s, &payer_key, &payer, &pay_to);
+    review(&s, &payer_key, &payer, &merchant);
+    let before = independence(&s);
+    assert_eq!(anchors(&before), vec![pay_to.to_lowercase()], "{before:?}");
+    assert_eq!(count(&before, "anchored_payers"), Some(1), "{before:?}");
+
+    // Another list, on the same data: a well-known merchant, and no longer the pay_to.
+    let data = s.crash();
+    let mut named = feedback_env.clone();
+    named.push(("UMPIRE_REPUTATION_ANCHORS", well_known.as_str()));
+    let s = devnet.serve_in(data, Settlement::SelfSettle, &named);
+    let newcomer = devnet.get("escrow_provider");
+    let newcomer_key = devnet.get("escrow_provider_private_key");
+    let customer = devnet.get("escrow_client");
+    let customer_key = devnet.get("escrow_client_private_key");
+    for wallet in [&newcomer, &customer] {
+        devnet.transfer(&payer, wallet, 2 * ONE_USDC);
+    }
+    review(&s, &newcomer_key, &newcomer, &pay_to);
+    review(&s, &newcomer_key, &newcomer, &merchant);
+    review(&s, &customer_key, &customer, &well_known);
+    review(&s, &customer_key, &customer, &merchant);
+    let after = independence(&s);
+    assert_eq!(
+        anchors(&after),
+        vec![well_known.to_lowercase()],
+        "{after:?}"
+    );
+    // The payer (its pay_to row, flagged when written) and the customer (the named
+    // anchor); not the newcomer, whose pay_to row came after the list changed.
+    assert_eq!(count(&after, "anchored_payers"), Some(2), "{after:?}");
+    assert_eq!(count(&after, "anchored_rows"), Some(2), "{after:?}");
+    assert_eq!(
+        after.get("anchored_payer_share").and_then(Value::as_f64),
+        Some(0.6667),
+        "{after:?}"
+    );
+}
+
 #[test]
 fn feedback_is_rate_limited_per_ip() {
     let s = Server::start_with(&[

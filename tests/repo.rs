@@ -179,6 +179,35 @@ fn a_release_build_refuses_to_start_with_a_test_switch() {
             "{stderr}"
         );
     }
+    // `umpire evaluate`'s own switch (the sworn wait shortened) stops it the same way,
+    // before any service, chain or payment is touched.
+    let files = umpire_blackbox::TempDir::new("release-evaluate");
+    let out = Command::new(&bin)
+        .args([
+            "evaluate",
+            "--job",
+            "eip155:1:0x0000000000000000000000000000000000000001:1",
+            "--rpc",
+            "http://127.0.0.1:9",
+            "--base",
+            "http://127.0.0.1:9",
+            "--spec",
+        ])
+        .arg(files.path().join("spec.json"))
+        .arg("--deliverable")
+        .arg(files.path().join("deliverable.json"))
+        .env("UMPIRE_TEST_FINAL_WAIT_SECS", "1")
+        .env("UMPIRE_DATA_DIR", files.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("umpire evaluate exits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("UMPIRE_TEST_FINAL_WAIT_SECS") && stderr.contains("test switch"),
+        "{stderr}"
+    );
+
     // The positive control: the same binary starts without them.
     let mut child = serve(&[]);
     let mut line = String::new();

@@ -671,3 +671,76 @@ fn the_payment_identifier_holds_on_solana() {
     assert_eq!(status, 409, "{reused}");
     assert_eq!(net.token_units(&payer_usdc), payer0 - BASIC_USDC);
 }
+
+/// docs/paying.md: an unconfirmed native SOL transfer is delivered on the retry even
+/// after its quote's window (`extra.quote.expiresAt`) has closed: the payer paid the
+/// quoted amount in time, and the retry of that purchase is no new purchase at a new
+/// quote. Would catch a retry refused (or asked to pay again at today's rate) because
+/// the quote it was signed against ran out while the chain was slow.
+#[test]
+fn an_unconfirmed_sol_transfer_is_delivered_on_a_retry_past_its_quote() {
+    let net = SolanaNet::start();
+    let facilitator = SvmFacilitator::start(&net);
+    let server = net.serve(
+        &facilitator,
+        &price_feed("150.00"),
+        &[
+            ("UMPIRE_REQUEST_BUDGET_MS", "3000"),
+            // The shortest quote window the 3-s budget allows.
+            ("UMPIRE_PAYMENT_TIMEOUT_SECONDS", "12"),
+        ],
+    );
+    let ours = net.get("pay_to");
+    let ours0 = net.lamports(&ours);
+    let required = required(&server);
+    let option = required
+        .accepts
+        .iter()
+        .find(|r| r.asset == umpire_x402::svm::NATIVE_SOL_ASSET)
+        .expect("SOL option");
+    let price = option.amount.to_u64().expect("price");
+    let expires_at = option.extra["quote"]["expiresAt"]
+        .as_u64()
+        .expect("quote.expiresAt");
+    let payment = net.sign_native(&required, None);
+    let idem = key();
+    let headers = [
+        ("PAYMENT-SIGNATURE", payment.as_str()),
+        ("Idempotency-Key", idem.as_str()),
+    ];
+    net.hold_statuses(true);
+    let unknown = post(&server, &headers);
+    assert_eq!(
+        unknown.status,
+        502,
+        "{}",
+        String::from_utf8_lossy(&unknown.body)
+    );
+    // The quote's window closes while the chain says nothing.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    while now() <= expires_at + 1 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    net.hold_statuses(false);
+    let delivered = post(&server, &headers);
+    assert_eq!(
+        delivered.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&delivered.body)
+    );
+    assert_eq!(net.lamports(&ours), ours0 + price, "charged once");
+    // Without the key too: the same payment is answered with its purchase.
+    let again = post(&server, &[("PAYMENT-SIGNATURE", payment.as_str())]);
+    assert_eq!(
+        again.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+    assert_eq!(net.lamports(&ours), ours0 + price);
+}

@@ -4,17 +4,22 @@
 //! paying the floor once, beside 300 honest payers) and for 100,000 rows from 20,000
 //! payers. Nothing is capped: the farm cannot hide past any top-N. And a report costs
 //! the merchant's own index pages, whatever the number of payers and their histories:
-//! on DynamoDB an SDK interceptor counts every request the report makes.
+//! on DynamoDB an SDK interceptor counts every request the report makes. And the
+//! DynamoDB write path keeps the anchored answers exact when the payer index lags or
+//! fails (an interceptor hides or breaks `by_payer` listings), and sends a transaction
+//! the SDK resends with its client request token.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use umpire_api::products::reputation::{metrics, read_ledger};
 use umpire_core::json::Value;
+use umpire_store::aggregates::PayerAgg;
 use umpire_store::dynamo::{DynamoStore, TableNames};
 use umpire_store::sqlite::SqliteStore;
-use umpire_store::{FeedbackRow, FeedbackStore, Store};
+use umpire_store::{FeedbackRow, FeedbackStore, Store, StoreError};
 
 const NOW: u64 = 1_800_000_000;
 const WINDOW: u64 = umpire_core::product::FEEDBACK_WINDOW_DAYS * 86_400;
@@ -328,19 +333,24 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Requests {
     }
 }
 
-/// A DynamoDB store on fresh tables of moto (which `make test` starts), its requests
-/// counted.
-async fn dynamo() -> (DynamoStore, Requests) {
+/// The SDK configuration for moto, which `make test` starts.
+async fn moto_config() -> aws_config::SdkConfig {
     let endpoint = std::env::var("UMPIRE_TEST_AWS_ENDPOINT")
         .expect("UMPIRE_TEST_AWS_ENDPOINT: the local AWS server `make test` starts");
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
             "test", "test", None, None, "tests",
         ))
         .load()
-        .await;
+        .await
+}
+
+/// A DynamoDB store on fresh tables of moto (which `make test` starts), its requests
+/// counted.
+async fn dynamo() -> (DynamoStore, Requests) {
+    let config = moto_config().await;
     let requests = Requests::default();
     let client = aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&config)
@@ -484,4 +494,431 @@ async fn report_cost_by_payers_and_history() {
             );
         }
     }
+}
+
+// ---- The write path on DynamoDB (docs/reputation.md, "What a report reads"): an
+// anchor's spread over a payer index that lags the table or fails, and a transaction
+// the SDK sends again after its answer was lost.
+
+/// What DynamoDB answers when it failed on its side: a 500 the SDK retries.
+const LOST_ANSWER: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"the answer was lost on its way (test)"}"#;
+
+/// Faults a test's DynamoDB client meets on the way to moto, whose indexes never lag
+/// and whose answers never get lost.
+#[derive(Debug, Default, Clone)]
+struct Faults(Arc<FaultState>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// `by_payer` listings still to answer as an index that has not caught up: none of
+    /// the payer's items (the Query asks for a payer nobody is). `usize::MAX`: never
+    /// caught up.
+    lagging_listings: AtomicUsize,
+    /// `by_payer` listings fail (the Query names an index the table lacks).
+    failing_listings: AtomicBool,
+    /// When each `by_payer` listing was sent.
+    listings: Mutex<Vec<Instant>>,
+    /// TransactWriteItems answers still to lose after moto applied the transaction.
+    answers_to_lose: AtomicUsize,
+    /// The answer of the request on its way is to be lost.
+    losing: AtomicBool,
+    /// Every TransactWriteItems body sent, each attempt.
+    transactions: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Faults {
+    fn listings(&self) -> Vec<Instant> {
+        self.0.listings.lock().expect("listings").clone()
+    }
+
+    fn transactions(&self) -> Vec<Vec<u8>> {
+        self.0.transactions.lock().expect("transactions").clone()
+    }
+}
+
+/// Takes one off a countdown: false once it is spent; `usize::MAX` never is.
+fn take_one(left: &AtomicUsize) -> bool {
+    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+        0 => None,
+        usize::MAX => Some(usize::MAX),
+        n => Some(n - 1),
+    })
+    .is_ok()
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Faults {
+    fn name(&self) -> &'static str {
+        "feedback write faults"
+    }
+
+    // Before signing, so a rewritten Query is signed as sent; every attempt passes here.
+    fn modify_before_signing(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let op = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or("?")
+            .rsplit('.')
+            .next()
+            .unwrap_or("?")
+            .to_owned();
+        let Some(body) = context.request().body().bytes().map(<[u8]>::to_vec) else {
+            return Ok(());
+        };
+        let state = &self.0;
+        if op == "TransactWriteItems" {
+            state.transactions.lock().expect("transactions").push(body);
+            if take_one(&state.answers_to_lose) {
+                state.losing.store(true, Ordering::SeqCst);
+            }
+            return Ok(());
+        }
+        if op != "Query" {
+            return Ok(());
+        }
+        let query: serde_json::Value = serde_json::from_slice(&body)?;
+        if query["IndexName"] != "by_payer" {
+            return Ok(());
+        }
+        state
+            .listings
+            .lock()
+            .expect("listings")
+            .push(Instant::now());
+        let text = String::from_utf8(body)?;
+        // Rewrites keep the body's length, so its Content-Length stays right.
+        let rewritten = if state.failing_listings.load(Ordering::SeqCst) {
+            text.replace("\"by_payer\"", "\"by_payex\"")
+        } else if take_one(&state.lagging_listings) {
+            let payer = query["ExpressionAttributeValues"][":p"]["S"]
+                .as_str()
+                .unwrap_or_default();
+            let nobody = format!("0x{}", "0".repeat(payer.len().saturating_sub(2)));
+            text.replace(&format!("\"{payer}\""), &format!("\"{nobody}\""))
+        } else {
+            return Ok(());
+        };
+        *context.request_mut().body_mut() = aws_smithy_types::body::SdkBody::from(rewritten);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if self.0.losing.swap(false, Ordering::SeqCst) {
+            *context.response_mut() = aws_smithy_runtime_api::http::Response::new(
+                aws_smithy_runtime_api::http::StatusCode::try_from(500u16)
+                    .expect("500 is a status"),
+                aws_smithy_types::body::SdkBody::from(LOST_ANSWER),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A DynamoDB store on fresh tables of moto with [`Faults`] on its client, and the name
+/// of its feedback table.
+async fn faulty_dynamo() -> (DynamoStore, Faults, String) {
+    let config = moto_config().await;
+    let faults = Faults::default();
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&config)
+            .interceptor(faults.clone())
+            .build(),
+    );
+    let names = TableNames::with_prefix(&format!("{}-", umpire_host::random_id("spread")));
+    let table = names.feedback.clone();
+    let store = DynamoStore::new(client, names);
+    store.create_tables().await.expect("tables");
+    (store, faults, table)
+}
+
+/// The payer's aggregate as the store keeps it (`payer#<payer>` in the feedback table).
+async fn aggregate(store: &DynamoStore, table: &str, payer: &str) -> PayerAgg {
+    let got = store
+        .client()
+        .get_item()
+        .table_name(table)
+        .key(
+            "tx_hash",
+            aws_sdk_dynamodb::types::AttributeValue::S(format!("payer#{payer}")),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the aggregate");
+    let item = got.item.expect("the payer has an aggregate");
+    let text = item
+        .get("agg")
+        .and_then(|v| v.as_s().ok())
+        .expect("the aggregate's text");
+    serde_json::from_str(text).expect("an aggregate")
+}
+
+/// When `payer` last paid an anchor, as `merchant`'s page tells a report.
+async fn anchored_at(store: &DynamoStore, merchant: &str, payer: &str) -> Option<u64> {
+    let ledger = store.merchant_ledger(merchant, 0).await.expect("ledger");
+    ledger
+        .pairs
+        .iter()
+        .find(|p| p.payer == payer)
+        .unwrap_or_else(|| panic!("{payer} has no pair on {merchant}'s page"))
+        .anchored
+}
+
+/// A payer's rows for three merchants, then for the anchor, a minute apart: the
+/// anchor's transaction writes its own pair and the third merchant's (the payer's
+/// latest), and leaves the first two to the spread.
+fn spread_history(payer: &str) -> Vec<FeedbackRow> {
+    let mut rows = Rows {
+        all: Vec::new(),
+        n: 0,
+    };
+    let merchants = [addr(0xe0, 1), addr(0xe0, 2), addr(0xe0, 3), anchor()];
+    for (i, merchant) in (0u64..).zip(&merchants) {
+        rows.push(merchant, payer, 10_000, NOW - 3_600 + 60 * i);
+    }
+    rows.all
+}
+
+/// The payer's next row, for a fourth merchant, after its anchor row.
+fn next_row(payer: &str) -> FeedbackRow {
+    let mut rows = Rows {
+        all: Vec::new(),
+        n: 100,
+    };
+    rows.push(&addr(0xe0, 4), payer, 10_000, NOW - 60);
+    rows.all.remove(0)
+}
+
+/// Writes the payer's three rows before its anchor row; the anchor row is returned.
+async fn before_the_anchor(store: &DynamoStore, payer: &str) -> (Vec<FeedbackRow>, FeedbackRow) {
+    let mut rows = spread_history(payer);
+    let anchor_row = rows.pop().expect("the anchor's row");
+    for r in &rows {
+        store.put_feedback(r).await.expect("put feedback");
+    }
+    (rows, anchor_row)
+}
+
+/// docs/reputation.md: an anchor's spread lists the payer's pairs from `by_payer`, which
+/// lags the table, and waits until the index shows as many pairs as the aggregate
+/// counts. Here the index shows none of them three times, then all: the spread waits,
+/// tells the two pairs the transaction did not write, and marks itself done on the
+/// aggregate. Would catch: a spread that trusts the first listing (the two pairs would
+/// read unanchored until the payer's next write), or one that never marks itself done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchors_spread_waits_for_the_payer_index_to_catch_up() {
+    let (store, faults, table) = faulty_dynamo().await;
+    let payer = addr(0xd0, 1);
+    let (before, anchor_row) = before_the_anchor(&store, &payer).await;
+    faults.0.lagging_listings.store(3, Ordering::SeqCst);
+    store
+        .put_feedback(&anchor_row)
+        .await
+        .expect("the anchor's row");
+    assert_eq!(
+        faults.listings().len(),
+        4,
+        "three listings behind, then one caught up"
+    );
+    let at = anchor_row.block_time;
+    for r in &before {
+        assert_eq!(
+            anchored_at(&store, &r.merchant, &payer).await,
+            Some(at),
+            "{}",
+            r.merchant
+        );
+    }
+    let agg = aggregate(&store, &table, &payer).await;
+    assert_eq!(
+        (agg.anchored, agg.spread_pending()),
+        (Some(at), None),
+        "{agg:?}"
+    );
+}
+
+/// docs/reputation.md: a spread whose index has not caught up within 2 s stays pending,
+/// marked on the aggregate, for the payer's next write to finish, and the writer still
+/// hears its row is in (the route's 201). Here `by_payer` never shows the pairs while
+/// the anchor's row is written: the spread lists them again and again for at least
+/// 1.5 s, gives up after at most 8 listings (250 ms apart: under 2 s of waiting), the
+/// row and the pairs of its own transaction are in, the first two merchants' pairs are
+/// not told, and the aggregate says so. The index catches up, the payer writes again,
+/// and every pair reads anchored. Would catch: a writer failed (or held without end)
+/// by the index, a pending spread not marked, or one the next write does not finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anchors_spread_the_index_never_shows_is_finished_by_the_payers_next_write() {
+    let (store, faults, table) = faulty_dynamo().await;
+    let payer = addr(0xd0, 2);
+    let (before, anchor_row) = before_the_anchor(&store, &payer).await;
+    faults
+        .0
+        .lagging_listings
+        .store(usize::MAX, Ordering::SeqCst);
+    store
+        .put_feedback(&anchor_row)
+        .await
+        .expect("the writer hears its row is in");
+    let listings = faults.listings();
+    let waited = match (listings.first(), listings.last()) {
+        (Some(first), Some(last)) => last.duration_since(*first),
+        _ => Duration::ZERO,
+    };
+    assert!(
+        (2..=8).contains(&listings.len()) && waited >= Duration::from_millis(1_500),
+        "{} listings over {waited:?}",
+        listings.len()
+    );
+    let at = anchor_row.block_time;
+    let anchor_page = store.merchant_ledger(&anchor(), 0).await.expect("ledger");
+    assert_eq!(anchor_page.rows, vec![anchor_row.clone()], "the row is in");
+    assert_eq!(
+        anchored_at(&store, &before[2].merchant, &payer).await,
+        Some(at),
+        "the latest merchant's pair is written with the row"
+    );
+    for r in &before[..2] {
+        assert_eq!(
+            anchored_at(&store, &r.merchant, &payer).await,
+            None,
+            "{}",
+            r.merchant
+        );
+    }
+    let agg = aggregate(&store, &table, &payer).await;
+    assert_eq!(agg.spread_pending(), Some(at), "{agg:?}");
+
+    // The index caught up; the payer's next write, of any merchant, finishes the spread.
+    faults.0.lagging_listings.store(0, Ordering::SeqCst);
+    store
+        .put_feedback(&next_row(&payer))
+        .await
+        .expect("the payer's next row");
+    for r in &before {
+        assert_eq!(
+            anchored_at(&store, &r.merchant, &payer).await,
+            Some(at),
+            "{}",
+            r.merchant
+        );
+    }
+    let agg = aggregate(&store, &table, &payer).await;
+    assert_eq!(
+        (agg.anchored_spread, agg.spread_pending()),
+        (Some(at), None),
+        "{agg:?}"
+    );
+}
+
+/// docs/reputation.md: a spread that fails after the row is in is logged and left
+/// pending the same way, and the writer still hears its row is in. Here the payer
+/// index cannot be read at all while the anchor's row is written; once it can, the
+/// payer's next write finishes the spread. Would catch: the spread's error answered to
+/// the writer (who would retry a row that is in, and read 409), or a failed spread
+/// not left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_spread_is_left_pending_and_the_writer_hears_its_row_is_in() {
+    let (store, faults, table) = faulty_dynamo().await;
+    let payer = addr(0xd0, 3);
+    let (before, anchor_row) = before_the_anchor(&store, &payer).await;
+    faults.0.failing_listings.store(true, Ordering::SeqCst);
+    store
+        .put_feedback(&anchor_row)
+        .await
+        .expect("the writer hears its row is in");
+    assert!(!faults.listings().is_empty(), "the spread tried to list");
+    let at = anchor_row.block_time;
+    let anchor_page = store.merchant_ledger(&anchor(), 0).await.expect("ledger");
+    assert_eq!(anchor_page.rows, vec![anchor_row.clone()], "the row is in");
+    assert_eq!(anchored_at(&store, &before[0].merchant, &payer).await, None);
+    let agg = aggregate(&store, &table, &payer).await;
+    assert_eq!(agg.spread_pending(), Some(at), "{agg:?}");
+
+    faults.0.failing_listings.store(false, Ordering::SeqCst);
+    store
+        .put_feedback(&next_row(&payer))
+        .await
+        .expect("the payer's next row");
+    for r in &before {
+        assert_eq!(
+            anchored_at(&store, &r.merchant, &payer).await,
+            Some(at),
+            "{}",
+            r.merchant
+        );
+    }
+    let agg = aggregate(&store, &table, &payer).await;
+    assert_eq!(agg.spread_pending(), None, "{agg:?}");
+}
+
+/// The ClientRequestToken of a TransactWriteItems body.
+fn request_token(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).expect("a JSON body");
+    v["ClientRequestToken"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("no ClientRequestToken in {v}"))
+}
+
+/// docs/reputation.md: a write is one TransactWriteItems with a client request token,
+/// so the SDK's own resend of a transaction whose answer was lost succeeds once on
+/// DynamoDB (which answers a token it has applied within 10 minutes with success)
+/// instead of reading as a duplicate of itself. Here the first answer is lost after the
+/// transaction applied (a 500 in its place): the SDK sends the transaction again byte
+/// for byte, token included, and one row is stored. The payer's next transaction
+/// carries another token (DynamoDB refuses a token reused for other items). moto
+/// ignores the token (moto 5.2.6 has no ClientRequestToken anywhere in
+/// moto/dynamodb), so here the resend is cancelled as a duplicate: the writer's answer
+/// is DynamoDB's to give and is not asserted. Would catch: a transaction sent without
+/// a token, a token that changes between the SDK's attempts, or one reused by the
+/// payer's next transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_feedback_transaction_carries_its_token() {
+    let (store, faults, _) = faulty_dynamo().await;
+    let payer = addr(0xd0, 4);
+    let mut rows = Rows {
+        all: Vec::new(),
+        n: 0,
+    };
+    rows.push(M, &payer, 1_000_000, NOW - 600);
+    rows.push(M, &payer, 1_000_000, NOW - 300);
+    faults.0.answers_to_lose.store(1, Ordering::SeqCst);
+    let answer = store.put_feedback(&rows.all[0]).await;
+    assert!(
+        matches!(answer, Ok(()) | Err(StoreError::AlreadyExists)),
+        "{answer:?}"
+    );
+    let sent = faults.transactions();
+    assert_eq!(
+        sent.len(),
+        2,
+        "the transaction whose answer was lost, and the SDK's resend"
+    );
+    assert!(sent[0] == sent[1], "the resend is the same request");
+    let token = request_token(sent[0].as_slice());
+    assert!((1..=36).contains(&token.len()), "{token}");
+    let ledger = store.merchant_ledger(M, 0).await.expect("ledger");
+    assert_eq!(ledger.rows, vec![rows.all[0].clone()], "one row");
+
+    store
+        .put_feedback(&rows.all[1])
+        .await
+        .expect("the payer's next row");
+    let sent = faults.transactions();
+    assert_eq!(sent.len(), 3);
+    assert_ne!(
+        request_token(sent[2].as_slice()),
+        token,
+        "a new transaction, a new token"
+    );
 }

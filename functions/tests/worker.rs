@@ -932,3 +932,221 @@ async fn pass_two_waits_for_a_pending_purchase_however_long_then_runs() {
     assert!(record.document.is_some());
     assert_eq!(record.job_key, None, "its deliverable is gone with pass 2");
 }
+
+/// The fields of every event logged while a future runs, as (name, value) pairs: what an
+/// operator reads in the logs (a verdict id, a metric's name outside Lambda).
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<LoggedEvent>>>);
+
+/// One event's fields, in the order it recorded them.
+type LoggedEvent = Vec<(String, String)>;
+
+impl Logged {
+    fn events(&self) -> Vec<LoggedEvent> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many events carried `name` = `value`.
+    fn count(&self, name: &str, value: &str) -> usize {
+        self.events()
+            .iter()
+            .filter(|fields| fields.iter().any(|(n, v)| n == name && v == value))
+            .count()
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(Vec<(String, String)>);
+        impl tracing::field::Visit for Fields {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                self.0.push((field.name().to_owned(), value.to_owned()));
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push((field.name().to_owned(), format!("{value:?}")));
+            }
+        }
+        let mut fields = Fields(Vec::new());
+        event.record(&mut fields);
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(fields.0);
+    }
+}
+
+/// docs/sworn.md: pass 2 of a purchase still being worked on (claimed, never prepared;
+/// here the customer's retry took the payment over as the first request's hold lapsed,
+/// and is itself still running) waits until the purchase's hold and one hold more
+/// (`wait_until`, as the purchase sets it: its hold twice), then gives up: no hop
+/// carries the deliverable on, the job's key is forgotten (no copy of the job opens
+/// any more), the verdict id is logged, `SwornUnresolved` is recorded, and the verdict
+/// stays pending for an operator. Would catch: giving up at the lapse itself (racing
+/// the retry), deleting a verdict whose payment may still settle, waiting for ever
+/// with the deliverable readable, or giving up without a word to the alarm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_two_gives_up_on_a_claimed_purchase_after_its_hold_and_one_more() {
+    use tracing::instrument::WithSubscriber as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let dir = TempDir::new("worker-claimed");
+    let store = Arc::new(SqliteStore::open_in(dir.path()).expect("sqlite"));
+    let mut state = state(store.clone(), store.clone());
+    state.config.sworn_delay_secs = 0;
+    // A clock the test moves, stopped otherwise: holds lapse when the test says, and a
+    // slow machine cannot carry a step past the moment it is about.
+    let clock = umpire_host::Clock::stopped_at(umpire_host::Clock::system().now_ms());
+    state.config.clock = clock.clone();
+    let hold = u64::from(state.config.in_progress_secs);
+    let t0 = clock.now();
+    let verdict_id = umpire_host::random_id("vrd");
+    let key = umpire_core::seal::DataKey::from_bytes(umpire_host::random_bytes());
+    store
+        .put_verdict(&VerdictRecord {
+            verdict_id: verdict_id.clone(),
+            tier: umpire_core::product::Tier::Sworn,
+            status: VerdictStatus::Pending,
+            document: None,
+            preview: None,
+            secret_hash: sha256_hex(SECRET.as_bytes()),
+            spec_hash: "0".repeat(64),
+            webhook_url: None,
+            created_at: t0,
+            expires_at: t0 + 86_400,
+            webhook_outcome: None,
+            job_key: Some(key.to_hex()),
+            payer: None,
+        })
+        .await
+        .expect("a pending verdict");
+    // Its purchase: claimed by its request, which never got as far as preparing.
+    let payment_key =
+        umpire_api::checkout::ledger::raw_payment_key(&serde_json::json!({"payload": "claimed"}));
+    assert_eq!(
+        store
+            .claim_payment(
+                &payment_key,
+                "first",
+                &PaymentHold {
+                    now: t0,
+                    held_until: t0 + hold,
+                    expires_at: t0 + 86_400
+                }
+            )
+            .await
+            .expect("claim"),
+        PaymentClaim::Won
+    );
+    let spec = parse_spec(
+        &parse(br#"{"checks":[{"type":"length","min":1}]}"#).expect("json"),
+        Some(Tier::Sworn),
+    )
+    .expect("spec");
+    let purchase = umpire_api::products::verdict::purchase::Purchase {
+        tier: Tier::Sworn,
+        spec,
+        deliverable: parse_deliverable(&parse(br#"{"text":"x"}"#).expect("json"), "d")
+            .expect("deliverable"),
+        webhook_url: None,
+        job_ref: None,
+    };
+    let job = sworn::pass2_job(
+        &verdict_id,
+        &key,
+        &purchase,
+        &[],
+        t0,
+        sworn::Sold {
+            payment_key: &payment_key,
+            wait_until: t0 + 2 * hold,
+            answers_request: false,
+        },
+    )
+    .expect("job");
+    let hops = |d: &umpire_store::Delivery| {
+        parse(d.job.payload.as_bytes())
+            .expect("payload")
+            .get("hops")
+            .and_then(Value::as_u64)
+    };
+
+    // While the purchase is held: asked again, one hop more.
+    run_job(&state, &job).await.expect("waits");
+    let first = store.receive(10, 60).await.expect("receive");
+    assert_eq!(first.len(), 1, "pass 2 asked again");
+    assert_eq!(hops(&first[0]), Some(1));
+    store.ack(&first[0].receipt).await.expect("ack");
+
+    // The first request's hold lapsed; the customer's retry took the payment over and
+    // is still at it. Past the hold, short of one hold more: still waiting, the
+    // verdict and its key kept.
+    clock.advance(hold + 10);
+    assert_eq!(
+        store
+            .claim_payment(
+                &payment_key,
+                "retry",
+                &PaymentHold {
+                    now: clock.now(),
+                    held_until: clock.now() + hold,
+                    expires_at: t0 + 86_400
+                }
+            )
+            .await
+            .expect("the retry's claim"),
+        PaymentClaim::Won
+    );
+    run_job(&state, &first[0].job).await.expect("waits");
+    let second = store.receive(10, 60).await.expect("receive");
+    assert_eq!(second.len(), 1, "pass 2 asked again past the hold");
+    assert_eq!(hops(&second[0]), Some(2));
+    let record = store
+        .get_verdict(&verdict_id, clock.now())
+        .await
+        .expect("get")
+        .expect("kept past the hold");
+    assert!(
+        record.job_key.is_some(),
+        "still readable short of one hold more"
+    );
+
+    // The hold and one hold more have passed, the purchase still claimed: given up.
+    clock.advance(hold - 10);
+    assert_eq!(clock.now(), t0 + 2 * hold);
+    let logged = Logged::default();
+    run_job(&state, &second[0].job)
+        .with_subscriber(tracing_subscriber::registry().with(logged.clone()))
+        .await
+        .expect("given up, not failed");
+    store.ack(&second[0].receipt).await.expect("ack");
+    assert!(
+        store.receive(10, 60).await.expect("receive").is_empty(),
+        "no hop carries the deliverable on"
+    );
+    let record = store
+        .get_verdict(&verdict_id, clock.now())
+        .await
+        .expect("get")
+        .expect("the verdict stays for an operator");
+    assert_eq!(record.status, VerdictStatus::Pending);
+    assert_eq!(record.document, None);
+    assert_eq!(record.job_key, None, "no copy of the job opens any more");
+    assert_eq!(
+        logged.count("metric", "SwornUnresolved"),
+        1,
+        "{:?}",
+        logged.events()
+    );
+    assert!(
+        logged.events().iter().any(|fields| {
+            fields
+                .iter()
+                .any(|(n, v)| n == "verdict_id" && *v == verdict_id)
+                && fields
+                    .iter()
+                    .any(|(n, v)| n == "message" && v.contains("gave up"))
+        }),
+        "the verdict id logged with the giving up: {:?}",
+        logged.events()
+    );
+}

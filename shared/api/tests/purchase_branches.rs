@@ -54,8 +54,13 @@ struct Calls {
 /// A chain with one token, scripted per call.
 #[derive(Default)]
 struct FakeChain {
-    /// Spent authorizations (their chain identity) and the transaction that spent them.
-    spent: Mutex<HashMap<String, String>>,
+    /// Spent authorizations (their chain identity): the transaction that spent them,
+    /// and when (on the shop's clock).
+    spent: Mutex<HashMap<String, (String, u64)>>,
+    /// The shop's clock and how far back a lookup sees a transfer: as far as the
+    /// settler's lookback reaches on a slow (12-s) chain, where 10,000 blocks would be
+    /// 33 hours.
+    lookback: Mutex<Option<(Clock, u64)>>,
     verify: Mutex<VecDeque<Step>>,
     settle: Mutex<VecDeque<Step>>,
     find: Mutex<VecDeque<Step>>,
@@ -88,19 +93,50 @@ impl FakeChain {
             .unwrap_or(Step::Chain)
     }
 
+    fn now(&self) -> u64 {
+        self.lookback
+            .lock()
+            .expect("lookback")
+            .as_ref()
+            .map_or(0, |(clock, _)| clock.now())
+    }
+
+    /// The transaction that spent the authorization, if the chain still shows it: a
+    /// used nonce is for ever, but a lookup sees only the lookback's transfers.
     fn spent_by(&self, ctx: &PaymentContext) -> Option<String> {
         self.spent
             .lock()
             .expect("spent")
             .get(&identity(ctx))
-            .cloned()
+            .map(|(tx, _)| tx.clone())
+    }
+
+    /// What a lookup of the transfer sees: the transaction, within the lookback.
+    fn found(&self, ctx: &PaymentContext) -> Option<String> {
+        let (tx, at) = self
+            .spent
+            .lock()
+            .expect("spent")
+            .get(&identity(ctx))?
+            .clone();
+        let reach = self
+            .lookback
+            .lock()
+            .expect("lookback")
+            .as_ref()
+            .map(|(_, s)| *s);
+        match reach {
+            Some(secs) if at + secs < self.now() => None,
+            _ => Some(tx),
+        }
     }
 
     /// Spends the authorization: its transaction.
     fn broadcast(&self, ctx: &PaymentContext) -> String {
+        let now = self.now();
         let mut spent = self.spent.lock().expect("spent");
         let tx = format!("0x{:064x}", spent.len() + 0xabc);
-        spent.insert(identity(ctx), tx.clone());
+        spent.insert(identity(ctx), (tx.clone(), now));
         tx
     }
 
@@ -128,7 +164,7 @@ impl Settler for FakeChain {
             Step::Fail(f) => return Err(f),
             Step::After(d) => tokio::time::sleep(d).await,
             Step::PaidUs => {
-                let tx = self.spent_by(ctx).unwrap_or_else(|| self.broadcast(ctx));
+                let tx = self.found(ctx).unwrap_or_else(|| self.broadcast(ctx));
                 return Ok(Verified {
                     payer: ctx.claimed_payer().expect("the payment names its payer"),
                     settled: Some(Self::settlement(ctx, tx)),
@@ -179,7 +215,7 @@ impl Settler for FakeChain {
         if let Step::Fail(f) = Self::next(&self.find) {
             return Err(f);
         }
-        Ok(self.spent_by(ctx).map(|tx| Self::settlement(ctx, tx)))
+        Ok(self.found(ctx).map(|tx| Self::settlement(ctx, tx)))
     }
 }
 
@@ -455,6 +491,11 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
     };
     tweak(&mut config);
     let chain = Arc::new(FakeChain::default());
+    let slow_chain = std::time::Duration::from_secs(12);
+    *chain.lookback.lock().expect("lookback") = Some((
+        clock.clone(),
+        umpire_x402::evm::settlement_lookback_blocks(slow_chain) * slow_chain.as_secs(),
+    ));
     let store = Arc::new(SqliteStore::in_memory().expect("store"));
     let flaky = Arc::new(FlakyStore {
         inner: store.clone(),
@@ -1445,4 +1486,445 @@ async fn a_key_that_cannot_be_bound_stops_the_purchase_before_money_moves() {
         .await;
     assert_eq!(bought.status(), 200, "{:?}", json(&bought));
     assert_eq!(shop.chain.charged(), 1);
+}
+
+/// The metrics recorded on this thread: outside Lambda a metric is a `tracing` event
+/// with a `metric` field (`umpire_api::plumbing::metrics::record`), the same call that
+/// writes the EMF line an operator's alarm reads on AWS.
+#[derive(Clone, Default)]
+struct Metrics(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Metrics {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Named(Option<String>);
+        impl tracing::field::Visit for Named {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "metric" {
+                    self.0 = Some(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut named = Named(None);
+        event.record(&mut named);
+        if let Some(metric) = named.0 {
+            self.0.lock().expect("metrics").push(metric);
+        }
+    }
+}
+
+impl Metrics {
+    /// Records every metric of this thread (a `#[tokio::test]` runs its tasks on it)
+    /// until the guard drops.
+    fn watch() -> (Metrics, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let metrics = Metrics::default();
+        let guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(metrics.clone()));
+        (metrics, guard)
+    }
+
+    fn count(&self, name: &str) -> usize {
+        self.0
+            .lock()
+            .expect("metrics")
+            .iter()
+            .filter(|m| *m == name)
+            .count()
+    }
+}
+
+/// docs/paying.md: a purchase whose chain cannot be read is followed past the last
+/// moment its payment could land, each such round counting `PendingOverdue` (what the
+/// AWS alarm reads); six hours past it the reconciler parks it (no more rounds) and
+/// the customer's own retry still decides it. Would catch: an overdue purchase no alarm
+/// counts (or one counted before it is overdue), a reconciler that runs for ever or
+/// gives up early, a parked purchase voided or lost, `PurchasesPending` not recorded.
+#[tokio::test]
+async fn an_undecidable_pending_purchase_is_counted_overdue_then_parked() {
+    use umpire_api::checkout::reconcile::Round;
+    let (metrics, _guard) = Metrics::watch();
+    let shop = shop(|_| {});
+    FakeChain::script(
+        &shop.chain.settle,
+        &[Step::Fail(PaymentFailure::unavailable("the RPC is down"))],
+    );
+    const KEY: &str = "overdue-key-000000001";
+    let payment = shop.sign(120).await;
+    let first = shop.send(Some(&payment), Some(KEY)).await;
+    assert_eq!(first.status(), 502, "{:?}", json(&first));
+    assert_eq!(metrics.count("PurchasesPending"), 1);
+    let unreadable = || Step::Fail(PaymentFailure::unavailable("the chain cannot be read"));
+
+    // Before its payment's last moment: undecided, not overdue.
+    FakeChain::script(&shop.chain.find, &[unreadable()]);
+    assert_eq!(shop.reconcile(&payment).await, Round::Again);
+    assert_eq!(metrics.count("PendingOverdue"), 0, "not overdue yet");
+
+    // Past it (validBefore and the landing margin), still unreadable: each round counts.
+    shop.clock
+        .advance(120 + umpire_api::checkout::LANDING_MARGIN_SECS + 1);
+    FakeChain::script(&shop.chain.find, &[unreadable(), unreadable()]);
+    for round in 1..=2 {
+        assert_eq!(shop.reconcile(&payment).await, Round::Again);
+        assert_eq!(metrics.count("PendingOverdue"), round);
+    }
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+
+    // Six hours past it: parked, without another read of the chain; still pending.
+    shop.clock.advance(6 * 3600);
+    let finds = shop.calls().2;
+    assert_eq!(shop.reconcile(&payment).await, Round::Done, "parked");
+    assert_eq!(metrics.count("PendingOverdue"), 3);
+    assert_eq!(shop.calls().2, finds, "a parked purchase is not read again");
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Prepared));
+    assert_pending(&shop.send(None, Some(KEY)).await);
+
+    // The chain is readable again and shows the transfer landed (the first broadcast,
+    // mined late): the customer's own retry decides it, charged once.
+    let landed = shop.chain.broadcast(&context(&shop.state, &payment));
+    let delivered = shop.send(Some(&payment), Some(KEY)).await;
+    assert_eq!(delivered.status(), 200, "{:?}", json(&delivered));
+    assert_eq!(transaction(&delivered), landed);
+    assert_eq!(shop.phase(&payment).await, Some(PaymentPhase::Settled));
+    assert_eq!(shop.chain.charged(), 1);
+}
+
+/// docs/paying.md: the reconciler records `PendingDelivered` when it delivers a pending
+/// purchase and `PendingVoided` when it voids one. Would catch either metric renamed,
+/// dropped, or recorded for the other outcome.
+#[tokio::test]
+async fn the_reconcilers_outcomes_are_counted() {
+    use umpire_api::checkout::reconcile::Round;
+    let (metrics, _guard) = Metrics::watch();
+    let shop = shop(|_| {});
+    let down = || Step::Fail(PaymentFailure::unavailable("the RPC is down"));
+    FakeChain::script(&shop.chain.settle, &[down(), down()]);
+    let landing = shop.sign(120).await;
+    let expiring = shop.sign(120).await;
+    for payment in [&landing, &expiring] {
+        assert_eq!(shop.send(Some(payment), None).await.status(), 502);
+    }
+    assert_eq!(metrics.count("PurchasesPending"), 2);
+    shop.chain.broadcast(&context(&shop.state, &landing));
+    assert_eq!(shop.reconcile(&landing).await, Round::Done);
+    assert_eq!(shop.phase(&landing).await, Some(PaymentPhase::Settled));
+    assert_eq!(
+        (
+            metrics.count("PendingDelivered"),
+            metrics.count("PendingVoided")
+        ),
+        (1, 0)
+    );
+    shop.clock
+        .advance(120 + umpire_api::checkout::LANDING_MARGIN_SECS + 1);
+    assert_eq!(shop.reconcile(&expiring).await, Round::Done);
+    assert_eq!(shop.phase(&expiring).await, Some(PaymentPhase::Voided));
+    assert_eq!(
+        (
+            metrics.count("PendingDelivered"),
+            metrics.count("PendingVoided")
+        ),
+        (1, 1)
+    );
+    assert_eq!(metrics.count("PendingOverdue"), 0);
+}
+
+/// docs/paying.md: a settled purchase's answer is kept a day for replays by payment,
+/// then it is gone: the same payment a day later buys nothing (it is spent) and is not
+/// settled again. Would catch a replay window shorter than a day, and a payment that
+/// buys a second purchase once its first answer has expired.
+#[tokio::test]
+async fn a_settled_answer_is_replayed_for_a_day_then_gone() {
+    let shop = shop(|_| {});
+    let payment = shop.pay().await;
+    let bought = shop.send(Some(&payment), None).await;
+    assert_eq!(bought.status(), 200, "{:?}", json(&bought));
+    let tx = transaction(&bought);
+    // A moment short of a day: replayed.
+    shop.clock
+        .advance(umpire_api::checkout::idempotency::COMPLETED_SECS - 60);
+    let replay = shop.send(Some(&payment), None).await;
+    assert_eq!(replay.status(), 200, "{:?}", json(&replay));
+    assert_eq!(transaction(&replay), tx);
+    assert!(replay.headers().contains_key("idempotent-replayed"));
+    // Past the day: no replay, no second purchase; the payment is spent.
+    shop.clock.advance(61);
+    let gone = shop.send(Some(&payment), None).await;
+    assert_eq!(gone.status(), 402, "{:?}", json(&gone));
+    assert!(!gone.headers().contains_key("idempotent-replayed"));
+    assert_eq!(shop.chain.charged(), 1);
+    assert_eq!(shop.calls().1, 1, "settled once");
+}
+
+/// docs/paying.md: a resend of a payment whose purchase is still running waits for it
+/// up to 20 s, then answers `409 in_flight` with Retry-After (inside API Gateway's
+/// 30 s). Would catch a resend answered at once (a client left to retry by hand while
+/// its purchase was about to finish), or one that waits past the gateway.
+#[tokio::test]
+async fn a_resend_waits_twenty_seconds_for_the_running_purchase_then_is_in_flight() {
+    let shop = shop(|_| {});
+    // A settlement that outlasts the resend's wait.
+    FakeChain::script(&shop.chain.settle, &[Step::After(Duration::from_secs(60))]);
+    let payment = shop.pay().await;
+    let state = shop.state.clone();
+    let p = payment.clone();
+    let running =
+        tokio::spawn(async move { umpire_api::handle(&state, request(Some(&p), None)).await });
+    shop.chain.settling.notified().await;
+    let started = tokio::time::Instant::now();
+    let resend = shop.send(Some(&payment), None).await;
+    let waited = started.elapsed();
+    assert_eq!(resend.status(), 409, "{:?}", json(&resend));
+    assert_eq!(error_code(&resend), "in_flight");
+    assert!(resend.headers().contains_key("retry-after"));
+    assert!(
+        waited >= Duration::from_secs(20) && waited < Duration::from_secs(29),
+        "waited {waited:?}"
+    );
+    running.abort();
+    assert_eq!(shop.calls().1, 1, "the resend started no settlement");
+}
+
+/// A facilitator whose first `/settle` answer is lost (the connection closes with no
+/// answer) and whose second settles: every body it was sent, in order.
+async fn forgetful_facilitator() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            // One request per connection: its head, then its Content-Length body.
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let body = loop {
+                let Ok(n) = socket.read(&mut chunk).await else {
+                    break None;
+                };
+                if n == 0 {
+                    break None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    break Some(buf[end + 4..end + 4 + length].to_vec());
+                }
+            };
+            let Some(body) = body else { continue };
+            let value: serde_json::Value =
+                serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+            let n = {
+                let mut seen = seen.lock().expect("bodies");
+                seen.push(value);
+                seen.len()
+            };
+            if n == 1 {
+                // The answer is lost: the connection closes without one.
+                drop(socket);
+                continue;
+            }
+            let answer = serde_json::json!({
+                "success": true,
+                "transaction": "0x00000000000000000000000000000000000000000000000000000000000f0ac1",
+                "network": "eip155:31337",
+            })
+            .to_string();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = socket.write_all(reply.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    (base, bodies)
+}
+
+/// docs/paying.md: a facilitator's lost `/settle` answer is asked for once more, with
+/// the same body, and that body carries our requirements, never the client's copy of
+/// them (here the client's copy gives itself 60 s where ours say 900). Would catch no
+/// retry (a purchase left pending that one more call would have settled), a retry
+/// built from the client's copy, or more than one retry.
+#[tokio::test]
+async fn a_lost_settle_answer_is_asked_again_once_with_our_requirements() {
+    use umpire_pay::Settler;
+    let shop = shop(|_| {});
+    let payment = shop.sign(60).await;
+    let ctx = context(&shop.state, &payment);
+    let ours = serde_json::to_value(&ctx.requirements).expect("requirements");
+    let theirs = ctx.raw["accepted"].clone();
+    assert_ne!(ours, theirs, "the client's copy differs from ours");
+    let (base, bodies) = forgetful_facilitator().await;
+    let facilitator = umpire_pay::settle::FacilitatorClient::new(&base, None).expect("client");
+    let settled = facilitator
+        .settle(&ctx, Deadline::after(Duration::from_secs(20)))
+        .await
+        .expect("settled on the retry");
+    assert!(settled.success);
+    let bodies = bodies.lock().expect("bodies").clone();
+    assert_eq!(bodies.len(), 2, "one retry: {bodies:?}");
+    assert_eq!(bodies[0], bodies[1], "the retry is the same request");
+    assert_eq!(bodies[0]["paymentRequirements"], ours);
+    assert_eq!(bodies[0]["paymentPayload"], ctx.raw);
+}
+
+// ---- What the purchase buys: the report's window and its anchors (docs/reputation.md).
+
+/// The merchant `PATH` asks about.
+const REPORT_MERCHANT: &str = "0x1111111111111111111111111111111111111111";
+const DAY: u64 = 86_400;
+
+fn payer(i: u64) -> String {
+    format!("0x{:040x}", 0xb000 + i)
+}
+
+/// Feedback number `n` for `merchant` from `payer`: its payment's block time, when the
+/// row was written, and whether `merchant` was an anchor then.
+fn feedback_row(
+    n: u64,
+    merchant: &str,
+    payer: &str,
+    block_time: u64,
+    created_at: u64,
+    anchor: bool,
+) -> umpire_store::FeedbackRow {
+    umpire_store::FeedbackRow {
+        tx_hash: format!("0x{n:064x}"),
+        merchant: merchant.into(),
+        payer: payer.into(),
+        outcome: "fulfilled".into(),
+        would_repeat: None,
+        latency_ms: None,
+        amount_units: "10000".into(),
+        block_time,
+        created_at,
+        anchor,
+    }
+}
+
+/// The report `PATH` buys, paid.
+async fn bought_report(shop: &Shop) -> serde_json::Value {
+    let payment = shop.pay().await;
+    let bought = shop.send(Some(&payment), None).await;
+    assert_eq!(bought.status(), 200, "{:?}", json(&bought));
+    json(&bought)["report"].clone()
+}
+
+/// docs/reputation.md: the report covers the 90 days before `issued_at` by the block
+/// time of the payments, and says so in `window {days, from, to}`. A payment 91 days
+/// old on the chain is left out although its row was written two days ago (the payment
+/// was 89 days old then, so feedback took it); one 89 days old counts. Would catch: a
+/// window read by created_at, a window of another length, or window fields that are not
+/// the window the route read.
+#[tokio::test]
+async fn the_report_reads_the_90_days_before_its_issue_by_block_time() {
+    use umpire_store::FeedbackStore as _;
+    let shop = shop(|_| {});
+    let now = shop.clock.now();
+    let old = feedback_row(
+        1,
+        REPORT_MERCHANT,
+        &payer(1),
+        now - 91 * DAY,
+        now - 2 * DAY,
+        false,
+    );
+    let inside = feedback_row(
+        2,
+        REPORT_MERCHANT,
+        &payer(2),
+        now - 89 * DAY,
+        now - DAY,
+        false,
+    );
+    for r in [&old, &inside] {
+        shop.store.put_feedback(r).await.expect("put feedback");
+    }
+    let report = bought_report(&shop).await;
+    assert_eq!(report["feedback_count"].as_u64(), Some(1), "{report}");
+    assert_eq!(
+        report["payer_concentration"]["payers_examined"].as_u64(),
+        Some(1),
+        "the old row's payer is out of the window too: {report}"
+    );
+    let inside_at = umpire_core::time::rfc3339(inside.block_time);
+    assert_eq!(report["first_seen"].as_str(), Some(inside_at.as_str()));
+    assert_eq!(report["last_seen"].as_str(), Some(inside_at.as_str()));
+    let issued_at = report["issued_at"].as_str().expect("issued_at");
+    let issued = umpire_core::time::parse_rfc3339(issued_at).expect("an RFC 3339 time");
+    assert!(
+        (now..now + 60).contains(&issued),
+        "issued at {issued}, bought at {now}"
+    );
+    let window = &report["window"];
+    assert_eq!(window["days"].as_u64(), Some(90), "{window}");
+    assert_eq!(window["to"].as_str(), Some(issued_at), "{window}");
+    assert_eq!(
+        window["from"].as_str(),
+        Some(umpire_core::time::rfc3339(issued - 90 * DAY).as_str()),
+        "{window}"
+    );
+}
+
+/// docs/reputation.md: the report lists the anchors in force (`independence.anchors`),
+/// and a row records whether its merchant was an anchor when it was written, so
+/// changing the list changes the meaning of later rows only. Here the list names NAMED
+/// alone: a payer whose row for FORMER was written while FORMER was an anchor stays
+/// anchored, and a payer whose row for NAMED was written before NAMED was named is not.
+/// Would catch: a report that judges old rows by today's list (both payers would swap),
+/// or one that lists anything but the list in force.
+#[tokio::test]
+async fn the_report_lists_the_anchors_in_force_and_reads_each_rows_own_flag() {
+    use umpire_store::FeedbackStore as _;
+    const FORMER: &str = "0x4444444444444444444444444444444444444444";
+    const NAMED: &str = "0x5555555555555555555555555555555555555555";
+    let shop = shop(|c| c.reputation_anchors = vec![NAMED.to_owned()]);
+    let now = shop.clock.now();
+    let (early, later) = (now - 10 * DAY, now - 5 * DAY);
+    let (flagged, unflagged) = (payer(1), payer(2));
+    for r in [
+        feedback_row(1, FORMER, &flagged, early, early, true),
+        feedback_row(2, REPORT_MERCHANT, &flagged, later, later, false),
+        feedback_row(3, NAMED, &unflagged, early, early, false),
+        feedback_row(4, REPORT_MERCHANT, &unflagged, later, later, false),
+    ] {
+        shop.store.put_feedback(&r).await.expect("put feedback");
+    }
+    let report = bought_report(&shop).await;
+    let independence = &report["independence"];
+    assert_eq!(
+        independence["anchors"],
+        serde_json::json!([NAMED]),
+        "{independence}"
+    );
+    assert_eq!(
+        independence["anchored_payers"].as_u64(),
+        Some(1),
+        "{independence}"
+    );
+    assert_eq!(
+        independence["anchored_rows"].as_u64(),
+        Some(1),
+        "{independence}"
+    );
+    assert_eq!(
+        independence["anchored_payer_share"].as_f64(),
+        Some(0.5),
+        "{independence}"
+    );
 }

@@ -18,6 +18,11 @@ pub const MAX_TEXT_BYTES: usize = 200 * 1024;
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Days specs and signed documents are kept for re-reads.
 pub const DOCUMENT_RETENTION_DAYS: u64 = 90;
+/// How long a settled purchase's answer is kept for replays (by its Idempotency-Key or
+/// its payment), and so how long the ledger remembers that a payment bought: no chain
+/// read may credit a transfer older than this (`umpire_x402::evm::settlement_lookback_blocks`),
+/// or a payment whose purchase the ledger forgot would buy a second one.
+pub const ANSWER_KEPT_SECS: u64 = 24 * 3600;
 /// Bytes read from a fetched URL; larger bodies are truncated and fail content_hash.
 pub const FETCH_READ_CAP_BYTES: u64 = 2 * 1024 * 1024;
 pub const FETCH_MAX_REDIRECTS: u32 = 4;

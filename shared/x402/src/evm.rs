@@ -50,9 +50,23 @@ pub const VALID_BEFORE_MARGIN_SECS: u64 = 6;
 pub const VALID_BEFORE_SLACK_SECS: u64 = 300;
 
 /// How far back settlement (`umpire_pay::evm::EvmChain::spent_by`) looks for the transfer that used an
-/// authorization: about 5.5 hours of Base blocks, inside the 10,000-block range most
-/// RPC providers allow for `eth_getLogs`.
+/// authorization at most: about 5.5 hours of Base blocks, inside the 10,000-block range
+/// most RPC providers allow for `eth_getLogs`.
 pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
+
+/// The blocks settlement looks back on a chain making a block every `block_time`: the
+/// 10,000 a provider allows, but never further back than the ledger remembers that a
+/// payment bought ([`umpire_core::product::ANSWER_KEPT_SECS`]). A transfer found
+/// further back could be one whose purchase the ledger has forgotten: crediting it
+/// would sell that payment twice (on a 12-s chain 10,000 blocks are 33 hours).
+pub fn settlement_lookback_blocks(block_time: std::time::Duration) -> u64 {
+    let block_ms = u64::try_from(block_time.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    SETTLEMENT_LOOKBACK_BLOCKS
+        .min(umpire_core::product::ANSWER_KEPT_SECS * 1000 / block_ms)
+        .max(1)
+}
 
 /// A plain EOA signature: r, s and v.
 const EOA_SIGNATURE_LEN: usize = 65;
@@ -379,6 +393,25 @@ impl Eip3009Payment {
 
 #[cfg(test)]
 mod tests {
+
+    /// No chain read reaches further back than the ledger remembers a purchase: would
+    /// catch a lookback that, on a slow chain, credits a transfer whose purchase was
+    /// forgotten (a second purchase for one payment).
+    #[test]
+    fn the_lookback_never_outlasts_the_ledgers_memory() {
+        use std::time::Duration;
+        let kept_ms = umpire_core::product::ANSWER_KEPT_SECS * 1000;
+        assert_eq!(settlement_lookback_blocks(Duration::from_secs(2)), 10_000);
+        for ms in [1, 250, 2_000, 8_640, 8_641, 12_000, 600_000, 100_000_000] {
+            let blocks = settlement_lookback_blocks(Duration::from_millis(ms));
+            assert!(
+                (1..=SETTLEMENT_LOOKBACK_BLOCKS).contains(&blocks),
+                "{ms} ms: {blocks}"
+            );
+            assert!(blocks * ms <= kept_ms.max(ms), "{ms} ms: {blocks} blocks");
+        }
+        assert_eq!(settlement_lookback_blocks(Duration::from_secs(12)), 7_200);
+    }
     use super::*;
     use crate::types::Scheme;
     use alloy::signers::SignerSync;

@@ -146,9 +146,16 @@ struct Evaluator<'a> {
     key_source: String,
     keys: Vec<PublicKey>,
     data_dir: PathBuf,
+    /// How long a sworn verdict's final document is waited for (verdict.rs).
+    final_wait: std::time::Duration,
 }
 
 async fn evaluate(api: &Api, args: EvaluateArgs) -> Result<ExitCode, Local> {
+    // Read first: a test switch set where no build honours it stops the evaluation
+    // before anything is paid or sent.
+    let final_wait = verdict::final_wait(
+        std::env::var_os(verdict::FINAL_WAIT_SWITCH).map(|v| v.to_string_lossy().into_owned()),
+    )?;
     let tier = args.tier;
     let on: ContractRef = match &args.target {
         Target::Job { job, .. } => job
@@ -191,6 +198,7 @@ async fn evaluate(api: &Api, args: EvaluateArgs) -> Result<ExitCode, Local> {
             .data_dir
             .clone()
             .unwrap_or_else(umpire_server::datadir::default_data_dir),
+        final_wait,
     };
     match args.target {
         Target::Job {

@@ -20,6 +20,42 @@ use crate::commands::lookup::read_header;
 /// leaves the purchase for the next run.
 const FINAL_WAIT: Duration = Duration::from_secs(15 * 60);
 
+/// A test switch: [`FINAL_WAIT`] in seconds, so a test leaves a sworn purchase to the
+/// next run without waiting a quarter of an hour.
+pub(super) const FINAL_WAIT_SWITCH: &str = "UMPIRE_TEST_FINAL_WAIT_SECS";
+
+/// How long this evaluation waits for a final document, given [`FINAL_WAIT_SWITCH`]'s
+/// value: in a build made for tests (feature `test-switches`), the switch's seconds
+/// when set, with a warning.
+#[cfg(feature = "test-switches")]
+pub(super) fn final_wait(switch: Option<String>) -> Result<Duration, Local> {
+    let Some(text) = switch else {
+        return Ok(FINAL_WAIT);
+    };
+    let secs: u64 = text.trim().parse().map_err(|_| {
+        Local(format!(
+            "{FINAL_WAIT_SWITCH}: {text:?} is not a number of seconds"
+        ))
+    })?;
+    eprintln!(
+        "warning: test switch {FINAL_WAIT_SWITCH}={secs}: a sworn verdict is waited for {secs} s, not {} s",
+        FINAL_WAIT.as_secs()
+    );
+    Ok(Duration::from_secs(secs))
+}
+
+/// Any other build has no code that honours the switch (`#[cfg]`, not a run-time `if`):
+/// set, it stops the evaluation before anything is paid, naming it.
+#[cfg(not(feature = "test-switches"))]
+pub(super) fn final_wait(switch: Option<String>) -> Result<Duration, Local> {
+    match switch {
+        None => Ok(FINAL_WAIT),
+        Some(_) => Err(Local(format!(
+            "{FINAL_WAIT_SWITCH} is a test switch, and this build has none (it was built without the test-switches feature, as every release is): remove {FINAL_WAIT_SWITCH} from the environment"
+        ))),
+    }
+}
+
 impl Evaluator<'_> {
     /// The verdict for the job: the one bought for it before (record.rs), read back,
     /// else a new purchase, recorded before anything else can fail. `{document, ...}`.
@@ -103,15 +139,15 @@ impl Evaluator<'_> {
     }
 
     /// The final document of a purchase still being judged (a sworn verdict): waited
-    /// for at most [`FINAL_WAIT`], so that a slow one is left to the next run rather
-    /// than holding up the others.
+    /// for at most [`FINAL_WAIT`] (see [`final_wait`]), so that a slow one is left to
+    /// the next run rather than holding up the others.
     async fn wait(&self, r: &Record) -> Result<Value, Step> {
         match wait_final(
             self.api,
             &r.verdict_id,
             &r.secret,
             &self.payer,
-            Some(FINAL_WAIT),
+            Some(self.final_wait),
         )
         .await
         {
@@ -128,5 +164,30 @@ fn refused_step(r: &Refused) -> Step {
         Step::Again(format!("the service answered {} {}", r.status, r.code))
     } else {
         Step::Done(ExitCode::from(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/erc8183.md: a sworn verdict is waited for at most 15 minutes, then left for
+    /// the next run; only a test build lets the wait be shortened, and any other build
+    /// refuses the switch by name. Would catch: the documented bound changed, or a
+    /// release honouring a test switch.
+    #[test]
+    fn a_sworn_verdict_is_waited_for_fifteen_minutes_at_most() {
+        assert_eq!(FINAL_WAIT, Duration::from_secs(15 * 60));
+        assert_eq!(final_wait(None).map_err(|e| e.0), Ok(FINAL_WAIT));
+        #[cfg(feature = "test-switches")]
+        assert_eq!(
+            final_wait(Some("2".into())).map_err(|e| e.0),
+            Ok(Duration::from_secs(2))
+        );
+        #[cfg(not(feature = "test-switches"))]
+        assert!(
+            final_wait(Some("2".into())).is_err_and(|e| e.0.contains(FINAL_WAIT_SWITCH)),
+            "a build without test switches refuses it by name"
+        );
     }
 }

@@ -21,7 +21,7 @@ use crate::plumbing::state::{AppState, Response};
 
 pub use crate::plumbing::config::IN_PROGRESS_SECS;
 /// How long a completed response is replayed.
-pub const COMPLETED_SECS: u64 = 24 * 3600;
+pub const COMPLETED_SECS: u64 = umpire_core::product::ANSWER_KEPT_SECS;
 
 /// Stored beside a completed answer whose one-time secret was left out: the key id of
 /// the signer that derives it. Internal; never sent.

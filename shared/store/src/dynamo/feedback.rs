@@ -214,13 +214,12 @@ impl DynamoStore {
         let sent = self
             .client
             .transact_write_items()
-            // The same transaction sent again (the SDK retrying after a lost answer)
-            // succeeds once instead of reading as a duplicate of itself.
-            .client_request_token(
-                &umpire_core::hash::sha256_hex(
-                    format!("{}#{}", row.tx_hash, update.payer.version).as_bytes(),
-                )[..36],
-            )
+            // No ClientRequestToken of ours: the SDK makes a random one per call and
+            // sends it again on its own retries, so a resend after a lost answer
+            // succeeds once instead of reading as a duplicate of itself. One derived
+            // from the row would make two requests posting the same feedback at once
+            // one call to DynamoDB: both answered 201, or (created a second apart) an
+            // IdempotentParameterMismatch, a 500 where 409 duplicate_feedback is due.
             .set_transact_items(Some(items))
             .send()
             .await;

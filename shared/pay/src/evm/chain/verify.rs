@@ -12,7 +12,7 @@ use alloy::rpc::client::BatchRequest;
 use alloy::rpc::types::{Filter, TransactionRequest};
 use alloy::sol_types::{SolCall, SolEvent};
 
-use umpire_x402::evm::{Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, invalid};
+use umpire_x402::evm::{Eip3009Payment, IEip3009, invalid, settlement_lookback_blocks};
 use umpire_x402::reason::{FailureReason, PaymentFailure};
 
 use super::watch::settlement_in;
@@ -214,7 +214,7 @@ impl EvmChain {
             .topic1(a.from.into_word())
             .topic2(vec![a.nonce, pay_to.into_word()])
             // The lookback counts the latest block: providers cap a range's length.
-            .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS - 1))
+            .from_block(latest.saturating_sub(settlement_lookback_blocks(self.block_time) - 1))
             .to_block(latest);
         let logs = self
             .provider
