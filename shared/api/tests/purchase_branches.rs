@@ -57,9 +57,9 @@ struct FakeChain {
     /// Spent authorizations (their chain identity): the transaction that spent them,
     /// and when (on the shop's clock).
     spent: Mutex<HashMap<String, (String, u64)>>,
-    /// The shop's clock and how far back a lookup sees a transfer: as far as the
-    /// settler's lookback reaches on a slow (12-s) chain, where 10,000 blocks would be
-    /// 33 hours.
+    /// The shop's clock and how old a transfer a lookup still credits: as the settler
+    /// does (`umpire_x402::evm::SETTLEMENT_CREDIT_SECS`), on a chain whose logs reach
+    /// back further (10,000 blocks are 33 hours on a 12-s chain).
     lookback: Mutex<Option<(Clock, u64)>>,
     verify: Mutex<VecDeque<Step>>,
     settle: Mutex<VecDeque<Step>>,
@@ -126,7 +126,7 @@ impl FakeChain {
             .as_ref()
             .map(|(_, s)| *s);
         match reach {
-            Some(secs) if at + secs < self.now() => None,
+            Some(secs) if at + secs <= self.now() => None,
             _ => Some(tx),
         }
     }
@@ -491,11 +491,8 @@ fn shop(tweak: impl FnOnce(&mut Config)) -> Shop {
     };
     tweak(&mut config);
     let chain = Arc::new(FakeChain::default());
-    let slow_chain = std::time::Duration::from_secs(12);
-    *chain.lookback.lock().expect("lookback") = Some((
-        clock.clone(),
-        umpire_x402::evm::settlement_lookback_blocks(slow_chain) * slow_chain.as_secs(),
-    ));
+    *chain.lookback.lock().expect("lookback") =
+        Some((clock.clone(), umpire_x402::evm::SETTLEMENT_CREDIT_SECS));
     let store = Arc::new(SqliteStore::in_memory().expect("store"));
     let flaky = Arc::new(FlakyStore {
         inner: store.clone(),

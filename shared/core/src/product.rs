@@ -20,7 +20,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub const DOCUMENT_RETENTION_DAYS: u64 = 90;
 /// How long a settled purchase's answer is kept for replays (by its Idempotency-Key or
 /// its payment), and so how long the ledger remembers that a payment bought: no chain
-/// read may credit a transfer older than this (`umpire_x402::evm::settlement_lookback_blocks`),
+/// read may credit a transfer older than this (`umpire_x402::evm::SETTLEMENT_CREDIT_SECS`),
 /// or a payment whose purchase the ledger forgot would buy a second one.
 pub const ANSWER_KEPT_SECS: u64 = 24 * 3600;
 /// Bytes read from a fetched URL; larger bodies are truncated and fail content_hash.

@@ -209,6 +209,10 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// flood of idle sockets cannot use up the process's file descriptors.
 pub const MAX_CONNECTIONS: usize = 4096;
 
+/// How long, past the purchases' drain, a stopping server waits for the answers of the
+/// last ones to be written.
+const ANSWER_AFTER_DRAIN: Duration = Duration::from_secs(5);
+
 /// Serves until `shutdown` resolves; then takes no more connections, closes the idle
 /// ones, and waits (up to a minute) for each request in progress to be answered and
 /// each purchase in progress to end before it returns, so stopping the server cuts no
@@ -254,9 +258,11 @@ pub async fn serve_capped(
                 // DRAIN_PURCHASES. A purchase's end alone is not enough: its answer is
                 // written by its connection after it, and the process would end first.
                 let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+                // A few seconds past the purchases' wait: a purchase ending at its last
+                // moment still has its answer written.
                 let answered = async {
-                    let _ = tokio::time::timeout(DRAIN_PURCHASES, connections.acquire_many(all))
-                        .await;
+                    let wait = DRAIN_PURCHASES + ANSWER_AFTER_DRAIN;
+                    let _ = tokio::time::timeout(wait, connections.acquire_many(all)).await;
                 };
                 tokio::join!(answered, purchases.drain(DRAIN_PURCHASES));
                 return Ok(());

@@ -54,18 +54,19 @@ pub const VALID_BEFORE_SLACK_SECS: u64 = 300;
 /// most RPC providers allow for `eth_getLogs`.
 pub const SETTLEMENT_LOOKBACK_BLOCKS: u64 = 10_000;
 
-/// The blocks settlement looks back on a chain making a block every `block_time`: the
-/// 10,000 a provider allows, but never further back than the ledger remembers that a
-/// payment bought ([`umpire_core::product::ANSWER_KEPT_SECS`]). A transfer found
-/// further back could be one whose purchase the ledger has forgotten: crediting it
-/// would sell that payment twice (on a 12-s chain 10,000 blocks are 33 hours).
-pub fn settlement_lookback_blocks(block_time: std::time::Duration) -> u64 {
-    let block_ms = u64::try_from(block_time.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    SETTLEMENT_LOOKBACK_BLOCKS
-        .min(umpire_core::product::ANSWER_KEPT_SECS * 1000 / block_ms)
-        .max(1)
+/// How old (by its block's timestamp) a transfer may be and still be credited as paying
+/// for a purchase: the day the ledger remembers what a payment bought
+/// ([`umpire_core::product::ANSWER_KEPT_SECS`]) less two hours (a purchase's entry may
+/// start its day up to an authorization's longest window before its transfer lands,
+/// and clocks differ). Older, the purchase it paid for may be forgotten, and crediting
+/// it would sell one payment twice; a block count cannot bound this, since block times
+/// differ by chain and by the hour.
+pub const SETTLEMENT_CREDIT_SECS: u64 = umpire_core::product::ANSWER_KEPT_SECS - 2 * 3600;
+
+/// Whether a transfer in a block stamped `block_timestamp` may be credited at `now`
+/// (unix seconds; see [`SETTLEMENT_CREDIT_SECS`]).
+pub fn credits_transfer_at(block_timestamp: u64, now: u64) -> bool {
+    block_timestamp.saturating_add(SETTLEMENT_CREDIT_SECS) > now
 }
 
 /// A plain EOA signature: r, s and v.

@@ -398,7 +398,7 @@ mod budget_tests {
 }
 
 #[cfg(test)]
-mod anchor_tests;
+mod tests;
 
 // ---- ERC-8004: where this deployment answers validation requests (docs/erc8004.md).
 

@@ -1,21 +1,3 @@
-/// No chain read reaches further back than the ledger remembers a purchase: would
-/// catch a lookback that, on a slow chain, credits a transfer whose purchase was
-/// forgotten (a second purchase for one payment).
-#[test]
-fn the_lookback_never_outlasts_the_ledgers_memory() {
-    use std::time::Duration;
-    let kept_ms = umpire_core::product::ANSWER_KEPT_SECS * 1000;
-    assert_eq!(settlement_lookback_blocks(Duration::from_secs(2)), 10_000);
-    for ms in [1, 250, 2_000, 8_640, 8_641, 12_000, 600_000, 100_000_000] {
-        let blocks = settlement_lookback_blocks(Duration::from_millis(ms));
-        assert!(
-            (1..=SETTLEMENT_LOOKBACK_BLOCKS).contains(&blocks),
-            "{ms} ms: {blocks}"
-        );
-        assert!(blocks * ms <= kept_ms.max(ms), "{ms} ms: {blocks} blocks");
-    }
-    assert_eq!(settlement_lookback_blocks(Duration::from_secs(12)), 7_200);
-}
 use super::*;
 use crate::types::Scheme;
 use alloy::signers::SignerSync;
@@ -24,6 +6,27 @@ use serde_json::{Map, json};
 
 use crate::rails::RailPricing;
 use crate::types::EvmAuthorization;
+
+/// No transfer is credited once the ledger may have forgotten what it bought: would
+/// catch a credit window as long as (or longer than) the ledger's day, which sells a
+/// payment twice wherever a chain read still finds its transfer (10,000 blocks are
+/// 33 hours on a 12-s chain).
+#[test]
+fn no_transfer_is_credited_past_the_ledgers_memory() {
+    let kept = umpire_core::product::ANSWER_KEPT_SECS;
+    let now = 1_800_000_000;
+    assert!(credits_transfer_at(now, now));
+    assert!(
+        credits_transfer_at(now + 60, now),
+        "a clock behind the chain's"
+    );
+    assert!(credits_transfer_at(now - SETTLEMENT_CREDIT_SECS + 1, now));
+    assert!(!credits_transfer_at(now - SETTLEMENT_CREDIT_SECS, now));
+    assert!(!credits_transfer_at(now - kept, now));
+    assert!(!credits_transfer_at(0, now));
+    // Room for an authorization's longest window (an hour, and the slack) and clocks.
+    assert!(SETTLEMENT_CREDIT_SECS + 3600 + VALID_BEFORE_SLACK_SECS < kept);
+}
 
 const PAY_TO: &str = "0x1111111111111111111111111111111111111111";
 

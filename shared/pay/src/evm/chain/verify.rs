@@ -9,10 +9,12 @@ use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, B256, Bytes};
 use alloy::providers::Provider;
 use alloy::rpc::client::BatchRequest;
-use alloy::rpc::types::{Filter, TransactionRequest};
+use alloy::rpc::types::{Filter, Log, TransactionRequest};
 use alloy::sol_types::{SolCall, SolEvent};
 
-use umpire_x402::evm::{Eip3009Payment, IEip3009, invalid, settlement_lookback_blocks};
+use umpire_x402::evm::{
+    Eip3009Payment, IEip3009, SETTLEMENT_LOOKBACK_BLOCKS, credits_transfer_at, invalid,
+};
 use umpire_x402::reason::{FailureReason, PaymentFailure};
 
 use super::watch::settlement_in;
@@ -214,7 +216,7 @@ impl EvmChain {
             .topic1(a.from.into_word())
             .topic2(vec![a.nonce, pay_to.into_word()])
             // The lookback counts the latest block: providers cap a range's length.
-            .from_block(latest.saturating_sub(settlement_lookback_blocks(self.block_time) - 1))
+            .from_block(latest.saturating_sub(SETTLEMENT_LOOKBACK_BLOCKS - 1))
             .to_block(latest);
         let logs = self
             .provider
@@ -222,6 +224,12 @@ impl EvmChain {
             .await
             .map_err(|e| rpc_error("eth_getLogs", e))?;
         if let Some(tx) = settlement_in(&logs, token, payment, pay_to) {
+            if !self.recent_enough(&logs, tx).await? {
+                // It paid us longer ago than the ledger remembers what it bought:
+                // neither credited (it may have bought already) nor refused.
+                tracing::warn!(transaction = %tx, "a transfer to us older than the ledger's memory is not credited");
+                return Ok(SpentBy::Unseen);
+            }
             if payment.is_eoa_signature() || self.carries_signature(tx, payment).await? {
                 return Ok(SpentBy::Us(tx));
             }
@@ -243,6 +251,32 @@ impl EvmChain {
         } else {
             SpentBy::Unseen
         })
+    }
+
+    /// Whether the transfer in `tx` (one of `logs`) is young enough to credit
+    /// ([`credits_transfer_at`]): by the log's block timestamp, or its block's when the
+    /// node leaves it out. A log not in a block yet is as young as they come.
+    async fn recent_enough(&self, logs: &[Log], tx: B256) -> Result<bool, PaymentFailure> {
+        let Some(log) = logs.iter().find(|l| l.transaction_hash == Some(tx)) else {
+            return Ok(true);
+        };
+        let stamped = match (log.block_timestamp, log.block_number) {
+            (Some(at), _) => at,
+            (None, Some(number)) => match self
+                .provider
+                .get_block_by_number(number.into())
+                .await
+                .map_err(|e| rpc_error("eth_getBlockByNumber", e))?
+            {
+                Some(block) => block.header.timestamp,
+                None => return Ok(true),
+            },
+            (None, None) => return Ok(true),
+        };
+        Ok(credits_transfer_at(
+            stamped,
+            umpire_host::Clock::system().now(),
+        ))
     }
 
     /// Whether transaction `tx` carried this payment's signature bytes.
