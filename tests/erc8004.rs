@@ -807,6 +807,48 @@ fn posting_survives_the_rpc_refusing_its_first_two_attempts() {
     );
 }
 
+/// docs/erc8004.md: an answer whose simulation passed but whose transaction reverted
+/// once mined (here the RPC's gas estimate is too low, as a lagging provider's can be:
+/// the transaction runs out of gas, paid for) is tried again, simulated and estimated
+/// afresh, and posted. Would catch: a mined revert taken for the contract's refusal
+/// (the answer given up at its first attempt, as a CI run once saw).
+#[test]
+fn an_answer_reverted_once_mined_is_tried_again_and_posted() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let v = Validator::serve_on(devnet, Some(&proxy.url), &[]);
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let validator = v.devnet.get("validator");
+    let nonce = || {
+        let n = v.devnet.rpc(
+            "eth_getTransactionCount",
+            serde_json::json!([validator, "latest"]),
+        );
+        u64::from_str_radix(n.as_str().unwrap_or("0x").trim_start_matches("0x"), 16)
+            .expect("a nonce")
+    };
+    let sent_before = nonce();
+    proxy.fault(
+        "eth_estimateGas",
+        Fault::Result(serde_json::json!("0x7530")),
+        Some(1),
+    );
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    let status = v.answered(&hash, "umpire:basic");
+    assert_eq!(status["response"], 100);
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        2,
+        "one out of gas, one answered"
+    );
+    assert_eq!(
+        nonce() - sent_before,
+        2,
+        "both mined: the first reverted, paid for"
+    );
+}
+
 /// A purchase that answers a validation request, and a sworn one, whose settlements stay
 /// pending (the chain stopped past their deadlines) three holds long, past the two
 /// holds after which the answer and pass 2 once gave up (the hold is 8 s here, 120 s

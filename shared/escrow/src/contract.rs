@@ -18,6 +18,8 @@ use crate::{ContractRef, EscrowError};
 const RPC_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a transaction of ours may take to be mined.
 const RECEIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// A transaction's gas limit is its estimate plus 1/this of it.
+const GAS_HEADROOM_DIVISOR: u64 = 4;
 /// Blocks per `eth_getLogs` call: the range most RPC providers allow.
 pub(crate) const LOG_CHUNK_BLOCKS: u64 = 10_000;
 /// How far back events are looked for: about 11 days of Base blocks.
@@ -267,6 +269,12 @@ impl Contract {
             .with_to(self.address)
             .with_nonce(mined)
             .with_input(input);
+        // Headroom over the estimate: a limit cut to the gas the estimate's state needed
+        // runs out when the block it lands in costs a little more (a slot written zero,
+        // a cold read), and a transaction out of gas reverts, paid for.
+        let estimate = timed("eth_estimateGas", self.provider.estimate_gas(tx.clone())).await?;
+        let limit = estimate.saturating_add(estimate / GAS_HEADROOM_DIVISOR);
+        let tx = tx.with_gas_limit(limit);
         let pending = timed(what, self.provider.send_transaction(tx)).await?;
         let hash = *pending.tx_hash();
         let receipt = tokio::time::timeout(RECEIPT_TIMEOUT, self.receipt(hash))
@@ -278,9 +286,14 @@ impl Contract {
                 ))
             })?;
         if !receipt.status() {
-            return Err(EscrowError::Refused {
+            // Its simulation passed a moment ago: the chain moved between the two (or
+            // the gas ran out). Trying again simulates again: a refusal is then the
+            // contract's, by name, and a state already reached is seen and not re-sent.
+            return Err(EscrowError::Reverted {
                 what,
-                message: format!("transaction {hash} reverted"),
+                transaction: hash,
+                gas_used: receipt.gas_used,
+                gas_limit: limit,
             });
         }
         Ok(hash)

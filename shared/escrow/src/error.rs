@@ -1,7 +1,7 @@
 //! What can go wrong reading or writing an escrow (or a registry), and whether trying
 //! again later could help.
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::{Address, B256, U256};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EscrowError {
@@ -13,6 +13,18 @@ pub enum EscrowError {
     UnknownJob(U256),
     #[error("the chain refused {what}: {message}")]
     Refused { what: &'static str, message: String },
+    /// A transaction of ours whose simulation passed reverted once mined: the chain's
+    /// state moved in between (someone acted first), or it ran out of gas. Worth trying
+    /// again: the next attempt simulates first and re-reads what is there.
+    #[error(
+        "transaction {transaction} ({what}) reverted once mined though its simulation passed (gas used {gas_used} of {gas_limit}); run again: it is simulated first"
+    )]
+    Reverted {
+        what: &'static str,
+        transaction: B256,
+        gas_used: u64,
+        gas_limit: u64,
+    },
     /// A transaction from our key (the evaluator's, the validator's) is not mined yet:
     /// sending another could act twice (the second one reverting, or answering twice).
     #[error("a transaction from {0} (our key) is still pending; wait for it, then run again")]
@@ -26,8 +38,12 @@ pub enum EscrowError {
 }
 
 impl EscrowError {
-    /// Worth trying again later: the chain did not answer, or is still busy with us.
+    /// Worth trying again later: the chain did not answer, is still busy with us, or
+    /// moved between a simulation and its transaction.
     pub fn is_transient(&self) -> bool {
-        matches!(self, EscrowError::Rpc { .. } | EscrowError::Pending(_))
+        matches!(
+            self,
+            EscrowError::Rpc { .. } | EscrowError::Pending(_) | EscrowError::Reverted { .. }
+        )
     }
 }

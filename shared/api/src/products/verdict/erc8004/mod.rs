@@ -3,7 +3,8 @@
 //! A purchase whose `job_ref` names a validation request
 //! (`erc8004:eip155:<chain>:<registry>:<requestHash>`) is checked before payment: the
 //! request exists on the registry this deployment answers on, names our validator, has
-//! no final answer of ours yet, and its request file (at `requestURI`, which only the
+//! no answer of ours yet (a provisional one included: another purchase is answering
+//! it), and its request file (at `requestURI`, which only the
 //! request's event holds) hashes to `requestHash` and carries the spec and deliverable
 //! the purchase is judged on (or their hashes). After delivery a queued job answers it:
 //! `validationResponse(requestHash, 100 | 0, responseURI, payload_sha256, umpire:<tier>)`

@@ -1,5 +1,5 @@
 //! The checks a purchase naming a validation request passes before any payment is
-//! asked for: the request on the registry (ours to answer, not answered finally yet),
+//! asked for: the request on the registry (ours to answer, not answered by us yet),
 //! its request file fetched and hashed, and the spec and deliverable it commits to
 //! matched against the purchase's.
 
