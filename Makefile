@@ -94,8 +94,8 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
 	cargo build --workspace --bins --quiet --features umpire-cli/test-switches,umpire-functions/test-switches
-	cargo build --profile fast -p umpire-cli --quiet
-	cargo build --profile fast -p umpire-functions --bin verdicts --quiet
+	# One invocation, so the two binaries share one build of their dependencies.
+	cargo build --profile fast -p umpire-cli -p umpire-functions --bin umpire --bin verdicts --quiet
 	@rm -f $(CACHE)/test-*.log $(CACHE)/test-*.status $(CACHE)/test-skips.txt $(CACHE)/test-measures.txt
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) UMPIRE_RELEASE_BIN=$(UMPIRE_RELEASE) \
 	  UMPIRE_RELEASE_FUNCTIONS_DIR=$(CARGO_TARGET_DIR)/fast \
