@@ -45,9 +45,13 @@ build:
 # schemathesis to fuzz `umpire serve` from its OpenAPI description, and x402's Python
 # SDK with its MCP client (x402.mcp; mcp 1.x, the SDK's wrapper passes timedeltas that
 # mcp 2 refuses) for the paid MCP tools.
+# SAM CLI and cfn-lint pinned: the template's tests read SAM's own code (its transform,
+# its guided prompts), and a new lint rule must not fail a run by itself.
+SAM_CLI := aws-sam-cli==1.170.0
+CFN_LINT := cfn-lint==1.58.0
 $(PY_DEPS):
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography cfn-lint 'moto[server]' aws-sam-cli schemathesis \
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check cryptography $(CFN_LINT) 'moto[server]' $(SAM_CLI) schemathesis \
 	  'x402[evm,mcp]==2.25.0' 'mcp>=1.9,<2'
 	touch $@
 
@@ -219,9 +223,18 @@ SAM_CONFIG := --config-file infra/samconfig.toml
 # SAM_BUILD_ARGS: more for sam build (a test builds one function into a folder of its own).
 # Every deploy publishes new versions behind the aliases, parameters-only deploys
 # included (infra/deploy_revision.py marks each build as new).
+# DEPLOY_PARAMS: parameter values offered as the guided prompts' defaults (what
+# `umpire keygen` prints: ParameterKey=...,ParameterValue=... pairs). The stack's state
+# decides TableDeletionProtection (infra/stack_state.py: off for a first create, so a
+# failed one leaves nothing behind). The `umpire` binary (keygen, verify) is built too:
+# its path is printed last.
 deploy: sam-build
+	cargo build --profile fast -p umpire-cli --bin umpire --quiet
 	$(PY) infra/deploy_revision.py .aws-sam/build
-	PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG)
+	state=$$($(PY) infra/stack_state.py --config infra/samconfig.toml) && \
+	  PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG) \
+	  --parameter-overrides "$$state $(DEPLOY_PARAMS)"
+	@echo "umpire (keygen, verify): $(UMPIRE_RELEASE)"
 sam-build: $(VENV)/bin/cargo-lambda
 	rustup target add aarch64-unknown-linux-gnu
 	PATH=$(VENV)/bin:$$PATH sam build $(SAM_CONFIG) $(SAM_BUILD_ARGS)

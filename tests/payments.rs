@@ -623,6 +623,17 @@ fn a_settlement_that_fails_after_the_checks_voids_the_purchase() {
 /// moved or about to, no answer), or one that keeps taking new work.
 #[test]
 fn ctrl_c_lets_a_purchase_in_progress_finish_then_stops() {
+    a_signal_lets_a_purchase_in_progress_finish_then_stops("INT");
+}
+
+/// The same for SIGTERM, what systemd, Docker and `kill` send to stop a service. Would
+/// catch: a stop that kills the process mid-purchase (SIGTERM's default).
+#[test]
+fn sigterm_lets_a_purchase_in_progress_finish_then_stops() {
+    a_signal_lets_a_purchase_in_progress_finish_then_stops("TERM");
+}
+
+fn a_signal_lets_a_purchase_in_progress_finish_then_stops(signal: &str) {
     let devnet = Devnet::start();
     let (page, server, body) = held_probe(&devnet);
     let payer = devnet.get("payer");
@@ -630,7 +641,7 @@ fn ctrl_c_lets_a_purchase_in_progress_finish_then_stops() {
     let payment = sign_payment(&devnet, &url(&server, "probe"), &body);
     let purchase = pay_in_background(server.addr, PROBE, &body, &payment, Some(&key()));
     page.wait_for_request(std::time::Duration::from_secs(30));
-    server.interrupt();
+    server.signal(signal);
     // New connections are refused while the purchase still runs.
     let started = std::time::Instant::now();
     while std::net::TcpStream::connect(server.addr).is_ok() {

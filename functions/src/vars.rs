@@ -26,11 +26,14 @@ pub struct Vars {
 }
 
 impl Vars {
+    /// The variable's value; an empty one is absent, as everywhere else (the template
+    /// passes an unset parameter as `""`).
     pub fn get(&self, name: &str) -> Option<String> {
         self.secrets
             .get(name)
             .cloned()
             .or_else(|| std::env::var(name).ok())
+            .filter(|v| !v.trim().is_empty())
     }
 }
 

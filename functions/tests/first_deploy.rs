@@ -36,7 +36,13 @@ fn keygen(stack: &LocalStack) -> (String, String) {
             .unwrap_or_else(|| panic!("keygen printed no {name}: {stdout}"))
             .to_owned()
     };
-    (value("SigningSeedCiphertext"), value("SigningPublicKey"))
+    let (ciphertext, public) = (value("SigningSeedCiphertext"), value("SigningPublicKey"));
+    // The next step it prints publishes: `make deploy` (new versions) offered both.
+    let next = format!(
+        "make deploy DEPLOY_PARAMS='ParameterKey=SigningSeedCiphertext,ParameterValue={ciphertext} ParameterKey=SigningPublicKey,ParameterValue={public}'"
+    );
+    assert!(stderr.contains(&next), "keygen's next step: {stderr}");
+    (ciphertext, public)
 }
 
 /// The published keys by status: (active, others).
@@ -283,5 +289,163 @@ async fn a_first_deploy_is_healthy_and_the_documented_order_makes_it_sell() {
         key_id_of(&after),
         id_of(&new_public),
         "the new key signs now"
+    );
+}
+
+/// A keyed stack deployed before its payment parameters (no EvmPayTo, no SolanaPayTo,
+/// no FacilitatorUrl: the template's defaults): every paying function starts, the paid
+/// routes answer `503 unavailable` with a hint naming the parameters, and the free
+/// routes answer. Would catch: a paying function that fails its cold start on the
+/// template's empty values (API Gateway's bare 500, and a canary rolled back for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_stack_without_payment_rails_sells_nothing_and_says_why() {
+    let stack = tokio::task::block_in_place(|| {
+        LocalStack::start(StackOptions {
+            run_functions: true,
+            ..StackOptions::default()
+        })
+    });
+    let api = stack.api.expect("api");
+    tokio::task::block_in_place(|| {
+        for path in ["/healthz", "/.well-known/umpire-key.json", "/openapi.json"] {
+            let r = get(&stack, path);
+            assert_eq!(
+                r.status,
+                200,
+                "{path}: {}",
+                String::from_utf8_lossy(&r.body)
+            );
+        }
+        let refusals = [
+            request(
+                api,
+                "POST",
+                "/v1/verdicts/basic",
+                &[("Content-Type", "application/json")],
+                Some(BASIC.as_bytes()),
+            ),
+            get(
+                &stack,
+                "/v1/reputation?merchant=0x1111111111111111111111111111111111111111",
+            ),
+        ];
+        for r in &refusals {
+            assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+            let e = &json(r)["error"];
+            assert_eq!(e["code"], "unavailable", "{e}");
+            let hint = e["hint"].as_str().unwrap_or("");
+            assert!(
+                hint.contains("EvmPayTo") && hint.contains("FacilitatorUrl"),
+                "the hint names the parameters: {e}"
+            );
+        }
+    });
+}
+
+/// infra/stack_state.py, as `make deploy` runs it against CloudFormation (the local AWS
+/// server's): no stack yet → `TableDeletionProtection=false` (a failed first create
+/// rolls back completely, every retained resource being `RetainExceptOnCreate`); a stack
+/// that exists → `true`; a stack left in ROLLBACK_COMPLETE (a failed first create) →
+/// deleted and waited for, then `false`. Would catch: a first create whose rollback
+/// cannot delete a protected table, or the empty husk of one that the next deploy cannot
+/// update (hand work, both).
+#[test]
+fn make_deploy_creates_unprotected_then_protects_and_clears_a_failed_create() {
+    let root = umpire_blackbox::repo_root();
+    let python = umpire_blackbox::python();
+    let endpoint = std::env::var("UMPIRE_TEST_AWS_ENDPOINT")
+        .expect("UMPIRE_TEST_AWS_ENDPOINT (make test starts the local AWS server)");
+    let name = format!("stack-state-{}", std::process::id());
+    let state = || {
+        let out = std::process::Command::new(&python)
+            .arg(root.join("infra/stack_state.py"))
+            .args(["--config", "infra/samconfig.toml", "--stack-name", &name])
+            .current_dir(&root)
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("infra/stack_state.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(
+        state(),
+        "ParameterKey=TableDeletionProtection,ParameterValue=false",
+        "a first create"
+    );
+    let made = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import boto3, sys; boto3.client('cloudformation', endpoint_url=sys.argv[1], \
+             region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test')\
+             .create_stack(StackName=sys.argv[2], TemplateBody='{\"Resources\": {\"Q\": \
+             {\"Type\": \"AWS::SQS::Queue\"}}}')",
+        ])
+        .args([&endpoint, &name])
+        .output()
+        .expect("python");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    assert_eq!(
+        state(),
+        "ParameterKey=TableDeletionProtection,ParameterValue=true",
+        "a stack that exists"
+    );
+    // The husk of a failed first create: the local server cannot make one, so the
+    // script's own logic meets a CloudFormation that answers ROLLBACK_COMPLETE once.
+    let husk = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(
+            r#"
+import sys
+sys.path.insert(0, sys.argv[1])
+import stack_state
+from botocore.exceptions import ClientError
+
+class Cfn:
+    def __init__(self):
+        self.calls = []
+        self.gone = False
+    def describe_stacks(self, StackName):
+        self.calls.append("describe")
+        if self.gone:
+            raise ClientError({"Error": {"Code": "ValidationError", "Message": f"Stack with id {StackName} does not exist"}}, "DescribeStacks")
+        return {"Stacks": [{"StackStatus": "ROLLBACK_COMPLETE"}]}
+    def delete_stack(self, StackName):
+        self.calls.append("delete")
+        self.gone = True
+    def get_waiter(self, name):
+        cfn = self
+        class W:
+            def wait(self, StackName):
+                cfn.calls.append("wait:" + name)
+        return W()
+
+cfn = Cfn()
+print(stack_state.override(cfn, "umpire"), cfn.calls)
+"#,
+        )
+        .arg(root.join("infra"))
+        .output()
+        .expect("python");
+    let said = String::from_utf8_lossy(&husk.stdout);
+    assert!(
+        husk.status.success(),
+        "{}",
+        String::from_utf8_lossy(&husk.stderr)
+    );
+    assert_eq!(
+        said.trim(),
+        "ParameterKey=TableDeletionProtection,ParameterValue=false ['describe', 'delete', 'wait:stack_delete_complete']",
+        "deleted, waited for, created afresh"
     );
 }

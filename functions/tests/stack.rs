@@ -768,6 +768,9 @@ async fn every_route_and_job_runs_under_its_own_role() {
             r#"FeedbackFunction FeedbackFunctionRolePolicy0#2: ["dynamodb:Query"]"#,
             r#"McpFunction McpFunctionRolePolicy0#3: ["dynamodb:UpdateItem"]"#,
             r#"McpFunction McpFunctionRolePolicy0#4: ["dynamodb:Query"]"#,
+            // This stack has no validator key: the worker opens one in
+            // a_validation_answer_is_posted_by_the_worker_under_its_own_role.
+            r#"WorkerFunction ValidatorKeyDecrypt#1: ["kms:Decrypt"]"#,
         ],
         "grants no call of this run needed, beyond the known ones:\n{report}"
     );

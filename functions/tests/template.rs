@@ -144,20 +144,31 @@ fn http_functions_end_before_api_gateway_and_paid_ones_fit_their_budget() {
 /// The worker outlasts its longest job, SQS hides a job for 6x that (AWS's advice for an
 /// event source), jobs survive a four-day outage, and a burst runs a few at a time.
 /// The contract deletes documents and specs at 90 days and answers and ledger entries
-/// after a day: no table holding them keeps a restorable copy past that (PITR keeps 35
-/// days). Feedback rows are kept for good, and so is their recovery.
+/// after a day: the verdicts keep no restorable copy (PITR keeps 35 days by default);
+/// the ledger and the idempotency keys, whose loss would sell a payment twice, keep one
+/// for a day (the shortest window), so a copy outlives an entry by a day at most.
+/// Feedback rows are kept for good, and so is their recovery.
 #[test]
 fn no_backup_outlives_what_the_contract_deletes() {
     let t = resolve_template(&[]);
-    for (table, recoverable) in [
-        ("VerdictsTable", false),
-        ("IdempotencyTable", false),
-        ("PaymentsTable", false),
-        ("RateLimitsTable", false),
-        ("FeedbackTable", true),
+    for (table, recoverable, days) in [
+        ("VerdictsTable", false, None),
+        ("IdempotencyTable", true, Some(1)),
+        ("PaymentsTable", true, Some(1)),
+        ("RateLimitsTable", false, None),
+        ("FeedbackTable", true, None),
     ] {
-        let pitr = &resource(&t, table)["Properties"]["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"];
-        assert_eq!(pitr, &json!(recoverable), "{table}: point-in-time recovery");
+        let spec = &resource(&t, table)["Properties"]["PointInTimeRecoverySpecification"];
+        assert_eq!(
+            spec["PointInTimeRecoveryEnabled"],
+            json!(recoverable),
+            "{table}: point-in-time recovery"
+        );
+        assert_eq!(
+            spec["RecoveryPeriodInDays"].as_u64(),
+            days,
+            "{table}: its recovery window"
+        );
     }
     // docs/api.md: feedback rows never expire, so their table has no TTL; the others
     // expire what the contract deletes.
@@ -321,12 +332,35 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
 }
 
 /// The seed is opened only by the three functions that sign, with its encryption
-/// context, through the key's policy; the key's administrators may not decrypt.
+/// context: the key's policy names their roles by `aws:PrincipalArn` (delegating to the
+/// account, whose IAM policy `SigningSeedDecrypt` gives those roles, and only them,
+/// Decrypt on this key); the key's administrators may not decrypt. No statement of the
+/// key's policy names a role of this stack as its principal: KMS checks principals
+/// exist at `CreateKey`, and a role created moments before may not be visible yet.
+/// Would catch: a key whose first create fails on IAM propagation, a signing role that
+/// cannot decrypt, or a non-signing function that can.
 #[test]
 fn only_signing_functions_may_open_the_sealed_seed() {
     let t = resolve_template(&[]);
     let policy = &resource(&t, "SigningKey")["Properties"]["KeyPolicy"]["Statement"];
     let statements = policy.as_array().expect("key policy statements");
+    let roles: Vec<&str> = t["resources"]
+        .as_object()
+        .expect("resources")
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::IAM::Role")
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert!(roles.contains(&"WorkerFunctionRole"), "{roles:?}");
+    for s in statements {
+        let principal = s["Principal"].to_string();
+        for role in &roles {
+            assert!(
+                !principal.contains(&format!("\"{role}\"")),
+                "a role of this stack as a key-policy principal: {s}"
+            );
+        }
+    }
     let all_decrypters: Vec<&Json> = statements
         .iter()
         .filter(|s| s.to_string().contains("kms:Decrypt") || s["Action"] == "kms:*")
@@ -336,6 +370,7 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         2,
         "two statements grant Decrypt, the seed's and the validator key's: {policy}"
     );
+    let who = |s: &Json| s["Condition"]["ArnEquals"]["aws:PrincipalArn"].to_string();
     // The validator's key: the worker alone, with its own context.
     let validator: Vec<&&Json> = all_decrypters
         .iter()
@@ -343,10 +378,8 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         .collect();
     assert_eq!(validator.len(), 1, "{policy}");
     assert!(
-        validator[0]["Principal"]["AWS"]
-            .to_string()
-            .contains("WorkerFunctionRole")
-            && !validator[0]["Principal"]["AWS"].is_array(),
+        who(validator[0]).contains("WorkerFunctionRole")
+            && !validator[0]["Condition"]["ArnEquals"]["aws:PrincipalArn"].is_array(),
         "only the worker opens the validator key: {}",
         validator[0]
     );
@@ -354,19 +387,21 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         .into_iter()
         .filter(|s| !s.to_string().contains("umpire-validator-key"))
         .collect();
-    let principals = decrypters[0]["Principal"]["AWS"].to_string();
     for role in [
         "VerdictsFunctionRole",
         "ReputationFunctionRole",
         "WorkerFunctionRole",
     ] {
         assert!(
-            principals.contains(role),
-            "{role} may decrypt: {principals}"
+            who(decrypters[0]).contains(role),
+            "{role} may decrypt: {}",
+            decrypters[0]
         );
     }
     assert_eq!(
-        decrypters[0]["Principal"]["AWS"].as_array().map(Vec::len),
+        decrypters[0]["Condition"]["ArnEquals"]["aws:PrincipalArn"]
+            .as_array()
+            .map(Vec::len),
         Some(3)
     );
     assert!(
@@ -374,13 +409,14 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         "Decrypt only with the seed's encryption context"
     );
     for (name, f) in deployed(&t) {
-        assert!(
-            !may(f, "kms:Decrypt", ""),
-            "{name}: no Decrypt in a role policy"
-        );
         let signs = matches!(
             name,
             "VerdictsFunction" | "WorkerFunction" | "ReputationFunction"
+        );
+        assert_eq!(
+            may(f, "kms:Decrypt", "SigningKey"),
+            signs,
+            "{name}: Decrypt of the signing key in its role's policies"
         );
         assert_eq!(
             f["environment"]["UMPIRE_SIGNING_SEED_CIPHERTEXT"].is_string(),
@@ -391,6 +427,28 @@ fn only_signing_functions_may_open_the_sealed_seed() {
             f["environment"]["UMPIRE_SIGNING_KEY_ARN"].is_string(),
             signs,
             "{name}: Decrypt names the key"
+        );
+    }
+    // keygen is pointed at the key's ARN, which names its region: an operator whose
+    // default region is another still reaches it.
+    let outputs = umpire_blackbox::template_section("Outputs");
+    let key_output = outputs
+        .get("SigningKeyId")
+        .and_then(|o| o.get("Value"))
+        .map(|v| v.to_canonical_string())
+        .unwrap_or_default();
+    assert!(
+        key_output.contains("SigningKey") && key_output.contains("Arn"),
+        "SigningKeyId is the key's ARN: {key_output}"
+    );
+    // Each role's Decrypt carries its context: the seed's for the three, the validator
+    // key's for the worker alone.
+    for (name, f) in deployed(&t) {
+        let text = f["policies"].to_string();
+        assert_eq!(
+            text.contains("umpire-validator-key"),
+            name == "WorkerFunction",
+            "{name}"
         );
     }
 }
@@ -417,6 +475,11 @@ fn the_account_keeps_administering_the_signing_key() {
         assert!(
             actions.contains("kms:Put*") && !actions.contains("Decrypt"),
             "{actions}"
+        );
+        // A grant is a way to Decrypt: an administrator must not make one to itself.
+        assert!(
+            !actions.contains("kms:Create*") && !actions.contains("CreateGrant"),
+            "an administrator could grant itself Decrypt: {actions}"
         );
         let named = statements
             .iter()
@@ -858,8 +921,6 @@ fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
         &std::fs::read(umpire_blackbox::repo_root().join("infra/samconfig.toml"))
             .expect("infra/samconfig.toml"),
     );
-    let python = umpire_blackbox::python();
-    let sam = std::path::Path::new(&python).with_file_name("sam");
     // An answer an earlier deploy saved is offered again.
     let saved = std::fs::read_to_string(&config).expect("config");
     std::fs::write(
@@ -870,19 +931,7 @@ fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
         ),
     )
     .expect("an answer saved by an earlier deploy");
-    let out = std::process::Command::new(&python)
-        .arg(umpire_blackbox::repo_root().join("tests/py/guided_deploy.py"))
-        .arg("--sam")
-        .arg(&sam)
-        .arg("--template")
-        .arg(umpire_blackbox::repo_root().join("template.yaml"))
-        .arg("--config-file")
-        .arg(&config)
-        .args(["--issuer", "https://umpire.example.com"])
-        .output()
-        .expect("tests/py/guided_deploy.py");
-    let run: Json = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let run = guided_deploy(&config, &[]);
     let prompts: Vec<&str> = run["prompts"]
         .as_array()
         .expect("prompts")
@@ -926,6 +975,68 @@ fn a_guided_deploy_with_empty_optional_secrets_goes_on_to_aws() {
         output.contains("Parameter EvmPayTo [0x00000000000000000000000000000000000000aa]"),
         "{output}"
     );
+}
+
+/// `sam deploy --guided` as tests/py/guided_deploy.py drives it (`extra`: its options).
+fn guided_deploy(config: &std::path::Path, extra: &[&str]) -> Json {
+    let python = umpire_blackbox::python();
+    let sam = std::path::Path::new(&python).with_file_name("sam");
+    let out = std::process::Command::new(&python)
+        .arg(umpire_blackbox::repo_root().join("tests/py/guided_deploy.py"))
+        .arg("--sam")
+        .arg(&sam)
+        .arg("--template")
+        .arg(umpire_blackbox::repo_root().join("template.yaml"))
+        .arg("--config-file")
+        .arg(config)
+        .args(["--issuer", "https://umpire.example.com"])
+        .args(extra)
+        .output()
+        .expect("tests/py/guided_deploy.py");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// keygen's next step (docs/aws.md), `make deploy DEPLOY_PARAMS='ParameterKey=…,
+/// ParameterValue=…'`, reaches the guided prompts as their defaults, base64 padding and
+/// all, and the Makefile passes it on. Would catch: a printed step that deploys nothing
+/// new (a bare `sam deploy`, no REVISION mark), or values SAM splits on their `=`.
+#[test]
+fn keygens_next_step_offers_its_values_to_the_guided_deploy() {
+    let makefile =
+        std::fs::read_to_string(umpire_blackbox::repo_root().join("Makefile")).expect("Makefile");
+    let deploy = makefile.split("\ndeploy:").nth(1).expect("a deploy target");
+    assert!(
+        deploy.contains("--parameter-overrides \"$$state $(DEPLOY_PARAMS)\""),
+        "make deploy passes DEPLOY_PARAMS on"
+    );
+    assert!(
+        deploy.contains("cargo build --profile fast -p umpire-cli --bin umpire"),
+        "make deploy builds the umpire binary keygen needs"
+    );
+    let dir = umpire_blackbox::TempDir::new("guided-keygen");
+    let config = dir.write(
+        "samconfig.toml",
+        &std::fs::read(umpire_blackbox::repo_root().join("infra/samconfig.toml"))
+            .expect("infra/samconfig.toml"),
+    );
+    let ciphertext = "AQICAHh+/x9Zk3c0ZmVk+b2E=";
+    let public = "3q2+7wAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    let params = format!(
+        "ParameterKey=SigningSeedCiphertext,ParameterValue={ciphertext} ParameterKey=SigningPublicKey,ParameterValue={public}"
+    );
+    let run = guided_deploy(&config, &["--parameter-overrides", &params]);
+    let output = run["output"].as_str().unwrap_or_default();
+    for (name, value) in [
+        ("SigningSeedCiphertext", ciphertext),
+        ("SigningPublicKey", public),
+    ] {
+        assert!(
+            output.contains(&format!("Parameter {name} [{value}]")),
+            "{name} offered as {value}: {output}"
+        );
+    }
+    assert!(run["reached_aws"] == true, "{output}");
 }
 
 /// A deploy that changes only parameters still publishes new versions: SAM's version
@@ -995,6 +1106,39 @@ fn every_make_deploy_packages_every_function_anew() {
         for (x, y) in a.iter().zip(b.iter()) {
             assert_ne!(x, y, "every function's package changes on every deploy");
         }
+    }
+}
+
+/// `make test` installs the SAM CLI and cfn-lint at the versions the Makefile pins, and
+/// those are the versions that run. Would catch: a new release changing the transform,
+/// the guided prompts or a lint rule under an unchanged tree.
+#[test]
+fn sam_and_cfn_lint_are_pinned_and_those_versions_run() {
+    let makefile =
+        std::fs::read_to_string(umpire_blackbox::repo_root().join("Makefile")).expect("Makefile");
+    let pinned = |var: &str, package: &str| -> String {
+        makefile
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{var} := {package}==")))
+            .unwrap_or_else(|| panic!("{var} pins {package}"))
+            .trim()
+            .to_owned()
+    };
+    let bin = std::path::Path::new(&umpire_blackbox::python()).to_path_buf();
+    for (var, package, tool) in [
+        ("SAM_CLI", "aws-sam-cli", "sam"),
+        ("CFN_LINT", "cfn-lint", "cfn-lint"),
+    ] {
+        let version = pinned(var, package);
+        let out = std::process::Command::new(bin.with_file_name(tool))
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{tool} (make test installs it): {e}"));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.trim().ends_with(&version),
+            "{tool} runs {said:?}, the Makefile pins {version}"
+        );
     }
 }
 
@@ -1149,14 +1293,26 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
         );
     }
 
+    // What the stack keeps when it goes it does not keep from a failed first create
+    // (RetainExceptOnCreate): the next deploy starts afresh, nothing to delete by hand.
+    for (logical, r) in res.iter() {
+        assert!(
+            r["DeletionPolicy"].is_null()
+                || r["DeletionPolicy"] == "Delete"
+                || r["DeletionPolicy"] == "RetainExceptOnCreate",
+            "{logical}: {} keeps what a failed first create made",
+            r["DeletionPolicy"]
+        );
+    }
     // Retained tables cannot be deleted by a stray call; the DLQ's ARN is an output.
     for (logical, r) in res
         .iter()
         .filter(|(_, r)| r["Type"] == "AWS::DynamoDB::Table")
     {
-        let retained = r["DeletionPolicy"] == "Retain";
+        let retained = r["DeletionPolicy"] == "RetainExceptOnCreate";
         assert_eq!(
-            r["Properties"]["DeletionProtectionEnabled"] == true,
+            r["Properties"]["DeletionProtectionEnabled"]
+                == serde_json::json!({"Ref": "TableDeletionProtection"}),
             retained,
             "{logical}: deletion protection exactly when retained"
         );
@@ -1231,6 +1387,24 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
                 .and_then(|p| p.get("AllowedPattern"))
                 .is_some(),
             "{name} has an AllowedPattern"
+        );
+    }
+    // A secret's ARN without its random suffix names no secret IAM can match: the
+    // function's GetSecretValue would be denied at cold start. Held at the deploy.
+    let secret_params: Vec<&String> = match &params {
+        umpire_core::Value::Object(p) => p.keys().filter(|k| k.ends_with("SecretArn")).collect(),
+        other => panic!("Parameters: {other:?}"),
+    };
+    assert!(secret_params.len() >= 5, "{secret_params:?}");
+    for name in secret_params {
+        let pattern = params
+            .get(name)
+            .and_then(|p| p.get("AllowedPattern"))
+            .and_then(|p| p.as_str())
+            .unwrap_or_default();
+        assert!(
+            pattern.ends_with(":secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6})?$"),
+            "{name}: the six-character suffix required: {pattern}"
         );
     }
     let rules: Vec<String> = match umpire_blackbox::template_section("Rules") {

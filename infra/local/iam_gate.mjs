@@ -152,6 +152,7 @@ function describe(req, body, scope) {
 async function decide(principal, action, resource, context) {
   const policies = principal.policies.map((p) => ({ name: p.name, policy: renameConditionKeys(p.document) }))
   const resourcePolicy = resourcePolicies.get(resource)
+  const principalArn = `arn:aws:iam::${ACCOUNT}:role/${principal.role}`
   const result = await runSimulation(
     {
       identityPolicies: policies,
@@ -160,9 +161,11 @@ async function decide(principal, action, resource, context) {
       ...(resourcePolicy ? { resourcePolicy: renameConditionKeys(resourcePolicy) } : {}),
       request: {
         action,
-        principal: `arn:aws:iam::${ACCOUNT}:role/${principal.role}`,
+        principal: principalArn,
         resource: { accountId: ACCOUNT, resource },
-        contextVariables: context,
+        // AWS sets aws:PrincipalArn on every request (the role's ARN for an assumed
+        // role); the simulator reads it only from the context.
+        contextVariables: { 'aws:PrincipalArn': principalArn, ...context },
       },
     },
     {}

@@ -259,7 +259,15 @@ def main():
         role_logical = props["Role"]["Fn::GetAtt"][0]
         role = resources[role_logical]["Properties"]
         policies = []
-        for pol in role.get("Policies", []):
+        # Its role's inline policies, then the stack's AWS::IAM::Policy resources that
+        # name the role (attached to it as CloudFormation attaches them).
+        attached = [
+            res2["Properties"]
+            for res2 in resources.values()
+            if res2["Type"] == "AWS::IAM::Policy"
+            and {"Ref": role_logical} in res2["Properties"].get("Roles", [])
+        ]
+        for pol in role.get("Policies", []) + attached:
             doc = r.value(pol["PolicyDocument"])
             statements = doc["Statement"]
             if isinstance(statements, dict):

@@ -7,6 +7,7 @@ default, empty optional secrets included. The run stops at "Looking for resource
 for deployment" (the first call to AWS; AWS_ENDPOINT_URL points nowhere).
 
 usage: guided_deploy.py --sam SAM --template T --config-file C --issuer URL
+                        [--parameter-overrides 'ParameterKey=K,ParameterValue=V ...']
 Prints {"prompts": [...], "reached_aws": bool, "output": "..."} as JSON.
 """
 
@@ -28,6 +29,7 @@ def main():
     p.add_argument("--template", required=True)
     p.add_argument("--config-file", required=True)
     p.add_argument("--issuer", required=True)
+    p.add_argument("--parameter-overrides")
     args = p.parse_args()
     env = dict(os.environ)
     env.update(
@@ -39,7 +41,8 @@ def main():
         TERM="dumb",
     )
     proc = subprocess.Popen(
-        [args.sam, "deploy", "--guided", "--config-file", args.config_file, "-t", args.template],
+        [args.sam, "deploy", "--guided", "--config-file", args.config_file, "-t", args.template]
+        + (["--parameter-overrides", args.parameter_overrides] if args.parameter_overrides else []),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -375,14 +375,15 @@ impl Server {
         std::mem::replace(&mut self.data, TempDir(PathBuf::new()))
     }
 
-    /// Sends the server's process SIGINT, as Ctrl-C does.
-    pub fn interrupt(&self) {
+    /// Sends the server's process `signal` (`INT`, as Ctrl-C does; `TERM`, as a service
+    /// manager does).
+    pub fn signal(&self, signal: &str) {
         let pid = self.pid();
         let sent = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
+            .args([&format!("-{signal}"), &pid.to_string()])
             .status()
-            .expect("kill -INT");
-        assert!(sent.success(), "kill -INT {pid}");
+            .expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
     }
 
     /// Whether the server's process has ended (gone, or a zombie left for our wait).

@@ -44,9 +44,13 @@ async fn validator(kms_key_id: &str) -> ExitCode {
         Ok(ciphertext) => {
             println!("ValidatorKeyCiphertext={ciphertext}");
             println!("ValidatorAddress={}", signer.address());
+            let address = signer.address().to_string();
             eprintln!(
-                "umpire: new validator {} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrlSecretArn, and send the address a little ETH for gas (docs/erc8004.md).",
-                signer.address()
+                "umpire: new validator {address} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrlSecretArn (the guided prompts offer these two, press Enter):\n  {}\nand send the address a little ETH for gas (docs/erc8004.md).",
+                deploy_command(&[
+                    ("ValidatorKeyCiphertext", &ciphertext),
+                    ("ValidatorAddress", &address),
+                ]),
             );
             ExitCode::SUCCESS
         }
@@ -67,11 +71,26 @@ async fn run(kms_key_id: &str) -> ExitCode {
             println!("SigningSeedCiphertext={}", sealed.ciphertext_base64);
             println!("SigningPublicKey={public}");
             eprintln!(
-                "umpire: new key {} sealed under {kms_key_id}. Deploy both values together, e.g.\n  sam deploy --parameter-overrides SigningSeedCiphertext=... SigningPublicKey=...\nTo rotate, add the old SigningPublicKey to RetiredPublicKeys so documents it signed still verify.",
-                sealed.public_key.key_id
+                "umpire: new key {} sealed under {kms_key_id}. Deploy both values together (make deploy publishes new versions; the guided prompts offer them, press Enter):\n  {}\nTo rotate instead, deploy NextPublicKey first (docs/aws.md), then add the old SigningPublicKey to RetiredPublicKeys so documents it signed still verify.",
+                sealed.public_key.key_id,
+                deploy_command(&[
+                    ("SigningSeedCiphertext", &sealed.ciphertext_base64),
+                    ("SigningPublicKey", &public),
+                ]),
             );
             ExitCode::SUCCESS
         }
         Err(e) => fail(1, &e.to_string()),
     }
+}
+
+/// The `make deploy` that publishes `values`: each as `ParameterKey=K,ParameterValue=V`,
+/// the one form SAM reads unambiguously (a base64 value may end in `=`, which the
+/// `K=V` form would split on).
+pub fn deploy_command(values: &[(&str, &str)]) -> String {
+    let params: Vec<String> = values
+        .iter()
+        .map(|(k, v)| format!("ParameterKey={k},ParameterValue={v}"))
+        .collect();
+    format!("make deploy DEPLOY_PARAMS='{}'", params.join(" "))
 }

@@ -48,8 +48,23 @@ async fn run(
     tracing::info!(addr = %bound, key_id = state.signer.key_id(), "umpire serving");
     // The one line tests and scripts wait for.
     println!("umpire listening on http://{bound}");
+    // Ctrl-C, or SIGTERM (what systemd, Docker and `kill` send to stop a service): the
+    // same graceful shutdown, every purchase in progress answered first.
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let terminated = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing what is in progress"),
+            () = terminated => tracing::info!("terminated: finishing what is in progress"),
+        }
     };
     match umpire_server::run(listener, state, store, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

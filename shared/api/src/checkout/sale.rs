@@ -43,7 +43,7 @@ impl<'a> Sale<'a> {
             return Err(respond::error(&ApiError::new(
                 ErrorCode::Unavailable,
                 "this server takes no payments (no payment rail is configured)",
-                "Run `make devnet` for a local chain, or set UMPIRE_EVM_PAY_TO and a settlement mode; nothing was charged.",
+                "Nothing was charged. The operator names where payments go: on AWS the stack's EvmPayTo (or SolanaPayTo) and FacilitatorUrl parameters; locally UMPIRE_EVM_PAY_TO and a settlement mode (`make devnet` starts a local chain).",
             )));
         }
         Ok(Sale {

@@ -51,6 +51,9 @@ async fn evm_settler(
     get: &impl Fn(&str) -> Option<String>,
 ) -> Result<Option<Arc<dyn Settler>>, PayConfigError> {
     match (mode, rails.rails.iter().find(|r| r.is_evm())) {
+        // Facilitator mode with no rail to settle (a stack deployed before its payment
+        // parameters): nothing to settle, so nothing is missing; purchases answer 503.
+        ("facilitator", None) if rails.rails.is_empty() => Ok(None),
         ("facilitator", _) => {
             if !has_facilitator {
                 return Err(err(

@@ -164,6 +164,19 @@ async fn settlement_must_cover_the_evm_rail() {
     assert_eq!(e.name, "UMPIRE_SETTLEMENT");
 }
 
+/// The template sets `UMPIRE_SETTLEMENT=facilitator` on every paying function; a stack
+/// deployed before its payment parameters has no rail and no facilitator URL. Would
+/// catch: that stack's paying functions failing at cold start (API Gateway's bare 500)
+/// instead of selling nothing (503).
+#[tokio::test]
+async fn facilitator_mode_without_rails_needs_no_facilitator() {
+    let none = rails(&[]).expect("rails");
+    let p = payments_from(&none, lookup(&[("UMPIRE_SETTLEMENT", "facilitator")]))
+        .await
+        .expect("nothing to settle, nothing missing");
+    assert!(p.evm.is_none() && p.facilitator.is_none());
+}
+
 #[tokio::test]
 async fn settlement_must_cover_the_solana_usdc_rail() {
     let with_solana = solana_rails(false);
