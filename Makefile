@@ -228,11 +228,17 @@ SAM_CONFIG := --config-file infra/samconfig.toml
 # decides TableDeletionProtection (infra/stack_state.py: off for a first create, so a
 # failed one leaves nothing behind). The `umpire` binary (keygen, verify) is built too:
 # its path is printed last.
-deploy: sam-build
+# The guided deploy saves the operator's answers (stack name, region, parameters) to
+# DEPLOY_CONFIG, an ignored copy of the tracked config made on the first deploy: the
+# repository never holds a deployment's settings.
+DEPLOY_CONFIG := infra/samconfig.local.toml
+$(DEPLOY_CONFIG):
+	cp infra/samconfig.toml $@
+deploy: sam-build | $(DEPLOY_CONFIG)
 	cargo build --profile fast -p umpire-cli --bin umpire --quiet
 	$(PY) infra/deploy_revision.py .aws-sam/build
-	state=$$($(PY) infra/stack_state.py --config infra/samconfig.toml) && \
-	  PATH=$(VENV)/bin:$$PATH sam deploy --guided $(SAM_CONFIG) \
+	state=$$($(PY) infra/stack_state.py --config $(DEPLOY_CONFIG)) && \
+	  PATH=$(VENV)/bin:$$PATH sam deploy --guided --config-file $(DEPLOY_CONFIG) \
 	  --parameter-overrides "$$state $(DEPLOY_PARAMS)"
 	@echo "umpire (keygen, verify): $(UMPIRE_RELEASE)"
 sam-build: $(VENV)/bin/cargo-lambda

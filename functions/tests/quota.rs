@@ -180,3 +180,105 @@ async fn past_the_accounts_quota_a_purchase_is_refused_free_and_pass_two_waits()
         })
     });
 }
+
+/// docs/sworn.md, aws.md: on a new account's quota of 10, a burst of 20 pass-2 jobs, all
+/// due at once, runs within the jobs' share (a worker and its checker per job,
+/// `WorkerConcurrency` of them at once: 4 executions) while the free routes answer:
+/// nothing anywhere is throttled, `/healthz` answers 200 throughout, and every job ends
+/// final; the account's peak stays within the jobs' share and one `/healthz`. What it
+/// cannot show here: a batch of 5 jobs run side by side (the old trigger) peaked at 4
+/// too, as the local server answers one request at a time and staggers the jobs' reads,
+/// so their checker calls hardly overlap; the template test holds the batch size at 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_pass_two_jobs_stays_within_a_new_accounts_quota() {
+    const JOBS: usize = 20;
+    let devnet = Devnet::start();
+    let facilitator = Facilitator::start(&devnet, None);
+    let stack = tokio::task::block_in_place(|| {
+        LocalStack::start(StackOptions {
+            params: vec![
+                ("EvmPayTo".to_owned(), devnet.get("pay_to")),
+                ("EvmNetwork".to_owned(), devnet.get("network")),
+                ("FacilitatorUrl".to_owned(), facilitator.url.clone()),
+            ],
+            secrets: vec![(
+                "FacilitatorAuthSecretArn".to_owned(),
+                format!("Bearer {FACILITATOR_TOKEN}"),
+            )],
+            env: vec![
+                ("UMPIRE_EVM_ASSET".to_owned(), devnet.get("asset")),
+                ("UMPIRE_EVM_ASSET_NAME".to_owned(), devnet.get("asset_name")),
+                (
+                    "UMPIRE_EVM_ASSET_VERSION".to_owned(),
+                    devnet.get("asset_version"),
+                ),
+                ("UMPIRE_SWORN_DELAY_SECONDS".to_owned(), "1".to_owned()),
+            ],
+            run_functions: true,
+            concurrency: Some(10),
+            ..StackOptions::default()
+        })
+    });
+    let api = stack.api.expect("api");
+    let url = format!("http://{api}/v1/verdicts/sworn");
+    // The jobs pile up while the trigger is paused, then all come due together.
+    stack.pause_triggers(true);
+    for n in 0..JOBS {
+        let bought = tokio::task::block_in_place(|| buy_v2(&devnet, &url, SWORN, None));
+        assert_eq!(bought.status, 202, "purchase {n}: {}", bought.body);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    stack.pause_triggers(false);
+
+    let admin = stack.admin_config().await;
+    let db = aws_sdk_dynamodb::Client::new(&admin);
+    let table = stack.name("VerdictsTable");
+    let finals = || async {
+        let items = db
+            .scan()
+            .table_name(&table)
+            .send()
+            .await
+            .expect("scan the verdicts");
+        items
+            .items()
+            .iter()
+            .filter(|i| {
+                i.get("status")
+                    .and_then(|s| s.as_s().ok())
+                    .map(String::as_str)
+                    == Some("final")
+            })
+            .count()
+    };
+    let started = std::time::Instant::now();
+    let mut health_checks = 0;
+    while finals().await < JOBS {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "every pass 2 done: {} of {JOBS}, {}",
+            finals().await,
+            stack.stats()
+        );
+        let health = tokio::task::block_in_place(|| request(api, "GET", "/healthz", &[], None));
+        assert_eq!(
+            health.status,
+            200,
+            "/healthz during the burst: {}",
+            String::from_utf8_lossy(&health.body)
+        );
+        health_checks += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(health_checks > 0, "the burst was watched");
+    let stats = stack.stats();
+    let peak = stats["peak_in_flight"].as_u64().unwrap_or(u64::MAX);
+    eprintln!("the burst's peak: {peak} executions at once");
+    // Two workers, each with its checker, and the test's one /healthz at a time.
+    assert!(peak <= 5, "the jobs' share and /healthz: {stats}");
+    assert_eq!(
+        stats["throttled"],
+        serde_json::json!({}),
+        "nothing throttled: {stats}"
+    );
+}

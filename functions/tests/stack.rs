@@ -744,6 +744,23 @@ async fn every_route_and_job_runs_under_its_own_role() {
         }
     }
 
+    // API Gateway refuses a request whose request line and header values pass 10,240
+    // bytes, before any function (the emulator too). Every purchase above went through
+    // it with the reference clients' own headers, a payment on each rail among them;
+    // the largest is reported, with its margin. Would catch: a payment header grown
+    // past what API Gateway takes (every purchase of that rail refused on AWS alone).
+    let largest = stack.stats()["largest_request_head"].as_u64().unwrap_or(0);
+    eprintln!("largest request line and header values: {largest} bytes of 10,240");
+    assert!(
+        largest > 1_000 && largest <= 10_240,
+        "a payment header was seen, within the limit: {largest}"
+    );
+    let pad = "a".repeat(10_300);
+    let padded = tokio::task::block_in_place(|| {
+        request(api, "GET", "/healthz", &[("X-Padding", pad.as_str())], None)
+    });
+    assert_eq!(padded.status, 431, "past API Gateway's header limit");
+
     assert_nothing_denied(&stack);
     let report = surplus(&stack);
     eprintln!("statements and actions no call needed:\n{report}");
@@ -761,6 +778,9 @@ async fn every_route_and_job_runs_under_its_own_role() {
     assert_eq!(
         ours,
         [
+            // Lambda itself writes the checkers' logs with these (the platform, as
+            // with the AWS-managed policies of the other functions), not our calls.
+            r#"CheckerFunction OwnLogs#1: ["logs:CreateLogStream", "logs:PutLogEvents"]"#,
             // A payer's second feedback updates its aggregate and pairs; a payer whose
             // pairs must be listed (an anchor row spreading) reads its by_payer index.
             // This run leaves one feedback per payer.
@@ -768,6 +788,7 @@ async fn every_route_and_job_runs_under_its_own_role() {
             r#"FeedbackFunction FeedbackFunctionRolePolicy0#2: ["dynamodb:Query"]"#,
             r#"McpFunction McpFunctionRolePolicy0#3: ["dynamodb:UpdateItem"]"#,
             r#"McpFunction McpFunctionRolePolicy0#4: ["dynamodb:Query"]"#,
+            r#"PassTwoCheckerFunction OwnLogs#1: ["logs:CreateLogStream", "logs:PutLogEvents"]"#,
             // This stack has no validator key: the worker opens one in
             // a_validation_answer_is_posted_by_the_worker_under_its_own_role.
             r#"WorkerFunction ValidatorKeyDecrypt#1: ["kms:Decrypt"]"#,

@@ -224,7 +224,7 @@ fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
         "a job that failed 5 times rests in the dead-letter queue, and the worker knows \
          which receive is its last"
     );
-    // docs/sworn.md: jobs in batches of 5, failures kept 14 days in the DLQ.
+    // docs/sworn.md: one job per invocation, failures kept 14 days in the DLQ.
     let dlq = &resource(&t, "JobsDeadLetterQueue")["Properties"];
     assert_eq!(
         num(&dlq["MessageRetentionPeriod"]),
@@ -232,7 +232,24 @@ fn the_worker_outlasts_pass_two_and_the_queue_keeps_its_jobs() {
         "the dead-letter queue keeps a failed job 14 days (SQS's longest)"
     );
     let sqs = &worker["sqs"][0];
-    assert_eq!(sqs["batch_size"], 5, "the worker takes jobs 5 at a time");
+    // One job per invocation, so a worker and its checker are two executions: at the
+    // default concurrency the jobs take 4 of a new account's 10. Would catch: a batch
+    // whose jobs run side by side (2 workers and 10 checkers: past the quota, throttling
+    // purchases and /healthz).
+    assert_eq!(sqs["batch_size"], 1, "the worker takes one job at a time");
+    let default_workers = umpire_blackbox::template_section("Parameters")
+        .get("WorkerConcurrency")
+        .and_then(|p| p.get("Default"))
+        .and_then(|d| {
+            d.as_u64()
+                .or_else(|| d.as_str().and_then(|s| s.parse().ok()))
+        })
+        .expect("WorkerConcurrency's default");
+    assert!(
+        2 * default_workers <= 4,
+        "the jobs' share of a quota of 10: {}",
+        2 * default_workers
+    );
     assert_eq!(
         sqs["report_failures"], true,
         "failures reported per message"
@@ -262,23 +279,48 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
         ("PassTwoCheckerFunction", "WorkerFunction"),
     ] {
         let f = function(&t, checker);
-        let own: Vec<String> = f["policies"]
+        // Its effective permissions, every policy attached (AWS-managed ones included,
+        // as stack.py expands them): writing its own log group, nothing else. Would
+        // catch: SAM's AWSLambdaBasicExecutionRole (logs on `*`), X-Ray's write access
+        // that global tracing adds, or any grant slipped in beside them.
+        let names: Vec<&str> = f["policies"]
             .as_array()
             .into_iter()
             .flatten()
             .filter_map(|p| p["name"].as_str())
-            .filter(|n| !n.starts_with("AWS"))
-            .map(str::to_owned)
             .collect();
-        assert!(
-            own.is_empty(),
-            "{checker} holds no policies of its own: {own:?}"
-        );
-        let globals = function(&t, "HealthFunction")["environment"].clone();
+        assert_eq!(names, ["OwnLogs"], "{checker}: its policies");
+        for (actions, resource) in statements(f) {
+            assert!(
+                actions
+                    .iter()
+                    .all(|a| a == "logs:CreateLogStream" || a == "logs:PutLogEvents"),
+                "{checker} may {actions:?}"
+            );
+            assert!(
+                resource.contains(&format!("{checker}Logs")),
+                "{checker} writes only its own log group, not {resource}"
+            );
+        }
         assert_eq!(
-            f["environment"], globals,
-            "{checker} gets only the globals (names, the public key), never a secret"
+            resource(&t, checker)["Properties"]["TracingConfig"]["Mode"],
+            "PassThrough",
+            "{checker}: no X-Ray"
         );
+        // A hostile check killed at its limit is expected: its errors alarm is not a
+        // page per kill.
+        let alarm = &resource(&t, &checker.replace("Function", "ErrorsAlarm"))["Properties"];
+        assert!(
+            alarm["Threshold"].as_u64().is_some_and(|n| n >= 10),
+            "{checker}: {alarm}"
+        );
+        // Only what it reads (its log level): no table or queue name, no key, no
+        // secret, nothing a hostile check could learn the stack's layout from.
+        let names: Vec<&String> = f["environment"]
+            .as_object()
+            .map(|e| e.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(names, ["RUST_LOG"], "{checker}'s environment");
         let timeout = num(&f["timeout"]);
         assert!(timeout <= 5, "a short hard timeout, not {timeout}s");
         let judge = function(&t, caller);
@@ -699,7 +741,14 @@ fn an_operator_sees_logs_traces_and_alarms() {
                 || res[group]["Properties"]["RetentionInDays"].is_number(),
             "{name}: its logs are kept a set time"
         );
-        assert_eq!(props["TracingConfig"]["Mode"], "Active", "{name}: traced");
+        // Every function is traced but the checkers: X-Ray would give the sandbox that
+        // runs hostile patterns write access to traces (docs/aws.md).
+        let traced = !name.ends_with("CheckerFunction");
+        assert_eq!(
+            props["TracingConfig"]["Mode"],
+            if traced { "Active" } else { "PassThrough" },
+            "{name}: traced"
+        );
     }
     let stage = res
         .values()
@@ -799,6 +848,10 @@ fn the_emulators_hold_the_platforms_limits() {
             "INTEGRATION_TIMEOUT_S = {API_GATEWAY_TIMEOUT_SECS}.0"
         )),
         "stack_emulator.py ends integrations at {API_GATEWAY_TIMEOUT_SECS} s"
+    );
+    assert!(
+        stack.contains("MAX_REQUEST_LINE_AND_HEADER_VALUES = 10_240"),
+        "stack_emulator.py refuses a request line and header values past 10,240 bytes"
     );
 }
 
@@ -1160,16 +1213,28 @@ fn the_deploy_steps_validate_with_the_repositorys_config() {
             .collect()
     };
     assert!(
-        makefile.contains("\ndeploy: sam-build\n"),
-        "deploy builds first"
+        makefile.contains("\ndeploy: sam-build | $(DEPLOY_CONFIG)\n"),
+        "deploy builds first, and has its own config"
     );
-    let mut recipe = recipe_of("sam-build");
-    recipe.extend(recipe_of("deploy"));
-    assert_eq!(recipe.len(), 2, "sam build and sam deploy: {recipe:?}");
+    let build = recipe_of("sam-build");
+    assert_eq!(build.len(), 1, "sam build: {build:?}");
+    assert!(build[0].contains("$(SAM_CONFIG)"), "{build:?}");
+    // The guided deploy saves the operator's answers to an ignored copy of the
+    // repository's config: the tracked file never holds a deployment's settings.
+    let deploy = recipe_of("deploy");
+    assert_eq!(deploy.len(), 1, "sam deploy: {deploy:?}");
     assert!(
-        recipe.iter().all(|l| l.contains("$(SAM_CONFIG)")),
-        "{recipe:?}"
+        deploy[0].contains("--config-file $(DEPLOY_CONFIG)"),
+        "{deploy:?}"
     );
+    assert!(makefile.contains("DEPLOY_CONFIG := infra/samconfig.local.toml"));
+    assert!(makefile.contains("$(DEPLOY_CONFIG):\n\tcp infra/samconfig.toml $@\n"));
+    let ignored = std::process::Command::new("git")
+        .args(["check-ignore", "-q", "infra/samconfig.local.toml"])
+        .current_dir(&root)
+        .status()
+        .expect("git");
+    assert!(ignored.success(), "infra/samconfig.local.toml is ignored");
 
     let sam = std::path::Path::new(&umpire_blackbox::python()).with_file_name("sam");
     let out = std::process::Command::new(&sam)
@@ -1351,7 +1416,12 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
     ] {
         assert!(types.contains(ty), "{ty} with a domain");
     }
-    for (name, f) in deployed(&domain) {
+    // Every function that names documents (all but the checkers, which read only their
+    // log level).
+    for (name, f) in deployed(&domain)
+        .into_iter()
+        .filter(|(n, _)| !n.ends_with("CheckerFunction"))
+    {
         assert_eq!(
             f["environment"]["UMPIRE_ISSUER"], "https://api.example.com",
             "{name}: documents name the domain"

@@ -11,7 +11,9 @@ own credentials), as infra/local/stack.py resolved it from template.yaml. In fro
   integration ends at 30 s (503, as API Gateway answers), events over 6 MB are refused;
 - each SQS event source mapping, polled as Lambda polls it: ReceiveMessage with the
   function's own credentials (its role's permissions), batches of the mapping's size,
-  DeleteMessage for every message not reported in batchItemFailures.
+  as many pollers as its maximum concurrency, DeleteMessage for every message not
+  reported in batchItemFailures (POST /__stack/triggers?paused=1 pauses them all, =0
+  resumes).
 
 As strict as AWS where it bites: concurrent invocations of a function run in sandboxes
 of their own (a pool, started on demand), all of them count against the account's
@@ -25,8 +27,8 @@ in for the account's other functions with POST /__stack/hold?slots=N (and
 usage: stack_emulator.py --stack FILE --port-file FILE
 FILE: {"concurrency": N, "functions": {NAME: {"bootstrap", "timeout", "memory", "env": {...}}},
        "routes": [{"method", "path", "function"}],
-       "sqs": [{"function", "queue_url", "batch_size", "report_failures", "endpoint",
-                "access_key", "secret_key", "region"}]}
+       "sqs": [{"function", "queue_url", "batch_size", "maximum_concurrency",
+                "report_failures", "endpoint", "access_key", "secret_key", "region"}]}
 Writes the port of the Invoke API and HTTP API (one server) to --port-file once ready.
 """
 
@@ -50,6 +52,11 @@ from lambda_emulator import INVOKE, Sandbox, handler_for, invoke_with_limits  # 
 
 # API Gateway's HTTP API ends an integration at 30 s.
 INTEGRATION_TIMEOUT_S = 30.0
+
+# API Gateway's HTTP API quota: "total combined size of request line and header values,
+# 10240 bytes" (not raisable). A request past it never reaches a function; the status
+# it gets here is 431 (AWS documents the quota, not the answer).
+MAX_REQUEST_LINE_AND_HEADER_VALUES = 10_240
 
 
 # A new account's concurrency quota.
@@ -153,6 +160,12 @@ class Stack:
         self.in_flight = 0
         self.held = 0
         self.throttled = {}
+        # The largest request line and header values the API has seen (bytes).
+        self.largest_request_head = 0
+        # The most executions at once the account has seen (held slots included).
+        self.peak_in_flight = 0
+        # While set, the SQS triggers receive nothing (a test piles jobs up first).
+        self.triggers_paused = False
         self.lock = threading.Lock()
 
     def invoke(self, name, payload):
@@ -166,6 +179,7 @@ class Stack:
                 self.throttled[name] = self.throttled.get(name, 0) + 1
                 return THROTTLED
             self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight + self.held)
             sandbox = next((s for s in pool if not s.busy), None)
             fresh = sandbox is None
             if fresh:
@@ -198,11 +212,16 @@ class Stack:
             aws_secret_access_key=mapping["secret_key"],
         )
         while True:
+            if self.triggers_paused:
+                time.sleep(0.2)
+                continue
             try:
+                # Short polls: the local server answers one request at a time, and a
+                # long poll would hold every other test's calls for its wait.
                 got = client.receive_message(
                     QueueUrl=mapping["queue_url"],
                     MaxNumberOfMessages=min(10, mapping.get("batch_size", 10)),
-                    WaitTimeSeconds=1,
+                    WaitTimeSeconds=0,
                     AttributeNames=["All"],
                     MessageAttributeNames=["All"],
                 )
@@ -212,6 +231,7 @@ class Stack:
                 continue
             messages = got.get("Messages", [])
             if not messages:
+                time.sleep(0.25)
                 continue
             arn = f"arn:aws:sqs:{mapping.get('region', 'us-east-1')}:123456789012:{mapping['queue_url'].rsplit('/', 1)[-1]}"
             event = {
@@ -278,6 +298,12 @@ def handler_for_stack(stack):
             return self.rfile.read(n) if n else b""
 
         def api(self, body):
+            size = len(self.requestline.encode()) + sum(len(v.encode()) for v in self.headers.values())
+            with stack.lock:
+                stack.largest_request_head = max(stack.largest_request_head, size)
+            if size > MAX_REQUEST_LINE_AND_HEADER_VALUES:
+                self.reply(431, b'{"message":"Request Header Fields Too Large"}')
+                return
             path = self.path.partition("?")[0]
             for route in stack.routes:
                 m = route["regex"].match(path)
@@ -337,6 +363,8 @@ def handler_for_stack(stack):
                             "sandboxes": {n: len(p) for n, p in pools.items()},
                             "throttled": dict(stack.throttled),
                             "quota": stack.quota,
+                            "largest_request_head": stack.largest_request_head,
+                            "peak_in_flight": stack.peak_in_flight,
                         }
                     ).encode(),
                 )
@@ -353,6 +381,10 @@ def handler_for_stack(stack):
                 return
             if self.path == "/__stack/release":
                 stack.hold(0)
+                self.reply(200, b"{}")
+                return
+            if self.path.startswith("/__stack/triggers"):
+                stack.triggers_paused = self.path.endswith("paused=1")
                 self.reply(200, b"{}")
                 return
             m = INVOKE.match(self.path.partition("?")[0])
@@ -392,8 +424,11 @@ def main():
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    # As Lambda's event source does, up to the mapping's maximum concurrency of pollers
+    # (5 when none is set: where Lambda starts), each invoking with its own batch.
     for mapping in stack.sqs:
-        threading.Thread(target=stack.poll, args=(mapping,), daemon=True).start()
+        for _ in range(int(mapping.get("maximum_concurrency") or 5)):
+            threading.Thread(target=stack.poll, args=(mapping,), daemon=True).start()
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
     os.replace(args.port_file + ".tmp", args.port_file)

@@ -355,6 +355,7 @@ impl LocalStack {
                     "function": logical,
                     "queue_url": queue,
                     "batch_size": m["batch_size"],
+                    "maximum_concurrency": m["maximum_concurrency"],
                     "report_failures": m["report_failures"],
                     "endpoint": self.endpoint,
                     "access_key": Self::access_key_of(logical),
@@ -526,6 +527,18 @@ impl LocalStack {
 
     /// Takes `slots` of the account's concurrency, as the account's other functions
     /// would (0 gives them back).
+    /// Pauses (or resumes) every SQS trigger: jobs due meanwhile pile up in the queue.
+    pub fn pause_triggers(&self, paused: bool) {
+        let r = request(
+            self.api.expect("the functions run"),
+            "POST",
+            &format!("/__stack/triggers?paused={}", u8::from(paused)),
+            &[],
+            None,
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+
     pub fn hold(&self, slots: u32) {
         let path = if slots == 0 {
             "/__stack/release".to_owned()

@@ -50,14 +50,24 @@ fn template_tables_match_the_code() {
             "{id} billing"
         );
         // Rows that expire (the contract deletes them) keep no point-in-time copies,
-        // which would outlive the deletion by 35 days; permanent rows keep them.
+        // which would outlive the deletion by 35 days; permanent rows keep them. The
+        // purchase ledger and the idempotency keys, whose loss would sell a payment
+        // twice, keep one day's (their rows live a day: docs/storage.md).
+        let one_day = matches!(id, "PaymentsTable" | "IdempotencyTable");
+        let pitr = props.get("PointInTimeRecoverySpecification");
         assert_eq!(
-            props
-                .get("PointInTimeRecoverySpecification")
-                .and_then(|p| p.get("PointInTimeRecoveryEnabled")),
-            Some(&Value::Bool(t.ttl.is_none())),
+            pitr.and_then(|p| p.get("PointInTimeRecoveryEnabled")),
+            Some(&Value::Bool(t.ttl.is_none() || one_day)),
             "{id} point-in-time recovery"
         );
+        if one_day {
+            assert_eq!(
+                pitr.and_then(|p| p.get("RecoveryPeriodInDays"))
+                    .and_then(Value::as_u64),
+                Some(1),
+                "{id} recovery window"
+            );
+        }
         assert_eq!(
             key_schema(props.get("KeySchema")),
             vec![(t.key.0.to_owned(), "HASH".to_owned())],
