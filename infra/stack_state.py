@@ -51,7 +51,11 @@ def status(cfn, name):
     try:
         stacks = cfn.describe_stacks(StackName=name)["Stacks"]
     except ClientError as e:
-        if "does not exist" in str(e):
+        # CloudFormation has no error code of its own for this: a ValidationError saying
+        # "Stack with id NAME does not exist" (SAM CLI's deployer tests the same text).
+        # Any other ValidationError (a malformed name, say) is not taken for "no stack".
+        error = e.response.get("Error", {})
+        if error.get("Code") == "ValidationError" and "does not exist" in error.get("Message", ""):
             return None
         raise
     return stacks[0]["StackStatus"] if stacks else None

@@ -819,15 +819,7 @@ fn an_answer_reverted_once_mined_is_tried_again_and_posted() {
     let v = Validator::serve_on(devnet, Some(&proxy.url), &[]);
     let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
     let validator = v.devnet.get("validator");
-    let nonce = || {
-        let n = v.devnet.rpc(
-            "eth_getTransactionCount",
-            serde_json::json!([validator, "latest"]),
-        );
-        u64::from_str_radix(n.as_str().unwrap_or("0x").trim_start_matches("0x"), 16)
-            .expect("a nonce")
-    };
-    let sent_before = nonce();
+    let sent_before = v.devnet.transactions_sent(&validator);
     proxy.fault(
         "eth_estimateGas",
         Fault::Result(serde_json::json!("0x7530")),
@@ -843,10 +835,56 @@ fn an_answer_reverted_once_mined_is_tried_again_and_posted() {
         "one out of gas, one answered"
     );
     assert_eq!(
-        nonce() - sent_before,
+        v.devnet.transactions_sent(&validator) - sent_before,
         2,
         "both mined: the first reverted, paid for"
     );
+}
+
+/// docs/erc8004.md: a second mined revert in a row ends the answer's attempts (each one
+/// is paid for in gas): here every estimate is too low, so each answer runs out of gas
+/// once mined. Two are sent, both mined, then `ValidationFailures` is raised and nothing
+/// more is sent. Would catch: a mined revert retried up to the ten attempts of a
+/// passing RPC failure (ten transactions' gas paid for nothing).
+#[test]
+fn an_answer_reverted_twice_in_a_row_once_mined_is_given_up() {
+    let devnet = Devnet::start();
+    let proxy = RpcProxy::start(&devnet);
+    let v = Validator::serve_on(
+        devnet,
+        Some(&proxy.url),
+        &[
+            ("RUST_LOG", "debug"),
+            ("UMPIRE_WEBHOOK_RETRY_BASE_MS", "20"),
+        ],
+    );
+    let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
+    let validator = v.devnet.get("validator");
+    let sent_before = v.devnet.transactions_sent(&validator);
+    proxy.fault(
+        "eth_estimateGas",
+        Fault::Result(serde_json::json!("0x7530")),
+        None,
+    );
+    let bought = v.buy("basic", SPEC, GOOD, &reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    wait_for(
+        std::time::Duration::from_secs(90),
+        "ValidationFailures raised",
+        || v.server.logs().contains("ValidationFailures"),
+    );
+    v.drained(std::time::Duration::from_secs(30));
+    assert_eq!(
+        proxy.calls_of("eth_sendRawTransaction"),
+        2,
+        "two reverted, then none"
+    );
+    assert_eq!(
+        v.devnet.transactions_sent(&validator) - sent_before,
+        2,
+        "both mined and paid for"
+    );
+    assert_eq!(v.status(&hash)["tag"], "", "never answered");
 }
 
 /// A purchase that answers a validation request, and a sworn one, whose settlements stay

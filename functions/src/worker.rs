@@ -4,9 +4,11 @@
 //! key before SQS dead-letters it. Failures are reported per message (`ReportBatchItemFailures`), so
 //! one bad job does not make SQS redeliver the ones that succeeded.
 //!
-//! SQS delivers at least once, and a batch may hold copies of one job: the jobs run
-//! concurrently and rely on `run_job`'s conditional writes, not on the queue, for
-//! exactly-once effects. A message that cannot be decoded is reported as failed, so
+//! SQS delivers at least once, so a job may run twice: in two batches, on two workers
+//! at once, or twice in one batch (the template's batch size is 1, so one account's
+//! concurrency bounds the checkers pass 2 starts; a larger batch would run its jobs
+//! concurrently). Exactly-once effects rest on `run_job`'s conditional writes, not on
+//! the queue. A message that cannot be decoded is reported as failed, so
 //! after the queue's `maxReceiveCount` it rests in the dead-letter queue for a human.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};

@@ -22,6 +22,48 @@ fn json(r: &Reply) -> Json {
         .unwrap_or_else(|_| panic!("JSON: {}", String::from_utf8_lossy(&r.body)))
 }
 
+fn assert_free_routes_answer(stack: &LocalStack, paths: &[&str]) {
+    for path in paths {
+        let r = get(stack, path);
+        assert_eq!(
+            r.status,
+            200,
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+}
+
+/// An unpaid request to each paying route: the verdicts and the reputation functions.
+fn paid_routes(stack: &LocalStack) -> [Reply; 2] {
+    let api = stack.api.expect("api");
+    [
+        request(
+            api,
+            "POST",
+            "/v1/verdicts/basic",
+            &[("Content-Type", "application/json")],
+            Some(BASIC.as_bytes()),
+        ),
+        get(
+            stack,
+            "/v1/reputation?merchant=0x1111111111111111111111111111111111111111",
+        ),
+    ]
+}
+
+/// `503 unavailable` whose hint names each of `named` (what the operator must do).
+fn assert_unavailable(r: &Reply, named: &[&str]) {
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    let e = &json(r)["error"];
+    assert_eq!(e["code"], "unavailable", "{e}");
+    let hint = e["hint"].as_str().unwrap_or("");
+    assert!(
+        named.iter().all(|n| hint.contains(n)),
+        "the hint names {named:?}: {e}"
+    );
+}
+
 /// `umpire keygen` as the operator: (ciphertext, public key) as printed.
 fn keygen(stack: &LocalStack) -> (String, String) {
     let env = stack.sdk_env(OPERATOR);
@@ -120,43 +162,16 @@ async fn a_first_deploy_is_healthy_and_the_documented_order_makes_it_sell() {
             String::from_utf8_lossy(&health.body)
         );
         assert_eq!(json(&health)["key_id"], Json::Null, "no key named yet");
-        for path in ["/v1/quote", "/openapi.json", "/verify"] {
-            let r = get(&stack, path);
-            assert_eq!(
-                r.status,
-                200,
-                "{path}: {}",
-                String::from_utf8_lossy(&r.body)
-            );
-        }
+        assert_free_routes_answer(&stack, &["/v1/quote", "/openapi.json", "/verify"]);
         // Nothing to publish, nothing to sign with: 503 naming the missing step.
-        let refusals = [
-            get(&stack, "/.well-known/umpire-key.json"),
-            request(
-                api,
-                "POST",
-                "/v1/verdicts/basic",
-                &[("Content-Type", "application/json")],
-                Some(BASIC.as_bytes()),
-            ),
-            get(
-                &stack,
-                "/v1/reputation?merchant=0x1111111111111111111111111111111111111111",
-            ),
-        ];
-        for r in &refusals {
-            assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+        let key = get(&stack, "/.well-known/umpire-key.json");
+        for r in std::iter::once(&key).chain(&paid_routes(&stack)) {
+            assert_unavailable(r, &["umpire keygen"]);
             // docs/api.md: no `Retry-After` (waiting does not help; a deploy does).
             assert_eq!(
                 r.header("retry-after"),
                 None,
                 "a missing key is not a pause"
-            );
-            let e = &json(r)["error"];
-            assert_eq!(e["code"], "unavailable");
-            assert!(
-                e["hint"].as_str().unwrap_or("").contains("umpire keygen"),
-                "the hint names the step: {e}"
             );
         }
     });
@@ -305,39 +320,13 @@ async fn a_keyed_stack_without_payment_rails_sells_nothing_and_says_why() {
             ..StackOptions::default()
         })
     });
-    let api = stack.api.expect("api");
     tokio::task::block_in_place(|| {
-        for path in ["/healthz", "/.well-known/umpire-key.json", "/openapi.json"] {
-            let r = get(&stack, path);
-            assert_eq!(
-                r.status,
-                200,
-                "{path}: {}",
-                String::from_utf8_lossy(&r.body)
-            );
-        }
-        let refusals = [
-            request(
-                api,
-                "POST",
-                "/v1/verdicts/basic",
-                &[("Content-Type", "application/json")],
-                Some(BASIC.as_bytes()),
-            ),
-            get(
-                &stack,
-                "/v1/reputation?merchant=0x1111111111111111111111111111111111111111",
-            ),
-        ];
-        for r in &refusals {
-            assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
-            let e = &json(r)["error"];
-            assert_eq!(e["code"], "unavailable", "{e}");
-            let hint = e["hint"].as_str().unwrap_or("");
-            assert!(
-                hint.contains("EvmPayTo") && hint.contains("FacilitatorUrl"),
-                "the hint names the parameters: {e}"
-            );
+        assert_free_routes_answer(
+            &stack,
+            &["/healthz", "/.well-known/umpire-key.json", "/openapi.json"],
+        );
+        for r in &paid_routes(&stack) {
+            assert_unavailable(r, &["EvmPayTo", "FacilitatorUrl"]);
         }
     });
 }

@@ -28,15 +28,15 @@ fn throttled(stack: &LocalStack, function: &str) -> u64 {
     stack.stats()["throttled"][function].as_u64().unwrap_or(0)
 }
 
-const BASIC: &str =
-    r#"{"spec":{"checks":[{"type":"length","min":1}]},"deliverable":{"text":"hello"}}"#;
-const SWORN: &str = r#"{"spec":{"checks":[{"type":"regex","pattern":"^ready"}]},"deliverable":{"text":"ready to ship"}}"#;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_accounts_quota_a_purchase_is_refused_free_and_pass_two_waits() {
-    let devnet = Devnet::start();
-    let facilitator = Facilitator::start(&devnet, None);
-    let stack = tokio::task::block_in_place(|| {
+/// The stack selling on `devnet` through `facilitator`, its functions run, on an account
+/// whose concurrency quota is `quota`; pass 2 due `sworn_delay` seconds after pass 1.
+fn facilitator_stack(
+    devnet: &Devnet,
+    facilitator: &Facilitator,
+    sworn_delay: u32,
+    quota: u32,
+) -> LocalStack {
+    tokio::task::block_in_place(|| {
         LocalStack::start(StackOptions {
             params: vec![
                 ("EvmPayTo".to_owned(), devnet.get("pay_to")),
@@ -54,15 +54,29 @@ async fn past_the_accounts_quota_a_purchase_is_refused_free_and_pass_two_waits()
                     "UMPIRE_EVM_ASSET_VERSION".to_owned(),
                     devnet.get("asset_version"),
                 ),
-                // Long enough for the test to take its slot after the 202, whatever the
-                // machine's load, before pass 2 is due.
-                ("UMPIRE_SWORN_DELAY_SECONDS".to_owned(), "15".to_owned()),
+                (
+                    "UMPIRE_SWORN_DELAY_SECONDS".to_owned(),
+                    sworn_delay.to_string(),
+                ),
             ],
             run_functions: true,
-            concurrency: Some(2),
+            concurrency: Some(quota),
             ..StackOptions::default()
         })
-    });
+    })
+}
+
+const BASIC: &str =
+    r#"{"spec":{"checks":[{"type":"length","min":1}]},"deliverable":{"text":"hello"}}"#;
+const SWORN: &str = r#"{"spec":{"checks":[{"type":"regex","pattern":"^ready"}]},"deliverable":{"text":"ready to ship"}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_accounts_quota_a_purchase_is_refused_free_and_pass_two_waits() {
+    let devnet = Devnet::start();
+    let facilitator = Facilitator::start(&devnet, None);
+    // Long enough for the test to take its slot after the 202, whatever the machine's
+    // load, before pass 2 is due.
+    let stack = facilitator_stack(&devnet, &facilitator, 15, 2);
     let api = stack.api.expect("api");
     let url = |path: &str| format!("http://{api}{path}");
     let pay_to = devnet.get("pay_to");
@@ -194,31 +208,7 @@ async fn a_burst_of_pass_two_jobs_stays_within_a_new_accounts_quota() {
     const JOBS: usize = 20;
     let devnet = Devnet::start();
     let facilitator = Facilitator::start(&devnet, None);
-    let stack = tokio::task::block_in_place(|| {
-        LocalStack::start(StackOptions {
-            params: vec![
-                ("EvmPayTo".to_owned(), devnet.get("pay_to")),
-                ("EvmNetwork".to_owned(), devnet.get("network")),
-                ("FacilitatorUrl".to_owned(), facilitator.url.clone()),
-            ],
-            secrets: vec![(
-                "FacilitatorAuthSecretArn".to_owned(),
-                format!("Bearer {FACILITATOR_TOKEN}"),
-            )],
-            env: vec![
-                ("UMPIRE_EVM_ASSET".to_owned(), devnet.get("asset")),
-                ("UMPIRE_EVM_ASSET_NAME".to_owned(), devnet.get("asset_name")),
-                (
-                    "UMPIRE_EVM_ASSET_VERSION".to_owned(),
-                    devnet.get("asset_version"),
-                ),
-                ("UMPIRE_SWORN_DELAY_SECONDS".to_owned(), "1".to_owned()),
-            ],
-            run_functions: true,
-            concurrency: Some(10),
-            ..StackOptions::default()
-        })
-    });
+    let stack = facilitator_stack(&devnet, &facilitator, 1, 10);
     let api = stack.api.expect("api");
     let url = format!("http://{api}/v1/verdicts/sworn");
     // The jobs pile up while the trigger is paused, then all come due together.

@@ -381,6 +381,53 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
 /// exist at `CreateKey`, and a role created moments before may not be visible yet.
 /// Would catch: a key whose first create fails on IAM propagation, a signing role that
 /// cannot decrypt, or a non-signing function that can.
+/// The settings every function but the checkers reads (tables, queue, keys, issuer,
+/// registries) are written out in each function of template.yaml, not in Globals, as
+/// the checkers must not see them. Read with every parameter given a value of its own,
+/// each function carries every one of the health function's settings, with the same
+/// value. Would catch: a shared setting added to some functions and not others, or one
+/// copy edited and another left behind (a rotation publishing a key that the signing
+/// function does not use).
+#[test]
+fn every_function_but_the_checkers_reads_the_same_shared_settings() {
+    let t = resolve_template(&[
+        ("Issuer", "https://umpire.example"),
+        ("SigningPublicKey", "cHVibGlj"),
+        ("RetiredPublicKeys", "cmV0aXJlZA=="),
+        ("NextPublicKey", "bmV4dA=="),
+        (
+            "ValidationRegistry",
+            "eip155:8453:0x0000000000000000000000000000000000008004",
+        ),
+        (
+            "ValidatorAddress",
+            "0x0000000000000000000000000000000000000009",
+        ),
+        ("AgentId", "7"),
+    ]);
+    let shared = function(&t, "HealthFunction")["environment"]
+        .as_object()
+        .expect("the health function's environment");
+    for var in [
+        "UMPIRE_VERDICTS_TABLE",
+        "UMPIRE_SIGNING_PUBLIC_KEY",
+        "UMPIRE_ISSUER",
+    ] {
+        assert!(shared.contains_key(var), "{var} is shared: {shared:?}");
+    }
+    let mut compared = 0;
+    for (name, f) in deployed(&t) {
+        if name.contains("Checker") {
+            continue;
+        }
+        for (var, value) in shared {
+            assert_eq!(&f["environment"][var], value, "{name}: {var}");
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 13, "every function but the two checkers");
+}
+
 #[test]
 fn only_signing_functions_may_open_the_sealed_seed() {
     let t = resolve_template(&[]);

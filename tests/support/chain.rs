@@ -148,6 +148,13 @@ impl Devnet {
         v["result"].clone()
     }
 
+    /// Transactions `address` has had mined (its nonce at the latest block).
+    pub fn transactions_sent(&self, address: &str) -> u64 {
+        let n = self.rpc("eth_getTransactionCount", json!([address, "latest"]));
+        let hex = n.as_str().unwrap_or_default().trim_start_matches("0x");
+        u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("a nonce: {n}"))
+    }
+
     /// Switches how anvil mines: at once (the default), every `Every` interval (Base's
     /// two seconds), or only when the test calls [`Devnet::mine`].
     pub fn set_mining(&self, mining: Mining) {

@@ -88,6 +88,9 @@ pub struct ValidationJob {
     pub tag: String,
     /// 1-based.
     pub attempt: u32,
+    /// Attempts in a row whose transaction was mined and reverted (each paid for in
+    /// gas): after [`super::erc8004::MAX_MINED_REVERTS`] the answer is given up.
+    pub mined_reverts: u32,
     /// The purchase's ledger key, for an answer queued before its settlement: only a
     /// verdict that was sold is answered.
     pub payment_key: Option<String>,
@@ -115,6 +118,12 @@ impl ValidationJob {
                 .and_then(|a| u32::try_from(a).ok())
                 .filter(|a| *a >= 1)
                 .ok_or("validation job has no valid attempt number")?,
+            // Absent from jobs queued before it was counted.
+            mined_reverts: p
+                .get("mined_reverts")
+                .and_then(Value::as_u64)
+                .and_then(|a| u32::try_from(a).ok())
+                .unwrap_or(0),
             payment_key: text(p, "payment_key"),
             wait_until: p.get("wait_until").and_then(Value::as_u64),
         })
@@ -129,6 +138,7 @@ impl ValidationJob {
             .with("response_hash", self.response_hash.clone())
             .with("tag", self.tag.as_str())
             .with("attempt", u64::from(self.attempt))
+            .with("mined_reverts", u64::from(self.mined_reverts))
             .with("payment_key", self.payment_key.clone())
             .with("wait_until", self.wait_until)
     }

@@ -12,7 +12,7 @@ use umpire_escrow::validation::{
     FAILED, PASSED, PROVISIONAL_TAG, VALIDATION_REF_PREFIX, ValidationRef, final_tag,
 };
 
-use super::POST_MAX_ATTEMPTS;
+use super::{MAX_MINED_REVERTS, POST_MAX_ATTEMPTS};
 use crate::checkout::ledger::PurchaseOutcome;
 use crate::plumbing::metrics::{Metric, record};
 use crate::plumbing::state::AppState;
@@ -88,6 +88,7 @@ pub async fn queue_answer(
         response_hash: answer.response_hash.map(str::to_owned),
         tag: answer.tag,
         attempt: 1,
+        mined_reverts: 0,
         payment_key: paying.as_ref().map(|p| p.payment_key.to_owned()),
         wait_until: paying.as_ref().map(|p| p.wait_until),
     });
@@ -161,11 +162,16 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
             Ok(())
         }
         Ok(None) => Ok(()),
-        Err(e) if e.is_transient() && job.attempt < POST_MAX_ATTEMPTS => {
+        Err(e) if worth_another_attempt(&e, job) => {
             let delay = backoff(state.config.webhook_retry_base, job.attempt);
             tracing::warn!(verdict_id, attempt = job.attempt, error = %e, delay_ms = delay.as_millis() as u64, "posting the validation answer failed; trying again later");
+            let mined_reverts = match e {
+                EscrowError::Reverted { .. } => job.mined_reverts + 1,
+                _ => 0,
+            };
             let again = SwornJob::Validation(ValidationJob {
                 attempt: job.attempt + 1,
+                mined_reverts,
                 ..job.clone()
             });
             let queue = state
@@ -183,6 +189,14 @@ pub async fn run_post(state: &AppState, job: &ValidationJob) -> Result<(), JobEr
             Ok(())
         }
     }
+}
+
+/// A failure the chain may get over, with attempts left, and not the last mined revert
+/// allowed in a row (each one is paid for in gas).
+fn worth_another_attempt(e: &EscrowError, job: &ValidationJob) -> bool {
+    let reverts_spent =
+        matches!(e, EscrowError::Reverted { .. }) && job.mined_reverts + 1 >= MAX_MINED_REVERTS;
+    e.is_transient() && job.attempt < POST_MAX_ATTEMPTS && !reverts_spent
 }
 
 /// Whether the verdict an answer is for was sold.

@@ -27,6 +27,12 @@ use crate::products::verdict::purchase::Purchase;
 /// Attempts at posting one answer before it is given up on (and alarmed): with the
 /// webhook's backoff (30 s doubling, 15 min at most), about an hour and a half.
 pub const POST_MAX_ATTEMPTS: u32 = 10;
+
+/// Attempts in a row whose transaction was mined and reverted before an answer is given
+/// up on: each such attempt is paid for in gas, and a second one in a row says the
+/// cause (a contract refusing what its simulation allowed, an RPC whose estimates are
+/// always short) is not passing.
+pub const MAX_MINED_REVERTS: u32 = 2;
 /// The largest request file read (the fetcher's cap applies to http(s) too).
 pub const MAX_REQUEST_FILE_BYTES: usize = 256 * 1024;
 
