@@ -77,6 +77,15 @@ NEXTEST := $(shell command -v cargo-nextest 2>/dev/null || echo $(HOME)/.cargo/b
 $(NEXTEST):
 	cargo install cargo-nextest --locked
 
+# What every run of `make test` builds and tests, in one feature resolution: the bins
+# with the test targets, so dev-dependencies' features are on for both and the
+# dependencies are compiled once, not once per selection. The sub-runs select their
+# tests with a filter, never with -p (a narrower selection resolves features anew and
+# rebuilds half the workspace). The `umpire` the tests start takes the test switches
+# (umpire-cli's feature: only that crate is built twice); the functions' bins and the
+# test harnesses are built as nextest builds them, without.
+TEST_BUILD = --workspace --lib --bins --tests
+
 LINT = cargo fmt --all -- --check && cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 # Before every commit: formatting, lints and the unit tests (no servers needed).
@@ -97,7 +106,7 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	$(LINT)
 	$(VENV)/bin/cfn-lint template.yaml
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1 -t template.yaml
-	cargo build --workspace --bins --quiet --features umpire-cli/test-switches,umpire-functions/test-switches
+	cargo build $(TEST_BUILD) --features umpire-cli/test-switches --quiet
 	# One invocation, so the two binaries share one build of their dependencies.
 	cargo build --profile fast -p umpire-cli -p umpire-functions --bin umpire --bin verdicts --quiet
 	@rm -f $(CACHE)/test-*.log $(CACHE)/test-*.status $(CACHE)/test-skips.txt $(CACHE)/test-measures.txt
@@ -106,7 +115,7 @@ test: $(PY_DEPS) $(NODE_DEPS) $(CHROMIUM) $(NEXTEST) $(VENV)/bin/cargo-lambda
 	  UMPIRE_SKIPS_FILE=$(CACHE)/test-skips.txt UMPIRE_ALLOWED_SKIPS=$(ALLOWED_SKIPS) \
 	  UMPIRE_MEASURES_FILE=$(CACHE)/test-measures.txt \
 	  infra/local/with-moto.sh $(VENV) \
-	  cargo nextest run --workspace --lib --bins --tests --no-fail-fast --cargo-quiet 2>&1 \
+	  cargo nextest run $(TEST_BUILD) --no-fail-fast --cargo-quiet 2>&1 \
 	  | tee $(CACHE)/test-main.log; echo $$? > $(CACHE)/test-main.status
 	set -o pipefail; $(MAKE) --no-print-directory test-alone 2>&1 | tee $(CACHE)/test-alone.log; \
 	  echo $$? > $(CACHE)/test-alone.status
@@ -210,12 +219,12 @@ test-lambda: $(VENV)/bin/cargo-lambda $(NODE_DEPS) build test-lambda-run
 # rows; moto answers one request at a time, and a 1 MB page takes it seconds).
 test-alone:
 	set -o pipefail; infra/local/with-moto.sh $(VENV) \
-	  cargo nextest run -p umpire-functions --test reputation_exact --run-ignored ignored-only \
-	  -E 'test(twenty_thousand)' --no-fail-fast --cargo-quiet
+	  cargo nextest run $(TEST_BUILD) --run-ignored ignored-only \
+	  -E 'binary(reputation_exact) & test(twenty_thousand)' --no-fail-fast --cargo-quiet
 
 test-lambda-run:
 	set -o pipefail; UMPIRE_PYTHON=$(PY) UMPIRE_BIN=$(UMPIRE) \
-	  cargo nextest run -p umpire-functions --test lambda_watch --test sam_build --run-ignored ignored-only \
+	  cargo nextest run $(TEST_BUILD) -E 'binary(lambda_watch) | binary(sam_build)' --run-ignored ignored-only \
 	  --test-threads 1 --no-fail-fast --cargo-quiet
 
 # rust-cargolambda builds are a SAM beta feature; cargo-lambda must be on PATH.

@@ -3,8 +3,11 @@
 //! bootstrap SAM packages is the arm64 binary cargo-lambda has just built from this
 //! tree, never a stale one left where SAM's builder has looked in some version (the
 //! cargo target directory's lambda/ folder, functions/target/lambda/, the build
-//! folder itself). Slow (a release arm64 build), so ignored by the main run and run
-//! last by `make test`, beside cargo lambda watch's test.
+//! folder itself). Slow (an arm64 build of the release profile), so ignored by the main
+//! run and run last by `make test`, beside cargo lambda watch's test. What is tested is
+//! the path from cargo-lambda to SAM's package, not the optimizer: the release
+//! profile's optimization is turned down through cargo's own `CARGO_PROFILE_RELEASE_*`
+//! variables (no LTO, opt-level 0, many codegen units), minutes less on a fresh clone.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,6 +69,9 @@ fn sam_build_packages_the_bootstrap_just_built_from_this_tree() {
             out.path().display()
         ))
         .env("SAM_CLI_TELEMETRY", "0")
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "256")
         .current_dir(&root)
         .status()
         .expect("make sam-build");

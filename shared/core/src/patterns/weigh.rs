@@ -3,6 +3,7 @@
 
 use fancy_regex::Expr;
 use regex_automata::nfa::thompson;
+use regex_syntax::hir::{Class, Hir, HirKind};
 
 use crate::guard;
 
@@ -186,7 +187,6 @@ fn bracket_folds(b: &regex_syntax::ast::ClassBracketed) -> usize {
 
 /// Code points a class covers, from its translation without folding.
 fn coverage(class: &regex_syntax::ast::Ast) -> usize {
-    use regex_syntax::hir::{Class, HirKind};
     match regex_syntax::Parser::new().parse(&class.to_string()) {
         Ok(hir) => match hir.kind() {
             HirKind::Class(Class::Unicode(c)) => c
@@ -203,14 +203,25 @@ fn coverage(class: &regex_syntax::ast::Ast) -> usize {
 
 /// The sizes of the two Thompson NFAs regex-automata builds for `text` (forward with
 /// captures, reverse without), together, or whether building them failed for their
-/// size (true) or for anything else (false). Each build stops at what is left.
+/// size (true) or for anything else (false). Each build stops at what is left, and
+/// neither starts when the repeated parts alone are known to need more
+/// ([`repeated_lower_bound`]): a counted repetition of a large class is refused in
+/// microseconds rather than built copy by copy up to the limit.
 fn nfa_bytes(text: &str, limit: usize) -> Result<usize, bool> {
-    let forward = thompson_bytes(text, false, limit)?;
-    let reverse = thompson_bytes(text, true, limit - forward)?;
+    // Parsed as regex-automata's compiler parses it (a default parser).
+    let hir = regex_syntax::ParserBuilder::new()
+        .build()
+        .parse(text)
+        .map_err(|_| false)?;
+    if repeated_lower_bound(&hir, limit) > limit {
+        return Err(true);
+    }
+    let forward = thompson_bytes(&hir, false, limit)?;
+    let reverse = thompson_bytes(&hir, true, limit - forward)?;
     Ok(forward + reverse)
 }
 
-fn thompson_bytes(text: &str, reverse: bool, limit: usize) -> Result<usize, bool> {
+fn thompson_bytes(hir: &Hir, reverse: bool, limit: usize) -> Result<usize, bool> {
     let captures = if reverse {
         thompson::WhichCaptures::None
     } else {
@@ -224,7 +235,147 @@ fn thompson_bytes(text: &str, reverse: bool, limit: usize) -> Result<usize, bool
                 .reverse(reverse)
                 .which_captures(captures),
         )
-        .build(text)
+        .build_from_hir(hir)
         .map(|nfa| nfa.memory_usage())
         .map_err(|e| e.size_limit().is_some())
+}
+
+/// Copies of a part that repetitions compile before a class is measured for the lower
+/// bound: measuring builds the class once more in each direction, at most a quarter of
+/// what its copies cost to build.
+const MEASURED_COPIES: u64 = 4;
+
+/// A lower bound on the bytes of `hir`'s two NFAs (forward and reverse, as
+/// [`nfa_bytes`] builds them), counting only classes that repetitions compile at least
+/// [`MEASURED_COPIES`] times; more than `limit` means "more than `limit`", whatever the
+/// exact figure. regex-automata compiles `x{n,m}` as `m` copies of `x` (`n` for `x{n}`,
+/// `max(n, 1)` for `x{n,}`), each copy of a class built afresh (its UTF-8 caches are
+/// cleared per class) into the same states: so a class's copies weigh `copies` times the
+/// class built alone, less what an empty pattern's NFA weighs.
+pub(super) fn repeated_lower_bound(hir: &Hir, limit: usize) -> usize {
+    let mut measured = Vec::new();
+    let bound = lower_bound(hir, 1, limit as u64, &mut measured);
+    usize::try_from(bound).unwrap_or(usize::MAX)
+}
+
+fn lower_bound(hir: &Hir, copies: u64, limit: u64, measured: &mut Vec<(Class, u64)>) -> u64 {
+    match hir.kind() {
+        HirKind::Class(class) if copies >= MEASURED_COPIES => {
+            copies.saturating_mul(class_bytes(class, limit, measured))
+        }
+        HirKind::Repetition(rep) => {
+            let compiled = match rep.max {
+                Some(max) => max,
+                None => rep.min.max(1),
+            };
+            let copies = copies.saturating_mul(u64::from(compiled));
+            lower_bound(&rep.sub, copies, limit, measured)
+        }
+        HirKind::Capture(cap) => lower_bound(&cap.sub, copies, limit, measured),
+        HirKind::Concat(parts) | HirKind::Alternation(parts) => {
+            let mut sum = 0u64;
+            for part in parts {
+                sum = sum.saturating_add(lower_bound(part, copies, limit, measured));
+                if sum > limit {
+                    break;
+                }
+            }
+            sum
+        }
+        _ => 0,
+    }
+}
+
+/// The bytes one copy of `class` adds to the two NFAs: each built alone, less an empty
+/// pattern's; more than `limit` if a build passes it. Measured once per class.
+fn class_bytes(class: &Class, limit: u64, measured: &mut Vec<(Class, u64)>) -> u64 {
+    if let Some((_, bytes)) = measured.iter().find(|(c, _)| c == class) {
+        return *bytes;
+    }
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    let alone = Hir::class(class.clone());
+    let empty = Hir::empty();
+    let mut bytes = 0u64;
+    for reverse in [false, true] {
+        let built = |h: &Hir| thompson_bytes(h, reverse, cap.saturating_add(1));
+        bytes += match (built(&alone), built(&empty)) {
+            (Ok(a), Ok(e)) => a.saturating_sub(e) as u64,
+            // Passed the limit alone: one copy is already too much.
+            (Err(true), _) => limit.saturating_add(1),
+            _ => 0,
+        };
+    }
+    measured.push((class.clone(), bytes));
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patterns::SPEC_REGEX_BYTES;
+
+    fn parse(text: &str) -> Hir {
+        regex_syntax::ParserBuilder::new()
+            .build()
+            .parse(text)
+            .expect("parses")
+    }
+
+    fn built(hir: &Hir) -> usize {
+        thompson_bytes(hir, false, usize::MAX).expect("forward")
+            + thompson_bytes(hir, true, usize::MAX).expect("reverse")
+    }
+
+    /// The bound refuses without building only what building would refuse: for
+    /// repetitions of every shape the compiler has (bounded, exact, at least n, nested,
+    /// in alternations, of Unicode, ASCII and byte classes, folded or not), it never
+    /// exceeds the bytes actually built. Would catch: a bound counting copies the
+    /// compiler does not make, or a class measured larger alone than in place (a spec
+    /// that compiles within its allowance refused as too large).
+    #[test]
+    fn the_repeated_lower_bound_never_exceeds_what_is_built() {
+        for text in [
+            r"\w{1,64}",
+            r"^\w{1,64}0$",
+            r"(?i)[\p{L}\p{N}\w]{20}x",
+            r"(\w{3}){5}",
+            r"[a-z]{10}",
+            r"(?:\pL|\d){7,9}",
+            r"(?:\w+){4}",
+            r"\p{Greek}{2,}",
+            r"\p{Greek}{6,}",
+            r"(?s:.){30}",
+            r"[^a]{12}",
+            r"(?-u:\w){40}",
+            r"(?-u:[a-f\d]){40}",
+            r"(?:ab|cd){9}",
+            r"(?:\w|\s){5}x{8}",
+            r"[\u{10000}-\u{1000F}\u{10080}-\u{1008F}]{6}",
+            r"(?i)(?:k\w){4}",
+            r"\W{0,5}",
+            r"\d{4}-\d{2}-\d{2}",
+            r"(?:\w{2}|\d{3}){4,}",
+        ] {
+            let hir = parse(text);
+            let (bound, built) = (repeated_lower_bound(&hir, usize::MAX), built(&hir));
+            assert!(bound <= built, "{text}: bound {bound} > built {built}");
+        }
+    }
+
+    /// The costly hostile patterns of `tests/hostile_input.rs` are refused by the bound,
+    /// before anything is built copy by copy, and the bound is close to the truth.
+    /// Would catch: the bound no longer reaching them (each built up to the spec's
+    /// allowance again: tens of ms of CPU before payment).
+    #[test]
+    fn counted_repetitions_of_large_classes_are_refused_unbuilt() {
+        for text in [r"(?i)[\p{L}\p{N}\w]{900}x", r"^\w{1,64}0$"] {
+            let hir = parse(text);
+            let bound = repeated_lower_bound(&hir, usize::MAX);
+            assert!(bound > SPEC_REGEX_BYTES, "{text}: {bound}");
+            assert_eq!(nfa_bytes(text, SPEC_REGEX_BYTES), Err(true), "{text}");
+        }
+        let hir = parse(r"\w{1,20}");
+        let (bound, built) = (repeated_lower_bound(&hir, usize::MAX), built(&hir));
+        assert!(bound * 10 >= built * 9, "bound {bound}, built {built}");
+    }
 }
