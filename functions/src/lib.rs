@@ -10,6 +10,7 @@ mod keys;
 mod lambda;
 mod logging;
 pub mod paid;
+pub mod pretraffic;
 mod role;
 mod vars;
 pub mod worker;

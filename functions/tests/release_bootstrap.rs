@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Where the release bootstrap `make test` builds is (`cargo build --profile fast -p
-/// umpire-functions --bin verdicts`: one function, as each fat-LTO link costs minutes;
-/// the purchase function is the one that signs, judges and takes payments, and every
-/// function runs the same refusal at its cold start, `refuse_local_switches`).
+/// umpire-functions --bin verdicts`, without the test switches, as every shipped build:
+/// one function, the one that signs, judges and takes payments; every function runs the
+/// same refusal at its cold start, `refuse_local_switches`).
 fn release_dir() -> PathBuf {
     std::env::var_os("UMPIRE_RELEASE_FUNCTIONS_DIR")
         .map(PathBuf::from)

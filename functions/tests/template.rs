@@ -15,6 +15,9 @@ use umpire_core::json::Value;
 use umpire_core::platform::{API_GATEWAY_TIMEOUT_SECS, LAMBDA_SYNC_PAYLOAD_BYTES};
 use umpire_functions::Role;
 
+/// CodeDeploy's PreTraffic hook (not deployed through itself, reads no setting).
+const HOOK: &str = "PreTrafficHookFunction";
+
 /// The deployed functions, by logical id.
 fn deployed(t: &Json) -> Vec<(&str, &Json)> {
     t["functions"]
@@ -381,6 +384,71 @@ fn each_checker_is_isolated_and_its_timeout_is_the_check_limit() {
 /// exist at `CreateKey`, and a role created moments before may not be visible yet.
 /// Would catch: a key whose first create fails on IAM propagation, a signing role that
 /// cannot decrypt, or a non-signing function that can.
+/// docs/aws.md: `CheckerNetwork=isolated` runs both checkers in a VPC of the stack's own
+/// with no route out (no gateway, endpoint, route or peering; a security group whose
+/// only egress leads to 127.0.0.1 and no ingress), and only then may their roles manage
+/// network interfaces; no other function is in it. Would catch: a way out added to the
+/// checkers' network, the default allow-all egress left in place, one checker outside
+/// it, or network rights given to a checker outside any VPC.
+#[test]
+fn an_isolated_checker_network_has_no_way_out() {
+    let t = resolve_template(&[("CheckerNetwork", "isolated")]);
+    let res = t["resources"].as_object().expect("resources");
+    for (logical, r) in res {
+        let kind = r["Type"].as_str().unwrap_or_default();
+        assert!(
+            ![
+                "AWS::EC2::InternetGateway",
+                "AWS::EC2::EgressOnlyInternetGateway",
+                "AWS::EC2::NatGateway",
+                "AWS::EC2::VPCGatewayAttachment",
+                "AWS::EC2::VPCEndpoint",
+                "AWS::EC2::Route",
+                "AWS::EC2::VPCPeeringConnection",
+                "AWS::EC2::TransitGatewayAttachment",
+                "AWS::EC2::SecurityGroupEgress",
+                "AWS::EC2::SecurityGroupIngress",
+            ]
+            .contains(&kind),
+            "{logical}: a {kind} in the template"
+        );
+    }
+    let sg = &res["CheckerSecurityGroup"]["Properties"];
+    let egress = sg["SecurityGroupEgress"].as_array().expect("egress rules");
+    assert_eq!(egress.len(), 1, "{egress:?}");
+    assert_eq!(egress[0]["CidrIp"], "127.0.0.1/32", "{egress:?}");
+    assert!(sg["SecurityGroupIngress"].is_null(), "no ingress: {sg}");
+    for (name, f) in deployed(&t) {
+        let vpc = res[name]["Properties"]["VpcConfig"].to_string();
+        let names: Vec<&str> = f["policies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        if name.ends_with("CheckerFunction") {
+            for part in ["CheckerSubnetA", "CheckerSubnetB", "CheckerSecurityGroup"] {
+                assert!(vpc.contains(part), "{name} in the isolated network: {vpc}");
+            }
+            assert_eq!(names, ["OwnLogs", "NetworkInterfaces"], "{name}");
+        } else {
+            assert!(
+                !vpc.contains("Checker"),
+                "{name} is not in the checkers' network"
+            );
+        }
+    }
+    let default = resolve_template(&[]);
+    for checker in ["CheckerFunction", "PassTwoCheckerFunction"] {
+        assert!(
+            !statements(function(&default, checker))
+                .iter()
+                .any(|(a, _)| a.iter().any(|x| x.starts_with("ec2:"))),
+            "{checker}: no network rights outside a VPC"
+        );
+    }
+}
+
 /// The settings every function but the checkers reads (tables, queue, keys, issuer,
 /// registries) are written out in each function of template.yaml, not in Globals, as
 /// the checkers must not see them. Read with every parameter given a value of its own,
@@ -417,7 +485,7 @@ fn every_function_but_the_checkers_reads_the_same_shared_settings() {
     }
     let mut compared = 0;
     for (name, f) in deployed(&t) {
-        if name.contains("Checker") {
+        if name.contains("Checker") || name == HOOK {
             continue;
         }
         for (var, value) in shared {
@@ -788,9 +856,10 @@ fn an_operator_sees_logs_traces_and_alarms() {
                 || res[group]["Properties"]["RetentionInDays"].is_number(),
             "{name}: its logs are kept a set time"
         );
-        // Every function is traced but the checkers: X-Ray would give the sandbox that
-        // runs hostile patterns write access to traces (docs/aws.md).
-        let traced = !name.ends_with("CheckerFunction");
+        // Every function is traced but the checkers (X-Ray would give the sandbox that
+        // runs hostile patterns write access to traces, docs/aws.md) and the PreTraffic
+        // hook (it serves deployments, not requests).
+        let traced = !name.ends_with("CheckerFunction") && name != HOOK;
         assert_eq!(
             props["TracingConfig"]["Mode"],
             if traced { "Active" } else { "PassThrough" },
@@ -1463,11 +1532,11 @@ fn a_production_api_has_alarms_throttles_a_domain_and_checked_parameters() {
     ] {
         assert!(types.contains(ty), "{ty} with a domain");
     }
-    // Every function that names documents (all but the checkers, which read only their
-    // log level).
+    // Every function that names documents (all but the checkers and the PreTraffic
+    // hook, which read only their log level).
     for (name, f) in deployed(&domain)
         .into_iter()
-        .filter(|(n, _)| !n.ends_with("CheckerFunction"))
+        .filter(|(n, _)| !n.ends_with("CheckerFunction") && *n != HOOK)
     {
         assert_eq!(
             f["environment"]["UMPIRE_ISSUER"], "https://api.example.com",
@@ -1566,16 +1635,25 @@ fn every_function_rolls_out_behind_an_alias_that_alarms_roll_back() {
             .as_array()
             .is_some_and(|h| !h.is_empty())
     };
-    for (name, _) in deployed(&t) {
+    for (name, _) in deployed(&t).into_iter().filter(|(n, _)| *n != HOOK) {
         let alias = aliases
             .iter()
             .find(|(_, a)| a["Properties"]["FunctionName"]["Ref"] == name)
             .unwrap_or_else(|| panic!("{name}: an alias"));
         assert_eq!(alias.1["Properties"]["Name"], "live");
-        let group =
-            alias.1["UpdatePolicy"]["CodeDeployLambdaAliasUpdate"]["DeploymentGroupName"]["Ref"]
-                .as_str()
-                .unwrap_or_else(|| panic!("{name}: moved by CodeDeploy"));
+        let update = &alias.1["UpdatePolicy"]["CodeDeployLambdaAliasUpdate"];
+        // Proved by the PreTraffic hook before any traffic moves, canary or not.
+        assert_eq!(
+            update["BeforeAllowTrafficHook"]["Ref"], HOOK,
+            "{name}: its new versions are probed"
+        );
+        assert!(
+            umpire_functions::pretraffic::probe_for(name).is_some(),
+            "{name}: the hook has a probe for it"
+        );
+        let group = update["DeploymentGroupName"]["Ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: moved by CodeDeploy"));
         let group = &res[group]["Properties"];
         let config = group["DeploymentConfigName"].to_string();
         assert!(
@@ -1607,7 +1685,73 @@ fn every_function_rolls_out_behind_an_alias_that_alarms_roll_back() {
         );
         assert_eq!(group["AutoRollbackConfiguration"]["Enabled"], true);
     }
-    assert_eq!(groups.len(), deployed(&t).len());
+    // Every function but the hook (not deployed through itself).
+    assert_eq!(groups.len(), deployed(&t).len() - 1);
+    // Canaries side by side: no function, role or policy waits on another function's
+    // alias (whose update is that function's canary, five minutes by default); callers
+    // name the alias by its qualified name instead. Would catch: a `!Ref X.Alias`
+    // chaining the checker's canary before the verdicts function's, then MCP's.
+    for (logical, r) in res {
+        let kind = r["Type"].as_str().unwrap_or_default();
+        if [
+            "AWS::Lambda::Function",
+            "AWS::IAM::Role",
+            "AWS::IAM::Policy",
+        ]
+        .contains(&kind)
+        {
+            let text = r.to_string();
+            assert!(
+                !text.contains("Aliaslive\""),
+                "{logical} depends on an alias: {text}"
+            );
+        }
+    }
+    // The hook: named as CodeDeploy's role for Lambda deployments may invoke it, and
+    // allowed to invoke and read the tags of every function it probes, nothing else.
+    let hook = &res[HOOK]["Properties"];
+    assert!(
+        hook["FunctionName"].to_string().contains("CodeDeployHook_"),
+        "{}",
+        hook["FunctionName"]
+    );
+    let probed: BTreeSet<String> = deployed(&t)
+        .into_iter()
+        .filter(|(n, _)| *n != HOOK)
+        .map(|(n, _)| n.to_owned())
+        .collect();
+    for name in &probed {
+        let arn = format!("arn:aws:lambda:us-east-1:123456789012:function:{name}");
+        assert!(
+            may(
+                function(&t, HOOK),
+                "lambda:InvokeFunction",
+                &format!("{arn}:*")
+            ),
+            "the hook may invoke {name}'s versions"
+        );
+        assert!(
+            may(function(&t, HOOK), "lambda:ListTags", &format!("\"{arn}\"")),
+            "the hook may read {name}'s tags"
+        );
+    }
+    for (actions, _) in statements(function(&t, HOOK)) {
+        for a in actions {
+            assert!(
+                [
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "codedeploy:GetDeployment",
+                    "codedeploy:GetApplicationRevision",
+                    "codedeploy:PutLifecycleEventHookExecutionStatus",
+                    "lambda:InvokeFunction",
+                    "lambda:ListTags",
+                ]
+                .contains(&a.as_str()),
+                "the hook may {a}"
+            );
+        }
+    }
     // Callers name the alias (a qualified ARN), and may invoke only it.
     for (caller, var, callee) in [
         (

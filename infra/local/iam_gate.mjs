@@ -117,6 +117,8 @@ function describe(req, body, scope) {
       }
     }
     case 'lambda': {
+      const tags = /^\/2017-03-31\/tags\/([^/?]+)/.exec(req.url)
+      if (tags) return { action: 'lambda:ListTags', resources: [decodeURIComponent(tags[1])], context: {} }
       const m = /^\/2015-03-31\/functions\/([^/]+)\/invocations/.exec(req.url)
       if (!m) return { action: 'lambda:Unknown', resources: ['*'], context: {} }
       const name = decodeURIComponent(m[1])
@@ -139,6 +141,30 @@ function describe(req, body, scope) {
         action: `secretsmanager:${op}`,
         resources: id.startsWith('arn:') ? [id] : [],
         fromAnswer: id.startsWith('arn:') ? null : (answer) => answer.ARN,
+        context: {},
+      }
+    }
+    case 'codedeploy': {
+      // A deployment's calls are authorized on its deployment group, which the request
+      // does not name: it is asked of the service first (GetDeployment, unsigned).
+      const b = json()
+      // No resource type (IAM's Service Authorization Reference): evaluated on "*".
+      if (op === 'PutLifecycleEventHookExecutionStatus') return { action: `codedeploy:${op}`, resources: ['*'], context: {} }
+      if (op === 'GetApplicationRevision') {
+        return { action: `codedeploy:${op}`, resources: [`arn:aws:codedeploy:${region}:${ACCOUNT}:application:${b.applicationName}`], context: {} }
+      }
+      return {
+        action: `codedeploy:${op}`,
+        resources: [],
+        lookup: async () => {
+          const asked = await forward(
+            { method: 'POST', url: '/', headers: { 'x-amz-target': 'CodeDeploy_20141006.GetDeployment', 'content-type': 'application/x-amz-json-1.1' } },
+            Buffer.from(JSON.stringify({ deploymentId: b.deploymentId ?? '' })),
+            'codedeploy'
+          )
+          const info = asked.status === 200 ? JSON.parse(asked.body.toString('utf8')).deploymentInfo : null
+          return info ? [`arn:aws:codedeploy:${region}:${ACCOUNT}:deploymentgroup:${info.applicationName}/${info.deploymentGroupName}`] : ['*']
+        },
         context: {},
       }
     }
@@ -244,6 +270,7 @@ const server = http.createServer(async (req, res) => {
       return res.end(answer.body)
     }
     const ask = describe(req, body, scope)
+    if (ask.lookup) ask.resources = await ask.lookup()
     let answer = null
     if (ask.fromAnswer) {
       // The resource is named only in the answer (read-only calls): ask, then decide.

@@ -40,6 +40,8 @@ MAX_PAYLOAD_BYTES = 6_291_456
 # An answer may be this large, and no larger (Lambda's own error names the figure).
 MAX_RESPONSE_BYTES = 6_291_556
 
+# The local stack's account (infra/local/stack_up.py, the IAM gate).
+ACCOUNT = "123456789012"
 INVOKE = re.compile(r"^/2015-03-31/functions/([^/]+)/invocations$")
 RESULT = re.compile(r"^/2018-06-01/runtime/invocation/([^/]+)/(response|error)$")
 
@@ -96,8 +98,9 @@ class Sandbox:
         env.update(
             {
                 "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{self.port}",
-                "AWS_LAMBDA_FUNCTION_NAME": self.args.name,
-                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                # A stack's published version runs as "NAME:VERSION".
+                "AWS_LAMBDA_FUNCTION_NAME": self.args.name.partition(":")[0],
+                "AWS_LAMBDA_FUNCTION_VERSION": self.args.name.partition(":")[2] or "$LATEST",
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
                 "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{self.args.name}",
                 "AWS_LAMBDA_LOG_STREAM_NAME": "local",
@@ -125,10 +128,28 @@ class Sandbox:
                 self.running[inv.id] = inv
             self.pending.put(inv)
             # Cold starts are not counted against the timeout (Lambda's init phase has
-            # its own limit); the clock starts when the sandbox takes the event.
+            # its own limit); the clock starts when the sandbox takes the event. A
+            # bootstrap that exits before taking it is started again once, as Lambda
+            # retries a failed init inside the invocation; failing again, the
+            # invocation fails as Lambda's does (Runtime.ExitError), not waits.
+            init_failures = 0
             while not inv.taken.wait(0.05):
                 if self.proc.poll() is not None:
+                    init_failures += 1
+                    status = self.proc.returncode
                     self.start()
+                    if init_failures >= 2:
+                        inv.function_error = "Unhandled"
+                        inv.body = json.dumps(
+                            {
+                                "errorType": "Runtime.ExitError",
+                                "errorMessage": f"RequestId: {inv.id} Error: Runtime exited with error: exit status {status}",
+                            }
+                        ).encode()
+                        inv.done.set()
+                        with self.lock:
+                            self.running.pop(inv.id, None)
+                        return inv
             deadline = time.monotonic() + self.args.timeout
             memory = getattr(self.args, "memory", None)
             checked = 0.0
@@ -223,6 +244,9 @@ def handler_for(sandbox):
         def do_GET(self):
             if self.path == "/2018-06-01/runtime/invocation/next":
                 inv = sandbox.pending.get()
+                # An invocation already answered (its init failed twice) is not handed on.
+                while inv.done.is_set():
+                    inv = sandbox.pending.get()
                 inv.taken.set()
                 deadline_ms = int((time.time() + sandbox.args.timeout) * 1000)
                 self.reply(
@@ -233,7 +257,7 @@ def handler_for(sandbox):
                         ("Lambda-Runtime-Deadline-Ms", str(deadline_ms)),
                         (
                             "Lambda-Runtime-Invoked-Function-Arn",
-                            f"arn:aws:lambda:us-east-1:000000000000:function:{sandbox.args.name}",
+                            f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:{sandbox.args.name}",
                         ),
                         ("Lambda-Runtime-Trace-Id", "Root=1-00000000-000000000000000000000000"),
                     ],

@@ -204,6 +204,19 @@ def transformed(path, params):
     return sam, transform(template, params, NoManagedPolicyNames())
 
 
+def chosen(r, items):
+    """A list's `Fn::If` entries as their chosen branches, `AWS::NoValue` dropped (the
+    entries themselves left unresolved)."""
+    out = []
+    for item in items:
+        while isinstance(item, dict) and list(item) == ["Fn::If"]:
+            condition, yes, no = item["Fn::If"]
+            item = yes if r.condition(condition) else no
+        if item != {"Ref": "AWS::NoValue"}:
+            out.append(item)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("template")
@@ -229,8 +242,11 @@ def main():
             }
             for logical, res in resources.items()
         }
-        # An alias is named by its qualified ARN (what invoking it takes).
+        # A function's ARN as Lambda writes it; an alias is named by its qualified ARN
+        # (what invoking it takes).
         for logical, res in resources.items():
+            if res["Type"] == "AWS::Lambda::Function":
+                names[logical]["Arn"] = f"arn:aws:lambda:us-east-1:123456789012:function:{logical}"
             if res["Type"] == "AWS::Lambda::Alias":
                 fn = res["Properties"]["FunctionName"]["Ref"]
                 names[logical]["Ref"] = f"arn:aws:lambda:us-east-1:123456789012:function:{fn}:{res['Properties']['Name']}"
@@ -267,7 +283,7 @@ def main():
             if res2["Type"] == "AWS::IAM::Policy"
             and {"Ref": role_logical} in res2["Properties"].get("Roles", [])
         ]
-        for pol in role.get("Policies", []) + attached:
+        for pol in chosen(r, role.get("Policies", [])) + attached:
             doc = r.value(pol["PolicyDocument"])
             statements = doc["Statement"]
             if isinstance(statements, dict):

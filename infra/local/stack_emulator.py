@@ -15,6 +15,17 @@ own credentials), as infra/local/stack.py resolved it from template.yaml. In fro
   reported in batchItemFailures (POST /__stack/triggers?paused=1 pauses them all, =0
   resumes).
 
+Deployments as CodeDeploy runs them for an alias (POST /__stack/deploy {"function",
+"env": {VAR: value or null to drop}, "bootstrap_of": another function}): a new version
+is published beside the live one (the alias `live`; callers naming the function or the
+alias get the live version, a version number gets that version), CodeDeploy's PreTraffic
+hook (the function the spec names "hook") is invoked with a lifecycle event, reads the
+deployment through the CodeDeploy API served here (GetDeployment, whose AppSpec content
+is withheld as AWS withholds it, GetApplicationRevision,
+PutLifecycleEventHookExecutionStatus; JSON 1.1, reached through the IAM gate) and the
+function's tags (Lambda's ListTags: CloudFormation's logical-id tag), and the alias moves
+to the new version only when the hook reported Succeeded.
+
 As strict as AWS where it bites: concurrent invocations of a function run in sandboxes
 of their own (a pool, started on demand), all of them count against the account's
 concurrency quota ("concurrency", 10 by default: a new account's), and one past it is
@@ -26,6 +37,7 @@ in for the account's other functions with POST /__stack/hold?slots=N (and
 
 usage: stack_emulator.py --stack FILE --port-file FILE
 FILE: {"concurrency": N, "functions": {NAME: {"bootstrap", "timeout", "memory", "env": {...}}},
+       "hook": NAME, "stack_name": NAME, "codedeploy": {"application": NAME, "groups": {NAME: GROUP}},
        "routes": [{"method", "path", "function"}],
        "sqs": [{"function", "queue_url", "batch_size", "maximum_concurrency",
                 "report_failures", "endpoint", "access_key", "secret_key", "region"}]}
@@ -34,6 +46,7 @@ Writes the port of the Invoke API and HTTP API (one server) to --port-file once 
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import re
@@ -61,6 +74,9 @@ MAX_REQUEST_LINE_AND_HEADER_VALUES = 10_240
 
 # A new account's concurrency quota.
 DEFAULT_CONCURRENCY = 10
+
+# Lambda's ListTags.
+TAGS = re.compile(r"^/2017-03-31/tags/([^/]+)$")
 
 THROTTLED = (
     429,
@@ -153,6 +169,13 @@ class Stack:
         self.functions = spec["functions"]
         # One warm sandbox per function to begin with; more as invocations overlap.
         self.sandboxes = {name: [start_sandbox(name, f)] for name, f in self.functions.items()}
+        # Versions: the first deploy's is "1"; the alias `live` names one of them.
+        self.versions = {name: {"1": f} for name, f in self.functions.items()}
+        self.live = {name: "1" for name in self.functions}
+        self.hook = spec.get("hook")
+        self.stack_name = spec.get("stack_name", "local")
+        self.codedeploy = spec.get("codedeploy", {"application": "local", "groups": {}})
+        self.deployments = {}
         self.routes = [dict(r, regex=route_regex(r["path"])) for r in spec.get("routes", [])]
         self.sqs = spec.get("sqs", [])
         self.polled = 0
@@ -168,8 +191,12 @@ class Stack:
         self.triggers_paused = False
         self.lock = threading.Lock()
 
-    def invoke(self, name, payload):
-        pool = self.sandboxes.get(name)
+    def invoke(self, name, payload, qualifier=None):
+        # The function, or the alias: the live version; a number: that version.
+        version = self.live.get(name) if qualifier in (None, "", "live", "$LATEST") else qualifier
+        spec = self.versions.get(name, {}).get(version)
+        key = name if version == "1" else f"{name}:{version}"
+        pool = self.sandboxes.get(key) if spec is not None else None
         if pool is None:
             return 404, b'{"Type":"User","message":"Function not found"}', [
                 ("X-Amzn-ErrorType", "ResourceNotFoundException")
@@ -187,7 +214,7 @@ class Stack:
             sandbox.busy = True
         try:
             if fresh:
-                sandbox = start_sandbox(name, self.functions[name])
+                sandbox = start_sandbox(key, spec)
                 sandbox.busy = True
                 with self.lock:
                     pool.append(sandbox)
@@ -196,6 +223,122 @@ class Stack:
             with self.lock:
                 sandbox.busy = False
                 self.in_flight -= 1
+
+    def deploy(self, change):
+        """Publishes a version of change["function"] and runs CodeDeploy's PreTraffic
+        hook on it; the alias moves only if the hook reported Succeeded."""
+        name = change["function"]
+        with self.lock:
+            current = self.live[name]
+            version = str(max(int(v) for v in self.versions[name]) + 1)
+            spec = json.loads(json.dumps(self.versions[name][current]))
+            if change.get("bootstrap_of"):
+                spec["bootstrap"] = self.functions[change["bootstrap_of"]]["bootstrap"]
+            for k, v in (change.get("env") or {}).items():
+                if v is None:
+                    spec["env"].pop(k, None)
+                else:
+                    spec["env"][k] = v
+            self.versions[name][version] = spec
+            self.sandboxes[f"{name}:{version}"] = []
+            deployment = "d-" + uuid.uuid4().hex[:9].upper()
+            execution = str(uuid.uuid4())
+            content = json.dumps(
+                {
+                    "version": 0.0,
+                    "Resources": [
+                        {
+                            name: {
+                                "Type": "AWS::Lambda::Function",
+                                "Properties": {"Name": name, "Alias": "live", "CurrentVersion": current, "TargetVersion": version},
+                            }
+                        }
+                    ],
+                    "Hooks": [{"BeforeAllowTraffic": self.hook}],
+                }
+            )
+            self.deployments[deployment] = {
+                "application": self.codedeploy["application"],
+                "group": self.codedeploy["groups"].get(name, f"{name}DeploymentGroup"),
+                "content": content,
+                "sha256": hashlib.sha256(content.encode()).hexdigest(),
+                "execution": execution,
+                "reported": None,
+            }
+        event = json.dumps({"DeploymentId": deployment, "LifecycleEventHookExecutionId": execution}).encode()
+        status, body, headers = self.invoke(self.hook, event)
+        with self.lock:
+            reported = self.deployments[deployment]["reported"]
+            if reported == "Succeeded":
+                self.live[name] = version
+            return {
+                "deployment": deployment,
+                "version": version,
+                "reported": reported,
+                "live": self.live[name],
+                "hook": {
+                    "status": status,
+                    "error": dict(headers).get("X-Amz-Function-Error"),
+                    "answer": body.decode("utf-8", "replace"),
+                },
+            }
+
+    def codedeploy_call(self, target, body):
+        """CodeDeploy's JSON 1.1 API, the calls a lifecycle hook makes."""
+        op = target.rpartition(".")[2]
+        b = json.loads(body or b"{}")
+
+        def error(kind, message):
+            return 400, json.dumps({"__type": kind, "message": message}).encode(), [
+                ("Content-Type", "application/x-amz-json-1.1")
+            ]
+
+        def ok(v):
+            return 200, json.dumps(v).encode(), [("Content-Type", "application/x-amz-json-1.1")]
+
+        with self.lock:
+            if op in ("GetDeployment", "PutLifecycleEventHookExecutionStatus"):
+                d = self.deployments.get(b.get("deploymentId", ""))
+                if d is None:
+                    return error("DeploymentDoesNotExistException", f"The deployment {b.get('deploymentId')} could not be found.")
+                if op == "GetDeployment":
+                    return ok(
+                        {
+                            "deploymentInfo": {
+                                "applicationName": d["application"],
+                                "deploymentGroupName": d["group"],
+                                "deploymentId": b["deploymentId"],
+                                "computePlatform": "Lambda",
+                                "status": "InProgress",
+                                # As AWS answers: the content is withheld, its hash given.
+                                "revision": {"revisionType": "AppSpecContent", "appSpecContent": {"sha256": d["sha256"]}},
+                            }
+                        }
+                    )
+                if b.get("lifecycleEventHookExecutionId") != d["execution"]:
+                    return error("InvalidLifecycleEventHookExecutionIdException", "not this deployment's hook execution")
+                if d["reported"] is not None:
+                    return error("LifecycleEventAlreadyCompletedException", "the lifecycle event is already complete")
+                if b.get("status") not in ("Succeeded", "Failed"):
+                    return error("InvalidLifecycleEventHookExecutionStatusException", f"status {b.get('status')!r}")
+                d["reported"] = b["status"]
+                return ok({"lifecycleEventHookExecutionId": d["execution"]})
+            if op == "GetApplicationRevision":
+                sha = ((b.get("revision") or {}).get("appSpecContent") or {}).get("sha256")
+                for d in self.deployments.values():
+                    if d["application"] == b.get("applicationName") and d["sha256"] == sha:
+                        return ok(
+                            {
+                                "applicationName": d["application"],
+                                "revision": {
+                                    "revisionType": "AppSpecContent",
+                                    "appSpecContent": {"content": d["content"], "sha256": d["sha256"]},
+                                },
+                                "revisionInfo": {"description": "local"},
+                            }
+                        )
+                return error("RevisionDoesNotExistException", "no such revision")
+        return error("UnknownOperationException", op)
 
     def hold(self, slots):
         with self.lock:
@@ -350,6 +493,21 @@ def handler_for_stack(stack):
             self.reply(int(answer.get("statusCode", 200)), out, headers)
 
         def do_GET(self):
+            tags = TAGS.match(self.path.partition("?")[0])
+            if tags:
+                # CloudFormation tags what it creates with the stack and the logical id.
+                arn = unquote_plus(tags.group(1))
+                name = arn.split(":")[6] if arn.startswith("arn:") and arn.count(":") >= 6 else arn
+                if name not in stack.functions:
+                    self.reply(404, b'{"Type":"User","message":"Function not found"}', [("X-Amzn-ErrorType", "ResourceNotFoundException")])
+                    return
+                self.reply(
+                    200,
+                    json.dumps(
+                        {"Tags": {"aws:cloudformation:logical-id": name, "aws:cloudformation:stack-name": stack.stack_name}}
+                    ).encode(),
+                )
+                return
             if self.path == "/__stack/stats":
                 with stack.lock:
                     pools = {n: list(p) for n, p in stack.sandboxes.items()}
@@ -383,17 +541,28 @@ def handler_for_stack(stack):
                 stack.hold(0)
                 self.reply(200, b"{}")
                 return
+            if self.path == "/__stack/deploy":
+                self.reply(200, json.dumps(stack.deploy(json.loads(body))).encode())
+                return
+            target = self.headers.get("X-Amz-Target", "")
+            if target.startswith("CodeDeploy_20141006."):
+                self.reply(*stack.codedeploy_call(target, body))
+                return
             if self.path.startswith("/__stack/triggers"):
                 stack.triggers_paused = self.path.endswith("paused=1")
                 self.reply(200, b"{}")
                 return
             m = INVOKE.match(self.path.partition("?")[0])
             if m:
-                # A name, name:qualifier, or an ARN, qualified (an alias) or not: the
-                # function is the one named (one version of each runs here).
-                name = unquote_plus(m.group(1))
-                name = name.split(":")[6] if name.startswith("arn:") else name.split(":")[0]
-                self.reply(*stack.invoke(name, body))
+                # A name, name:qualifier, or an ARN, qualified or not (the alias `live`,
+                # or a version number), or a Qualifier parameter.
+                named = unquote_plus(m.group(1)).split(":")
+                name, qualifier = (named[6], named[7] if len(named) > 7 else None) if named[0] == "arn" else (named[0], named[1] if len(named) > 1 else None)
+                query = self.path.partition("?")[2]
+                for kv in query.split("&"):
+                    if kv.startswith("Qualifier="):
+                        qualifier = unquote_plus(kv.partition("=")[2])
+                self.reply(*stack.invoke(name, body, qualifier))
                 return
             self.api(body)
 

@@ -120,6 +120,9 @@ def main():
         elif res["Type"] == "AWS::Logs::LogGroup":
             group = f"/aws/lambda/{args.prefix}{logical}"
             names[logical] = {"Ref": group, "Arn": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}"}
+        elif res["Type"] in ("AWS::CodeDeploy::Application", "AWS::CodeDeploy::DeploymentGroup"):
+            # Named only: the stack emulator stands in for CodeDeploy's deployments.
+            names[logical] = {"Ref": f"{args.prefix}{logical}"}
         elif res["Type"] == "AWS::SNS::Topic":
             names[logical] = {"Ref": f"arn:aws:sns:{REGION}:{ACCOUNT}:{args.prefix}{logical}"}
 

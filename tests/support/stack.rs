@@ -364,11 +364,30 @@ impl LocalStack {
                 }));
             }
         }
+        // CodeDeploy's side: the PreTraffic hook every alias names, the deployment
+        // application and each function's deployment group (`deploy`).
+        let hook = functions
+            .iter()
+            .find(|(_, f)| f["binary"] == "pretraffic")
+            .map(|(logical, _)| logical.clone());
+        let groups: serde_json::Map<String, Json> = functions
+            .keys()
+            .filter_map(|logical| {
+                let group = self.names[format!("{logical}DeploymentGroup")]["Ref"].as_str()?;
+                Some((logical.clone(), Json::from(group)))
+            })
+            .collect();
         let spec = json!({
             "functions": spec_functions,
             "routes": routes,
             "sqs": sqs,
             "concurrency": self.concurrency,
+            "hook": hook,
+            "stack_name": self.names["AWS::StackName"],
+            "codedeploy": {
+                "application": self.names["ServerlessDeploymentApplication"]["Ref"],
+                "groups": groups,
+            },
         });
         let spec_file = self.dir.write("stack.json", spec.to_string().as_bytes());
         let port_file = self.dir.path().join("stack.port");
@@ -395,6 +414,7 @@ impl LocalStack {
         let api: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
         // Functions invoke functions (the checker) through the gate, which sends them on.
         self.route("lambda", &format!("http://{api}"));
+        self.route("codedeploy", &format!("http://{api}"));
         self.api = Some(api);
         self.emulator = Some(child);
     }
@@ -528,6 +548,25 @@ impl LocalStack {
     /// Takes `slots` of the account's concurrency, as the account's other functions
     /// would (0 gives them back).
     /// Pauses (or resumes) every SQS trigger: jobs due meanwhile pile up in the queue.
+    /// A deployment of a new version of `function`, as CodeDeploy runs it behind the
+    /// alias: published with `change` (`{"env": {VAR: value or null}, "bootstrap_of":
+    /// another function}`), the PreTraffic hook invoked on it, the alias moved only if
+    /// the hook reported Succeeded. Answers `{deployment, version, reported, live,
+    /// hook: {status, error, answer}}`.
+    pub fn deploy(&self, function: &str, change: Json) -> Json {
+        let mut change = change;
+        change["function"] = Json::from(function);
+        let r = request(
+            self.api.expect("the stack's functions run"),
+            "POST",
+            "/__stack/deploy",
+            &[("Content-Type", "application/json")],
+            Some(change.to_string().as_bytes()),
+        );
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        serde_json::from_slice(&r.body).expect("the deployment's outcome")
+    }
+
     pub fn pause_triggers(&self, paused: bool) {
         let r = request(
             self.api.expect("the functions run"),
