@@ -23,6 +23,7 @@ import sys
 import tomllib
 
 PARAM = "TableDeletionProtection"
+MAX_STACK_NAME = 64 - len("CodeDeployHook_")
 # A change set under review, not a stack yet (SAM treats it the same way).
 NOT_YET = {"REVIEW_IN_PROGRESS"}
 # A failed first create whose rollback finished: empty, and not updatable.
@@ -70,6 +71,14 @@ def main():
     import boto3
 
     name = args.stack_name or saved(args.config, "stack_name") or "umpire"
+    # The PreTraffic hook is named CodeDeployHook_<stack> (CodeDeploy's role for Lambda
+    # deployments invokes only such names), and a function name has 64 characters.
+    if len(name) > MAX_STACK_NAME:
+        sys.exit(
+            f"stack_state.py: the stack name {name!r} has {len(name)} characters; at most "
+            f"{MAX_STACK_NAME} (its PreTraffic hook is CodeDeployHook_<stack name>, 64 at most): "
+            "choose a shorter one (sam deploy --guided asks for it)"
+        )
     region = args.region or saved(args.config, "region")
     session = boto3.session.Session(region_name=region) if region else boto3.session.Session()
     if not session.region_name:

@@ -11,7 +11,7 @@
 //! the checkers. A stack deployed before its signing key or its payment rails answers
 //! the paid and key routes `503 unavailable` on purpose; that is a right answer too.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -35,6 +35,8 @@ pub enum Probe {
         body: Option<&'static str>,
         statuses: &'static [u16],
         unavailable: bool,
+        /// What a right 200 carries (another function's bootstrap answers 200 too).
+        shows: &'static str,
     },
     /// An empty SQS batch: no failures reported.
     Jobs,
@@ -48,13 +50,19 @@ const PURCHASE: &str =
 /// An address that is never a merchant anyone pays (the probe's 402 quotes it).
 const PROBE_MERCHANT: &str = "/v1/reputation?merchant=0x0000000000000000000000000000000000000001";
 
-const fn get(path: &'static str, statuses: &'static [u16], unavailable: bool) -> Probe {
+const fn get(
+    path: &'static str,
+    statuses: &'static [u16],
+    unavailable: bool,
+    shows: &'static str,
+) -> Probe {
     Probe::Http {
         method: "GET",
         path,
         body: None,
         statuses,
         unavailable,
+        shows,
     }
 }
 
@@ -63,6 +71,7 @@ const fn post(
     body: &'static str,
     statuses: &'static [u16],
     unavailable: bool,
+    shows: &'static str,
 ) -> Probe {
     Probe::Http {
         method: "POST",
@@ -70,6 +79,7 @@ const fn post(
         body: Some(body),
         statuses,
         unavailable,
+        shows,
     }
 }
 
@@ -77,32 +87,35 @@ const fn post(
 /// for a function the hook does not know (refused: every deployed function gets one).
 pub fn probe_for(logical_id: &str) -> Option<Probe> {
     Some(match logical_id {
-        "HealthFunction" => get("/healthz", &[200], false),
-        "KeyFunction" => get("/.well-known/umpire-key.json", &[200], true),
-        "QuoteFunction" => get("/v1/quote", &[200], false),
-        "OpenApiFunction" => get("/openapi.json", &[200], false),
-        "VerifyPageFunction" => get("/verify", &[200], false),
-        "ValidateFunction" => post("/v1/validate", VALID_SPEC, &[200], false),
-        "VerdictsFunction" => post("/v1/verdicts/basic", PURCHASE, &[402], true),
-        "ReputationFunction" => get(PROBE_MERCHANT, &[402], true),
+        "HealthFunction" => get("/healthz", &[200], false, "\"key_id\""),
+        "KeyFunction" => get("/.well-known/umpire-key.json", &[200], true, "\"key_id\""),
+        "QuoteFunction" => get("/v1/quote", &[200], false, "\"limits\""),
+        "OpenApiFunction" => get("/openapi.json", &[200], false, "\"openapi\""),
+        "VerifyPageFunction" => get("/verify", &[200], false, "<html"),
+        "ValidateFunction" => post("/v1/validate", VALID_SPEC, &[200], false, "\"spec_hash\""),
+        "VerdictsFunction" => post("/v1/verdicts/basic", PURCHASE, &[402], true, ""),
+        "ReputationFunction" => get(PROBE_MERCHANT, &[402], true, ""),
         // An id nobody holds: the same 404 as any unknown or expired one.
         "StatusFunction" => get(
             "/v1/verdicts/vrd_pretrafficprobe?secret=probe",
             &[404],
             true,
+            "",
         ),
         "FindFunction" => get(
             "/v1/find?spec_hash=0000000000000000000000000000000000000000000000000000000000000000&webhook=https%3A%2F%2Fexample.com%2Fprobe",
             &[200],
             true,
+            "\"verdict_ids\"",
         ),
         // A body that is no feedback: refused before anything is read or stored.
-        "FeedbackFunction" => post("/v1/feedback", "{}", &[400, 422], true),
+        "FeedbackFunction" => post("/v1/feedback", "{}", &[400, 422], true, ""),
         "McpFunction" => post(
             "/mcp",
             r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"umpire-pretraffic","version":"1"}}}"#,
             &[200],
             true,
+            "\"jsonrpc\"",
         ),
         "WorkerFunction" => Probe::Jobs,
         "CheckerFunction" | "PassTwoCheckerFunction" => Probe::Checker,
@@ -110,10 +123,19 @@ pub fn probe_for(logical_id: &str) -> Option<Probe> {
     })
 }
 
-/// The function and version a Lambda deployment shifts traffic to, from its AppSpec
-/// (JSON or YAML, as CodeDeploy stores it: `Resources: [{<name>: {Type, Properties:
-/// {Name, Alias, CurrentVersion, TargetVersion}}}]`).
-pub fn target_of(appspec: &str) -> Result<(String, String), String> {
+/// What a Lambda deployment does, from its AppSpec (JSON or YAML, as CodeDeploy stores
+/// it: `Resources: [{<name>: {Type, Properties: {Name, Alias, CurrentVersion,
+/// TargetVersion}}}]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub function: String,
+    /// The version live now, behind the alias.
+    pub current: String,
+    /// The version the deployment moves the alias to.
+    pub version: String,
+}
+
+pub fn target_of(appspec: &str) -> Result<Target, String> {
     let field = |key: &str| -> Option<String> {
         if let Ok(v) = serde_json::from_str::<Value>(appspec) {
             return v["Resources"]
@@ -133,23 +155,40 @@ pub fn target_of(appspec: &str) -> Result<(String, String), String> {
             Some(rest.trim().trim_matches(['"', '\'']).to_owned())
         })
     };
-    let name = field("Name").filter(|s| !s.is_empty());
-    let version = field("TargetVersion").filter(|s| !s.is_empty());
-    match (name, version) {
-        (Some(n), Some(v)) => Ok((n, v)),
+    let named = |key: &str| field(key).filter(|s| !s.is_empty());
+    match (
+        named("Name"),
+        named("CurrentVersion"),
+        named("TargetVersion"),
+    ) {
+        (Some(function), Some(current), Some(version)) => Ok(Target {
+            function,
+            current,
+            version,
+        }),
         _ => Err(format!(
-            "the deployment's AppSpec names no function and target version: {}",
+            "the deployment's AppSpec names no function, current and target version: {}",
             appspec.chars().take(300).collect::<String>()
         )),
     }
 }
 
-/// Invokes `function:version` with its probe and says what was wrong with the answer.
+/// How a version answered its probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    Right,
+    /// `503 unavailable`, which is right only where the live version says the same.
+    Unavailable,
+}
+
+/// Invokes `function:version` with its probe, within `deadline`, and says what was
+/// wrong with the answer.
 pub async fn run_probe(
     client: &aws_sdk_lambda::Client,
     qualified: &str,
     probe: Probe,
-) -> Result<(), String> {
+    deadline: Instant,
+) -> Result<Answered, String> {
     match probe {
         Probe::Http {
             method,
@@ -157,6 +196,7 @@ pub async fn run_probe(
             body,
             statuses,
             unavailable,
+            shows,
         } => {
             let req = http::Request::builder()
                 .method(method)
@@ -166,20 +206,26 @@ pub async fn run_probe(
                 .header("user-agent", "umpire-pretraffic")
                 .body(Bytes::from(body.unwrap_or_default()))
                 .map_err(|e| format!("the probe request: {e}"))?;
-            let answer = invoke(client, qualified, crate::paid::http_event(&req)).await?;
-            let response = crate::paid::http_response(&answer).ok_or_else(|| {
-                format!(
-                    "{method} {path}: not an API Gateway answer: {}",
-                    excerpt(&answer)
-                )
-            })?;
-            judge_http(method, path, statuses, unavailable, &response)
+            let answer = invoke(client, qualified, crate::paid::http_event(&req), deadline).await?;
+            // An API Gateway answer names its status: a bare JSON (another kind of
+            // function's answer) would pass for a 200.
+            let framed = serde_json::from_slice::<Value>(&answer)
+                .is_ok_and(|v| v.get("statusCode").is_some_and(Value::is_u64));
+            let response = crate::paid::http_response(&answer)
+                .filter(|_| framed)
+                .ok_or_else(|| {
+                    format!(
+                        "{method} {path}: not an API Gateway answer: {}",
+                        excerpt(&answer)
+                    )
+                })?;
+            judge_http(method, path, statuses, unavailable, shows, &response)
         }
         Probe::Jobs => {
-            let answer = invoke(client, qualified, br#"{"Records":[]}"#.to_vec()).await?;
+            let answer = invoke(client, qualified, br#"{"Records":[]}"#.to_vec(), deadline).await?;
             let v: Value = serde_json::from_slice(&answer).unwrap_or_default();
             match v.get("batchItemFailures").and_then(Value::as_array) {
-                Some(failures) if failures.is_empty() => Ok(()),
+                Some(failures) if failures.is_empty() => Ok(Answered::Right),
                 _ => Err(format!(
                     "an empty batch: expected no failures, got {}",
                     excerpt(&answer)
@@ -201,14 +247,18 @@ pub async fn run_probe(
                 },
                 fetched: vec![None],
             };
-            match checker.judge(&request).await {
-                Ok(outcomes) if matches!(outcomes.as_slice(), [Outcome { passed: true, .. }]) => {
-                    Ok(())
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, checker.judge(&request)).await {
+                Ok(Ok(outcomes))
+                    if matches!(outcomes.as_slice(), [Outcome { passed: true, .. }]) =>
+                {
+                    Ok(Answered::Right)
                 }
-                Ok(outcomes) => Err(format!(
+                Ok(Ok(outcomes)) => Err(format!(
                     "one length check on a short text: expected a pass, got {outcomes:?}"
                 )),
-                Err(e) => Err(format!("one length check: {e}")),
+                Ok(Err(e)) => Err(format!("one length check: {e}")),
+                Err(_) => Err(format!("{qualified} did not answer within {left:?}")),
             }
         }
     }
@@ -219,56 +269,85 @@ fn judge_http(
     path: &str,
     statuses: &[u16],
     unavailable: bool,
+    shows: &str,
     response: &umpire_api::Response,
-) -> Result<(), String> {
+) -> Result<Answered, String> {
     let got = response.status().as_u16();
     let body: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
     let text = excerpt(response.body());
     if statuses.contains(&got) {
-        // The error statuses the probe expects carry the contract's error body.
+        // The error statuses the probe expects carry the contract's error body; a 200
+        // carries what only this route answers.
         if got >= 400 && body["error"]["code"].as_str().is_none() {
             return Err(format!(
                 "{method} {path}: {got} without the error body: {text}"
             ));
         }
-        return Ok(());
+        if !String::from_utf8_lossy(response.body()).contains(shows) {
+            return Err(format!("{method} {path}: {got} without {shows}: {text}"));
+        }
+        return Ok(Answered::Right);
     }
     if unavailable && got == 503 && body["error"]["code"] == "unavailable" {
-        return Ok(());
+        return Ok(Answered::Unavailable);
     }
     Err(format!(
         "{method} {path}: expected {statuses:?}, got {got}: {text}"
     ))
 }
 
-/// One synchronous invocation; a function error (a crash, a cold start that failed, a
-/// timeout) is a wrong answer.
+/// One synchronous invocation within `deadline`; a function error (a crash, a cold
+/// start that failed, a timeout) is a wrong answer. Throttling is waited out: every
+/// function of a deploy is probed at once, on an account that may allow 10 executions.
 async fn invoke(
     client: &aws_sdk_lambda::Client,
     qualified: &str,
     payload: Vec<u8>,
+    deadline: Instant,
 ) -> Result<Vec<u8>, String> {
-    let out = client
-        .invoke()
-        .function_name(qualified)
-        .payload(aws_sdk_lambda::primitives::Blob::new(payload))
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "invoking {qualified}: {}",
-                aws_sdk_lambda::error::DisplayErrorContext(e)
-            )
-        })?;
-    let answer = out
-        .payload()
-        .map(|b| b.as_ref().to_vec())
-        .unwrap_or_default();
-    if let Some(kind) = out.function_error() {
-        return Err(format!("{qualified} failed ({kind}): {}", excerpt(&answer)));
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let call = client
+            .invoke()
+            .function_name(qualified)
+            .payload(aws_sdk_lambda::primitives::Blob::new(payload.clone()))
+            .send();
+        let out = match tokio::time::timeout(left, call).await {
+            Err(_) => return Err(format!("{qualified} did not answer within {left:?}")),
+            Ok(Err(e)) => {
+                let throttled = matches!(
+                    e.as_service_error(),
+                    Some(
+                        aws_sdk_lambda::operation::invoke::InvokeError::TooManyRequestsException(_)
+                    )
+                );
+                if throttled && left > THROTTLE_PAUSE * 2 {
+                    tokio::time::sleep(THROTTLE_PAUSE).await;
+                    continue;
+                }
+                return Err(format!(
+                    "invoking {qualified}: {}",
+                    aws_sdk_lambda::error::DisplayErrorContext(e)
+                ));
+            }
+            Ok(Ok(out)) => out,
+        };
+        let answer = out
+            .payload()
+            .map(|b| b.as_ref().to_vec())
+            .unwrap_or_default();
+        if let Some(kind) = out.function_error() {
+            return Err(format!("{qualified} failed ({kind}): {}", excerpt(&answer)));
+        }
+        return Ok(answer);
     }
-    Ok(answer)
 }
+
+/// Between two tries of a throttled probe.
+const THROTTLE_PAUSE: Duration = Duration::from_secs(2);
+
+/// What the hook keeps of its own time to report, whatever the probes took.
+const REPORT_MARGIN: Duration = Duration::from_secs(10);
 
 fn excerpt(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).chars().take(300).collect()
@@ -292,13 +371,20 @@ impl Hook {
         }
     }
 
-    /// One lifecycle event: the verdict on the new version, reported to CodeDeploy. A
+    /// One lifecycle event: the verdict on the new version, reported to CodeDeploy
+    /// before the hook's own time is up (`time_left`, from Lambda's deadline). A
     /// deployment that cannot be read, or a target without a probe, fails: traffic
     /// moves only to a version that answered right. An error only when the report
     /// itself could not be made (CodeDeploy then fails the hook at its own timeout).
-    pub async fn handle(&self, event: &Value, own_arn: &str) -> Result<Value, String> {
+    pub async fn handle(
+        &self,
+        event: &Value,
+        own_arn: &str,
+        time_left: Duration,
+    ) -> Result<Value, String> {
         let (deployment, execution) = hook_ids(event)?;
-        let verdict = self.verdict(&deployment, own_arn).await;
+        let deadline = Instant::now() + time_left.saturating_sub(REPORT_MARGIN);
+        let verdict = self.verdict(&deployment, own_arn, deadline).await;
         let (status, reason) = match &verdict {
             Ok(target) => (
                 aws_sdk_codedeploy::types::LifecycleEventStatus::Succeeded,
@@ -330,8 +416,39 @@ impl Hook {
         Ok(json!({ "deployment": deployment, "status": status.as_str(), "reason": reason }))
     }
 
-    /// Probes the deployment's target; its qualified name when it answered right.
-    async fn verdict(&self, deployment: &str, own_arn: &str) -> Result<String, String> {
+    /// Probes the deployment's target; its qualified name when it answered right. A
+    /// refusal of the hook's own calls is tried again for a while: on the deploy that
+    /// adds the hook, its role's grants may still be reaching IAM's every endpoint.
+    async fn verdict(
+        &self,
+        deployment: &str,
+        own_arn: &str,
+        deadline: Instant,
+    ) -> Result<String, String> {
+        let mut tries = 0;
+        loop {
+            match self.probe_target(deployment, own_arn, deadline).await {
+                Err(why)
+                    if why.contains("AccessDenied")
+                        && tries < ACCESS_RETRIES
+                        && deadline.saturating_duration_since(Instant::now())
+                            > ACCESS_PAUSE * 2 =>
+                {
+                    tries += 1;
+                    tracing::warn!(deployment, %why, "the hook's own call was refused; trying again");
+                    tokio::time::sleep(ACCESS_PAUSE).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn probe_target(
+        &self,
+        deployment: &str,
+        own_arn: &str,
+        deadline: Instant,
+    ) -> Result<String, String> {
         let shown = |e: &dyn std::fmt::Display| format!("reading deployment {deployment}: {e}");
         let info = self
             .codedeploy
@@ -348,7 +465,7 @@ impl Hook {
             (Some(a), Some(r)) => (a, r),
             _ => return Err(shown(&"no application or revision")),
         };
-        let appspec = self
+        let revision = self
             .codedeploy
             .get_application_revision()
             .application_name(&application)
@@ -357,11 +474,17 @@ impl Hook {
             .await
             .map_err(|e| shown(&aws_sdk_codedeploy::error::DisplayErrorContext(e)))?
             .revision
-            .and_then(|r| r.app_spec_content)
-            .and_then(|c| c.content)
+            .ok_or_else(|| shown(&"no revision"))?;
+        // A Lambda deployment CloudFormation starts reads back as a plain string (the
+        // `String` revision type, deprecated for new deployments made through the API,
+        // which use AppSpecContent): both are read.
+        #[allow(deprecated)]
+        let raw = revision.string.and_then(|r| r.content);
+        let appspec = raw
+            .or_else(|| revision.app_spec_content.and_then(|c| c.content))
             .ok_or_else(|| shown(&"a revision without AppSpec content"))?;
-        let (function, version) = target_of(&appspec)?;
-        let arn = function_arn(own_arn, &function)?;
+        let target = target_of(&appspec)?;
+        let arn = function_arn(own_arn, &target.function)?;
         let tags = self
             .lambda
             .list_tags()
@@ -370,7 +493,8 @@ impl Hook {
             .await
             .map_err(|e| {
                 format!(
-                    "reading {function}'s tags: {}",
+                    "reading {}'s tags: {}",
+                    target.function,
                     aws_sdk_lambda::error::DisplayErrorContext(e)
                 )
             })?;
@@ -378,18 +502,40 @@ impl Hook {
             .tags()
             .and_then(|t| t.get(LOGICAL_ID_TAG))
             .ok_or_else(|| {
-                format!("{function} has no {LOGICAL_ID_TAG} tag: not a function of this stack")
+                format!(
+                    "{} has no {LOGICAL_ID_TAG} tag: not a function of this stack",
+                    target.function
+                )
             })?;
         let probe = probe_for(logical).ok_or_else(|| {
             format!("no probe for {logical}: every function of the stack needs one (functions/src/pretraffic.rs)")
         })?;
-        let qualified = format!("{function}:{version}");
-        run_probe(&self.lambda, &qualified, probe)
+        let qualified = format!("{}:{}", target.function, target.version);
+        let failed = |why: String| format!("{logical} version {}: {why}", target.version);
+        match run_probe(&self.lambda, &qualified, probe, deadline)
             .await
-            .map(|()| qualified.clone())
-            .map_err(|why| format!("{logical} version {version}: {why}"))
+            .map_err(failed)?
+        {
+            Answered::Right => Ok(qualified),
+            // Not keyed, or no rails yet: right only if the live version says so too (a
+            // version that lost the stack's key or rails answers the same 503).
+            Answered::Unavailable => {
+                let live = format!("{}:{}", target.function, target.current);
+                match run_probe(&self.lambda, &live, probe, deadline).await {
+                    Ok(Answered::Right) => Err(failed(format!(
+                        "answers 503 unavailable where version {} (live) answers",
+                        target.current
+                    ))),
+                    _ => Ok(qualified),
+                }
+            }
+        }
     }
 }
+
+/// Tries of the hook's own calls refused by IAM, and the pause between them.
+const ACCESS_RETRIES: u32 = 5;
+const ACCESS_PAUSE: Duration = Duration::from_secs(5);
 
 /// The ARN of function `name` in the hook's own account, region and partition (taken
 /// from the hook's ARN, which Lambda gives every invocation).
@@ -427,15 +573,14 @@ mod tests {
     #[test]
     fn the_target_is_read_from_json_and_yaml_appspecs() {
         let json = r#"{"version":0.0,"Resources":[{"HealthFunction":{"Type":"AWS::Lambda::Function","Properties":{"Name":"umpire-HealthFunction-AbC","Alias":"live","CurrentVersion":"3","TargetVersion":"4"}}}]}"#;
-        assert_eq!(
-            target_of(json),
-            Ok(("umpire-HealthFunction-AbC".into(), "4".into()))
-        );
+        let expected = Target {
+            function: "umpire-HealthFunction-AbC".into(),
+            current: "3".into(),
+            version: "4".into(),
+        };
+        assert_eq!(target_of(json).as_ref(), Ok(&expected));
         let yaml = "version: 0.0\nResources:\n  - health:\n      Type: AWS::Lambda::Function\n      Properties:\n        Name: \"umpire-HealthFunction-AbC\"\n        Alias: \"live\"\n        CurrentVersion: \"3\"\n        TargetVersion: \"4\"\n";
-        assert_eq!(
-            target_of(yaml),
-            Ok(("umpire-HealthFunction-AbC".into(), "4".into()))
-        );
+        assert_eq!(target_of(yaml), Ok(expected));
         assert!(target_of("{}").is_err());
     }
 }

@@ -789,6 +789,15 @@ async fn every_route_and_job_runs_under_its_own_role() {
             r#"McpFunction McpFunctionRolePolicy0#3: ["dynamodb:UpdateItem"]"#,
             r#"McpFunction McpFunctionRolePolicy0#4: ["dynamodb:Query"]"#,
             r#"PassTwoCheckerFunction OwnLogs#1: ["logs:CreateLogStream", "logs:PutLogEvents"]"#,
+            // The PreTraffic hook runs only in a deployment, which this run does not
+            // make: functions/tests/pretraffic.rs uses each of these (and holds that
+            // every call it made was allowed).
+            r#"PreTrafficHookFunction OwnLogs#1: ["logs:CreateLogStream", "logs:PutLogEvents"]"#,
+            r#"PreTrafficHookFunction ReportOnDeployments#1: ["codedeploy:GetDeployment"]"#,
+            r#"PreTrafficHookFunction ReportOnDeployments#2: ["codedeploy:GetApplicationRevision"]"#,
+            r#"PreTrafficHookFunction ReportOnDeployments#3: ["codedeploy:PutLifecycleEventHookExecutionStatus"]"#,
+            r#"PreTrafficHookFunction ProbeNewVersions#1: ["lambda:InvokeFunction"]"#,
+            r#"PreTrafficHookFunction ProbeNewVersions#2: ["lambda:ListTags"]"#,
             // This stack has no validator key: the worker opens one in
             // a_validation_answer_is_posted_by_the_worker_under_its_own_role.
             r#"WorkerFunction ValidatorKeyDecrypt#1: ["kms:Decrypt"]"#,

@@ -330,9 +330,11 @@ class Stack:
                         return ok(
                             {
                                 "applicationName": d["application"],
+                                # As the revisions of CloudFormation's Lambda
+                                # deployments read back: a plain string.
                                 "revision": {
-                                    "revisionType": "AppSpecContent",
-                                    "appSpecContent": {"content": d["content"], "sha256": d["sha256"]},
+                                    "revisionType": "String",
+                                    "string": {"content": d["content"], "sha256": d["sha256"]},
                                 },
                                 "revisionInfo": {"description": "local"},
                             }
@@ -497,7 +499,9 @@ def handler_for_stack(stack):
             if tags:
                 # CloudFormation tags what it creates with the stack and the logical id.
                 arn = unquote_plus(tags.group(1))
-                name = arn.split(":")[6] if arn.startswith("arn:") and arn.count(":") >= 6 else arn
+                # Lambda takes the function's unqualified ARN here, nothing else.
+                parts = arn.split(":")
+                name = parts[6] if len(parts) == 7 and parts[0] == "arn" else None
                 if name not in stack.functions:
                     self.reply(404, b'{"Type":"User","message":"Function not found"}', [("X-Amzn-ErrorType", "ResourceNotFoundException")])
                     return

@@ -213,7 +213,12 @@ fn nfa_bytes(text: &str, limit: usize) -> Result<usize, bool> {
         .build()
         .parse(text)
         .map_err(|_| false)?;
-    if repeated_lower_bound(&hir, limit) > limit {
+    // With a tenth off: the copies of a class are built alike but not identically
+    // (regex-automata's UTF-8 caches are direct-mapped on state ids, so what one copy
+    // shares depends on where it sits), so a spec just under its allowance is never
+    // refused on the bound alone.
+    let bound = repeated_lower_bound(&hir, limit);
+    if bound - bound / 10 > limit {
         return Err(true);
     }
     let forward = thompson_bytes(&hir, false, limit)?;
@@ -371,7 +376,7 @@ mod tests {
         for text in [r"(?i)[\p{L}\p{N}\w]{900}x", r"^\w{1,64}0$"] {
             let hir = parse(text);
             let bound = repeated_lower_bound(&hir, usize::MAX);
-            assert!(bound > SPEC_REGEX_BYTES, "{text}: {bound}");
+            assert!(bound - bound / 10 > SPEC_REGEX_BYTES, "{text}: {bound}");
             assert_eq!(nfa_bytes(text, SPEC_REGEX_BYTES), Err(true), "{text}");
         }
         let hir = parse(r"\w{1,20}");
