@@ -5,10 +5,11 @@
 //! AppSpec; the function's CloudFormation logical id from its tags), invokes that
 //! version with a request it must answer right, and reports `Succeeded` or `Failed`.
 //!
-//! The requests are the ones a caller makes before paying, so a probe charges nothing,
-//! signs nothing and stores nothing: `/healthz`, a valid spec to `/v1/validate`, an
-//! unpaid purchase (its `402`), an empty SQS batch for the worker, one length check for
-//! the checkers. A stack deployed before its signing key or its payment rails answers
+//! The requests are the ones a caller makes before paying, so a probe charges nothing
+//! and signs nothing; it stores nothing but the per-IP rate-limit counters any caller
+//! moves (the "unknown" bucket: a probe has no address): `/healthz`, a valid spec to
+//! `/v1/validate`, an unpaid purchase (its `402`), an empty SQS batch for the worker,
+//! one length check for the checkers. A stack deployed before its signing key or its payment rails answers
 //! the paid and key routes `503 unavailable` on purpose; that is a right answer too.
 
 use std::time::{Duration, Instant};
@@ -449,6 +450,35 @@ impl Hook {
         own_arn: &str,
         deadline: Instant,
     ) -> Result<String, String> {
+        let target = self.target(deployment).await?;
+        let logical = self.logical_id(own_arn, &target.function).await?;
+        let probe = probe_for(&logical).ok_or_else(|| {
+            format!("no probe for {logical}: every function of the stack needs one (functions/src/pretraffic.rs)")
+        })?;
+        let qualified = format!("{}:{}", target.function, target.version);
+        let failed = |why: String| format!("{logical} version {}: {why}", target.version);
+        match run_probe(&self.lambda, &qualified, probe, deadline)
+            .await
+            .map_err(failed)?
+        {
+            Answered::Right => Ok(qualified),
+            // Not keyed, or no rails yet: right only if the live version says so too (a
+            // version that lost the stack's key or rails answers the same 503).
+            Answered::Unavailable => {
+                let live = format!("{}:{}", target.function, target.current);
+                match run_probe(&self.lambda, &live, probe, deadline).await {
+                    Ok(Answered::Right) => Err(failed(format!(
+                        "answers 503 unavailable where version {} (live) answers",
+                        target.current
+                    ))),
+                    _ => Ok(qualified),
+                }
+            }
+        }
+    }
+
+    /// The function and versions `deployment` is for, from its AppSpec.
+    async fn target(&self, deployment: &str) -> Result<Target, String> {
         let shown = |e: &dyn std::fmt::Display| format!("reading deployment {deployment}: {e}");
         let info = self
             .codedeploy
@@ -483,8 +513,12 @@ impl Hook {
         let appspec = raw
             .or_else(|| revision.app_spec_content.and_then(|c| c.content))
             .ok_or_else(|| shown(&"a revision without AppSpec content"))?;
-        let target = target_of(&appspec)?;
-        let arn = function_arn(own_arn, &target.function)?;
+        target_of(&appspec)
+    }
+
+    /// The function's logical id in template.yaml, from CloudFormation's tag.
+    async fn logical_id(&self, own_arn: &str, function: &str) -> Result<String, String> {
+        let arn = function_arn(own_arn, function)?;
         let tags = self
             .lambda
             .list_tags()
@@ -493,43 +527,16 @@ impl Hook {
             .await
             .map_err(|e| {
                 format!(
-                    "reading {}'s tags: {}",
-                    target.function,
+                    "reading {function}'s tags: {}",
                     aws_sdk_lambda::error::DisplayErrorContext(e)
                 )
             })?;
-        let logical = tags
-            .tags()
+        tags.tags()
             .and_then(|t| t.get(LOGICAL_ID_TAG))
+            .cloned()
             .ok_or_else(|| {
-                format!(
-                    "{} has no {LOGICAL_ID_TAG} tag: not a function of this stack",
-                    target.function
-                )
-            })?;
-        let probe = probe_for(logical).ok_or_else(|| {
-            format!("no probe for {logical}: every function of the stack needs one (functions/src/pretraffic.rs)")
-        })?;
-        let qualified = format!("{}:{}", target.function, target.version);
-        let failed = |why: String| format!("{logical} version {}: {why}", target.version);
-        match run_probe(&self.lambda, &qualified, probe, deadline)
-            .await
-            .map_err(failed)?
-        {
-            Answered::Right => Ok(qualified),
-            // Not keyed, or no rails yet: right only if the live version says so too (a
-            // version that lost the stack's key or rails answers the same 503).
-            Answered::Unavailable => {
-                let live = format!("{}:{}", target.function, target.current);
-                match run_probe(&self.lambda, &live, probe, deadline).await {
-                    Ok(Answered::Right) => Err(failed(format!(
-                        "answers 503 unavailable where version {} (live) answers",
-                        target.current
-                    ))),
-                    _ => Ok(qualified),
-                }
-            }
-        }
+                format!("{function} has no {LOGICAL_ID_TAG} tag: not a function of this stack")
+            })
     }
 }
 
