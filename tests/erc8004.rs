@@ -841,6 +841,19 @@ fn an_answer_reverted_once_mined_is_tried_again_and_posted() {
     );
 }
 
+/// Buys the verdict answering `reference`, then waits until its answer is given up
+/// (`ValidationFailures` raised) and nothing of it is left queued.
+fn bought_then_given_up(v: &Validator, reference: &str) {
+    let bought = v.buy("basic", SPEC, GOOD, reference);
+    assert_eq!(bought.status, 201, "{}", bought.body);
+    wait_for(
+        std::time::Duration::from_secs(90),
+        "ValidationFailures raised",
+        || v.server.logs().contains("ValidationFailures"),
+    );
+    v.drained(std::time::Duration::from_secs(30));
+}
+
 /// docs/erc8004.md: a second mined revert in a row ends the answer's attempts (each one
 /// is paid for in gas): here every estimate is too low, so each answer runs out of gas
 /// once mined. Two are sent, both mined, then `ValidationFailures` is raised and nothing
@@ -866,14 +879,7 @@ fn an_answer_reverted_twice_in_a_row_once_mined_is_given_up() {
         Fault::Result(serde_json::json!("0x7530")),
         None,
     );
-    let bought = v.buy("basic", SPEC, GOOD, &reference);
-    assert_eq!(bought.status, 201, "{}", bought.body);
-    wait_for(
-        std::time::Duration::from_secs(90),
-        "ValidationFailures raised",
-        || v.server.logs().contains("ValidationFailures"),
-    );
-    v.drained(std::time::Duration::from_secs(30));
+    bought_then_given_up(&v, &reference);
     assert_eq!(
         proxy.calls_of("eth_sendRawTransaction"),
         2,
@@ -1357,14 +1363,7 @@ fn posting_gives_up_after_ten_attempts_raising_validation_failures() {
         ],
     );
     let (reference, hash) = v.request(&request_file(SPEC, GOOD), None);
-    let bought = v.buy("basic", SPEC, GOOD, &reference);
-    assert_eq!(bought.status, 201, "{}", bought.body);
-    wait_for(
-        std::time::Duration::from_secs(90),
-        "ValidationFailures raised",
-        || v.server.logs().contains("ValidationFailures"),
-    );
-    v.drained(std::time::Duration::from_secs(30));
+    bought_then_given_up(&v, &reference);
     assert_eq!(
         proxy.calls_of("eth_sendRawTransaction"),
         10,
