@@ -13,13 +13,18 @@
 // 2 is paid (payTo), 3 settles for the server (self-settlement), 4 is a facilitator,
 // 5 is a demo merchant for feedback, 6 is the escrow's demo client (it funds jobs) and
 // 7 its demo provider (and the demo ERC-8004 agent's owner), 8 the escrow's fee
-// treasury (0 is the escrow's admin, who sets its fees), 9 Umpire's ERC-8004 validator.
+// treasury (0 is the escrow's admin, who sets its fees), 9 Umpire's ERC-8004 validator,
+// 10 Umpire's batch-settlement receiver authorizer (it signs claims; it needs no ETH).
 // The ERC-8004 Identity and Validation registries (IdentityRegistry.sol,
-// ValidationRegistry.sol) are deployed too. The demo payer is also the jobs' evaluator: it pays Umpire for the verdict
+// ValidationRegistry.sol) are deployed too, and x402's batch-settlement contract and its
+// EIP-3009 deposit collector (x402BatchSettlement.sol) at the addresses `@x402/evm` names
+// (deployed, then their code copied there with `anvil_setCode`), so the reference
+// clients find them unmodified. The demo payer is also the jobs' evaluator: it pays Umpire for the verdict
 // and completes or rejects the job with it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
+import { BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS } from "@x402/evm";
 import { createPublicClient, createWalletClient, http, toHex } from "viem";
 import { mnemonicToAccount } from "viem/accounts";
 import { compile } from "./compile.mjs";
@@ -72,6 +77,23 @@ const escrowLegacy = await deployed("AgenticCommerceLegacy.sol", "AgenticCommerc
 // ERC-8004: agents' identities, and validation requests answered by Umpire's validator.
 const identityRegistry = await deployed("IdentityRegistry.sol", "IdentityRegistry", []);
 const validationRegistry = await deployed("ValidationRegistry.sol", "ValidationRegistry", [identityRegistry]);
+// batch-settlement: the EIP-712 domain every channel id and voucher is signed under names
+// the contract's address, so it must run at the one the reference package names. Its
+// code reads its own address at run time; the collector's immutable is built with the
+// canonical settlement address before its code is copied.
+const placeAt = async (target, file, contract, deployArgs) => {
+  const built = await deployed(file, contract, deployArgs);
+  const code = await pub.getCode({ address: built });
+  await pub.request({ method: "anvil_setCode", params: [target, code] });
+  return target;
+};
+const batchSettlement = await placeAt(BATCH_SETTLEMENT_ADDRESS, "x402BatchSettlement.sol", "x402BatchSettlement", []);
+const depositCollector = await placeAt(
+  ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+  "x402BatchSettlement.sol",
+  "ERC3009DepositCollector",
+  [BATCH_SETTLEMENT_ADDRESS],
+);
 const escrowClient = account(6).address;
 const clientMint = await deployer.writeContract({
   address: asset,
@@ -110,6 +132,10 @@ const devnet = {
   evaluator: payer,
   identity_registry: identityRegistry,
   validation_registry: validationRegistry,
+  batch_settlement: batchSettlement,
+  erc3009_deposit_collector: depositCollector,
+  receiver_authorizer: account(10).address,
+  receiver_authorizer_private_key: privateKey(10),
   validator: account(9).address,
   validator_private_key: privateKey(9),
   agent_owner: account(7).address,

@@ -89,7 +89,7 @@ fn bad_signature(e: impl std::fmt::Display) -> PaymentFailure {
 
 /// The address whose key made `sig` over `prehash`, through libsecp256k1 (alloy's own
 /// recovery uses k256, several times slower; a test holds the two equal).
-fn recover_signer(sig: &Signature, prehash: &B256) -> Result<Address, PaymentFailure> {
+pub(crate) fn recover_signer(sig: &Signature, prehash: &B256) -> Result<Address, PaymentFailure> {
     use secp256k1::ecdsa::{RecoverableSignature, RecoveryId};
     static CONTEXT: std::sync::LazyLock<secp256k1::Secp256k1<secp256k1::VerifyOnly>> =
         std::sync::LazyLock::new(secp256k1::Secp256k1::verification_only);

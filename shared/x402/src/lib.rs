@@ -6,6 +6,7 @@
 //! (EIP-3009 signatures, Solana transactions), signed offers and sign-in-with-x, and the
 //! payer's side (signing a payment). No network: settlement is `umpire-pay`.
 
+pub mod batch;
 pub mod client;
 pub mod codec;
 pub mod evm;

@@ -102,6 +102,30 @@ reasons! {
     /// The transfer was broadcast and is not confirmed yet (x402's word since
     /// `@x402/core` 2.24): neither paid nor refused, the transaction names it.
     SettlementPending => "settlement_pending",
+    /// batch-settlement: `payload.type` is none of deposit, voucher, refund.
+    BatchPayloadType => "invalid_batch_settlement_evm_payload_type",
+    /// batch-settlement: the channel config or voucher does not read.
+    BatchVoucherPayload => "invalid_batch_settlement_evm_voucher_payload",
+    /// batch-settlement: the deposit part does not read.
+    BatchDepositPayload => "invalid_batch_settlement_evm_deposit_payload",
+    /// batch-settlement: the refund part does not read.
+    BatchRefundPayload => "invalid_batch_settlement_evm_refund_payload",
+    /// batch-settlement: the config does not hash to the voucher's channel id.
+    BatchChannelIdMismatch => "invalid_batch_settlement_evm_channel_id_mismatch",
+    /// batch-settlement: the channel pays someone else.
+    BatchReceiverMismatch => "invalid_batch_settlement_evm_receiver_mismatch",
+    /// batch-settlement: the channel names another receiver authorizer.
+    BatchReceiverAuthorizerMismatch => "invalid_batch_settlement_evm_receiver_authorizer_mismatch",
+    /// batch-settlement: the channel is in another token.
+    BatchTokenMismatch => "invalid_batch_settlement_evm_token_mismatch",
+    /// batch-settlement: the channel's withdrawal delay is not the one we offer.
+    BatchWithdrawDelayMismatch => "invalid_batch_settlement_evm_withdraw_delay_mismatch",
+    /// batch-settlement: the withdrawal delay is outside the contract's 15 min – 30 days.
+    BatchWithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",
+    /// batch-settlement: a deposit authorized otherwise than by EIP-3009 (we offer that only).
+    BatchErc3009Required => "invalid_batch_settlement_evm_erc3009_authorization_required",
+    /// batch-settlement: the voucher's signature is not the payer authorizer's.
+    BatchVoucherSignature => "invalid_batch_settlement_evm_voucher_signature",
 }
 
 impl From<&str> for FailureReason {
