@@ -172,6 +172,7 @@ async fn unsold_pass2(stack: &LocalStack) -> String {
         payments: stack.name("PaymentsTable"),
         rate_limits: stack.name("RateLimitsTable"),
         feedback: stack.name("FeedbackTable"),
+        channels: stack.name("ChannelsTable"),
     };
     let store = umpire_store::dynamo::DynamoStore::from_config(&config, tables);
     let queue = umpire_store::sqs::SqsQueue::from_config(&config, stack.name("JobsQueue"));

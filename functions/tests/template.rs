@@ -160,6 +160,8 @@ fn no_backup_outlives_what_the_contract_deletes() {
         ("PaymentsTable", true, Some(1)),
         ("RateLimitsTable", false, None),
         ("FeedbackTable", true, None),
+        // batch-settlement channels: payment records kept with their channel.
+        ("ChannelsTable", true, None),
     ] {
         let spec = &resource(&t, table)["Properties"]["PointInTimeRecoverySpecification"];
         assert_eq!(
@@ -173,18 +175,20 @@ fn no_backup_outlives_what_the_contract_deletes() {
             "{table}: its recovery window"
         );
     }
-    // docs/api.md: feedback rows never expire, so their table has no TTL; the others
-    // expire what the contract deletes.
+    // docs/api.md: feedback rows never expire, so their table has no TTL, nor do the
+    // channels' (they last as long as the channel); the others expire what the contract
+    // deletes.
     for table in [
         "VerdictsTable",
         "IdempotencyTable",
         "PaymentsTable",
         "FeedbackTable",
+        "ChannelsTable",
     ] {
         let ttl = &resource(&t, table)["Properties"]["TimeToLiveSpecification"];
         assert_eq!(
             ttl.is_null(),
-            table == "FeedbackTable",
+            matches!(table, "FeedbackTable" | "ChannelsTable"),
             "{table}: time to live {ttl}"
         );
     }
@@ -195,7 +199,7 @@ fn no_backup_outlives_what_the_contract_deletes() {
         .values()
         .filter(|r| r["Type"] == "AWS::DynamoDB::Table")
         .count();
-    assert_eq!(tables, 5);
+    assert_eq!(tables, 6);
 }
 
 #[test]

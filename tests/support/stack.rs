@@ -503,6 +503,7 @@ impl LocalStack {
             payments: self.name("PaymentsTable"),
             rate_limits: self.name("RateLimitsTable"),
             feedback: self.name("FeedbackTable"),
+            channels: self.name("ChannelsTable"),
         }
     }
 

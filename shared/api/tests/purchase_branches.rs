@@ -8,6 +8,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use umpire_store::channels::{
+    ChannelChain, ChannelCharge, ChannelCommit, ChannelHold, ChannelRecord, ChannelTake,
+};
 
 use alloy::signers::local::PrivateKeySigner;
 use async_trait::async_trait;
@@ -416,6 +419,42 @@ impl umpire_store::FeedbackStore for FlakyStore {
     }
     async fn load_feedback(&self, rows: &[umpire_store::FeedbackRow]) -> umpire_store::Result<()> {
         self.inner.load_feedback(rows).await
+    }
+}
+
+#[async_trait]
+impl umpire_store::ChannelStore for FlakyStore {
+    async fn get_channel(&self, id: &str) -> umpire_store::Result<Option<ChannelRecord>> {
+        self.inner.get_channel(id).await
+    }
+    async fn create_channel(&self, record: &ChannelRecord) -> umpire_store::Result<bool> {
+        self.inner.create_channel(record).await
+    }
+    async fn take_channel(
+        &self,
+        id: &str,
+        hold: &ChannelHold,
+        now: u64,
+    ) -> umpire_store::Result<ChannelTake> {
+        self.inner.take_channel(id, hold, now).await
+    }
+    async fn commit_channel(
+        &self,
+        id: &str,
+        hold_id: &str,
+        base: u128,
+        charge: &ChannelCharge,
+    ) -> umpire_store::Result<ChannelCommit> {
+        self.inner.commit_channel(id, hold_id, base, charge).await
+    }
+    async fn release_channel(&self, id: &str, hold_id: &str) -> umpire_store::Result<()> {
+        self.inner.release_channel(id, hold_id).await
+    }
+    async fn mirror_channel(&self, id: &str, chain: &ChannelChain) -> umpire_store::Result<()> {
+        self.inner.mirror_channel(id, chain).await
+    }
+    async fn unclaimed_channels(&self, limit: usize) -> umpire_store::Result<Vec<ChannelRecord>> {
+        self.inner.unclaimed_channels(limit).await
     }
 }
 

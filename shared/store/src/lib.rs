@@ -1,7 +1,8 @@
 //! Persistence behind a trait per concern (verdicts, idempotency, the purchase ledger,
-//! rate counters, feedback; `Store` is all five) and the job queue, implemented twice:
-//! DynamoDB + SQS for AWS, and an embedded SQLite database for `umpire serve`. One
-//! conformance suite (`tests/conformance.rs`) holds both to the same behaviour.
+//! rate counters, feedback, batch-settlement channels; `Store` is all six) and the job
+//! queue, implemented twice: DynamoDB + SQS for AWS, and an embedded SQLite database for
+//! `umpire serve`. One conformance suite (`tests/conformance.rs`, `tests/channels.rs`)
+//! holds both to the same behaviour.
 //!
 //! Retention is enforced on read: every record with an expiry is invisible once it
 //! has passed, whatever the backend's background deletion (DynamoDB TTL runs up to days
@@ -9,11 +10,14 @@
 //! inside a sworn pass-2 job, which lives only until pass 2.
 
 pub mod aggregates;
+pub mod channels;
 #[cfg(feature = "aws")]
 pub mod dynamo;
 pub mod sqlite;
 #[cfg(feature = "aws")]
 pub mod sqs;
+
+pub use channels::ChannelStore;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -504,9 +508,15 @@ pub trait FeedbackStore: Send + Sync {
 }
 
 /// Everything stored, for a caller that needs several concerns at once.
-pub trait Store: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore {}
+pub trait Store:
+    VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore + ChannelStore
+{
+}
 
-impl<T: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore> Store for T {}
+impl<T> Store for T where
+    T: VerdictStore + IdempotencyStore + LedgerStore + RateStore + FeedbackStore + ChannelStore
+{
+}
 
 #[async_trait]
 pub trait JobQueue: Send + Sync {

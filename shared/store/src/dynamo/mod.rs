@@ -2,6 +2,7 @@
 //! ([`TABLES`]): `create_tables` builds it for tests and local stacks, and a test holds
 //! `template.yaml` to exactly the same keys, indexes and TTL attributes.
 
+mod channels;
 mod feedback;
 mod idempotency;
 mod ledger;
@@ -105,7 +106,29 @@ pub const FEEDBACK: Table = Table {
     ttl: None,
 };
 
-pub const TABLES: [Table; 5] = [VERDICTS, IDEMPOTENCY, PAYMENTS, RATE_LIMITS, FEEDBACK];
+/// batch-settlement channels: payment records that live as long as their channel (no
+/// TTL); the sparse index lists the channels with charges not yet claimed on chain.
+pub const CHANNELS: Table = Table {
+    logical_id: "ChannelsTable",
+    env: "UMPIRE_CHANNELS_TABLE",
+    key: ("channel_id", "S"),
+    indexes: &[Index {
+        name: "by_unclaimed",
+        partition_key: ("unclaimed", "S"),
+        sort_key: None,
+        include: None,
+    }],
+    ttl: None,
+};
+
+pub const TABLES: [Table; 6] = [
+    VERDICTS,
+    IDEMPOTENCY,
+    PAYMENTS,
+    RATE_LIMITS,
+    FEEDBACK,
+    CHANNELS,
+];
 
 /// The physical table names, from the environment (`UMPIRE_*_TABLE`) or a prefix.
 #[derive(Debug, Clone)]
@@ -115,6 +138,7 @@ pub struct TableNames {
     pub payments: String,
     pub rate_limits: String,
     pub feedback: String,
+    pub channels: String,
 }
 
 impl TableNames {
@@ -125,6 +149,7 @@ impl TableNames {
             payments: format!("{prefix}payments"),
             rate_limits: format!("{prefix}rate-limits"),
             feedback: format!("{prefix}feedback"),
+            channels: format!("{prefix}channels"),
         }
     }
 
@@ -137,6 +162,7 @@ impl TableNames {
             payments: get(PAYMENTS, d.payments),
             rate_limits: get(RATE_LIMITS, d.rate_limits),
             feedback: get(FEEDBACK, d.feedback),
+            channels: get(CHANNELS, d.channels),
         }
     }
 
@@ -146,6 +172,7 @@ impl TableNames {
             "IdempotencyTable" => &self.idempotency,
             "PaymentsTable" => &self.payments,
             "RateLimitsTable" => &self.rate_limits,
+            "ChannelsTable" => &self.channels,
             _ => &self.feedback,
         }
     }

@@ -2,6 +2,7 @@
 //! Every operation is one transaction on one connection, so a conditional write is
 //! atomic exactly as a DynamoDB condition expression is.
 
+mod channels;
 mod feedback;
 mod idempotency;
 mod jobs;
@@ -168,6 +169,7 @@ impl SqliteStore {
         )
         .map_err(unavailable)?;
         conn.execute_batch(SCHEMA).map_err(unavailable)?;
+        conn.execute_batch(channels::SCHEMA).map_err(unavailable)?;
         add_missing_columns(&conn).map_err(unavailable)?;
         feedback::aggregate_earlier_rows(&mut conn).map_err(unavailable)?;
         Ok(SqliteStore {
