@@ -198,3 +198,58 @@ async fn a_sealed_seed_opens_once_and_signs_and_only_signing_functions_hold_it()
         "only the refusals this test asked for: {denied:?}"
     );
 }
+
+/// `umpire keygen --receiver-authorizer`: a fresh secp256k1 key sealed under the stack's
+/// key for batch-settlement claims. The worker opens it under its own context and gets
+/// the address keygen printed; the verdicts function (it signs documents, not claims)
+/// may not, nor may the worker open it as another purpose's secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_worker_opens_the_receiver_authorizer_key() {
+    let stack = stack().await;
+    let key_id = stack.name("SigningKey");
+    let env = stack.sdk_env(OPERATOR);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, stdout, stderr) = run_umpire(
+        &["keygen", "--receiver-authorizer", "--kms-key-id", &key_id],
+        &env,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let printed = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("keygen printed no {name}: {stdout}"))
+            .to_owned()
+    };
+    let (ciphertext, address) = (
+        printed("ReceiverAuthorizerKeyCiphertext"),
+        printed("ReceiverAuthorizerAddress"),
+    );
+    assert!(
+        stderr.contains("ParameterKey=ReceiverAuthorizerAddress"),
+        "keygen says how to deploy it: {stderr}"
+    );
+    let purpose = umpire_keys::Purpose::ReceiverAuthorizer;
+    let worker = aws_sdk_kms::Client::new(&stack.sdk_config("WorkerFunction").await);
+    let secret = umpire_keys::open_secret(&worker, &key_id, &ciphertext, purpose)
+        .await
+        .expect("the worker opens it");
+    let key = alloy::signers::local::PrivateKeySigner::from_bytes(&secret.into()).expect("a key");
+    assert_eq!(key.address().to_string(), address);
+    let as_validator = umpire_keys::open_secret(
+        &worker,
+        &key_id,
+        &ciphertext,
+        umpire_keys::Purpose::ValidatorKey,
+    )
+    .await;
+    assert!(
+        as_validator.is_err(),
+        "sealed for claims, not for validation"
+    );
+    let verdicts = aws_sdk_kms::Client::new(&stack.sdk_config("VerdictsFunction").await);
+    let refused = umpire_keys::open_secret(&verdicts, &key_id, &ciphertext, purpose)
+        .await
+        .expect_err("the verdicts function's role may not open it");
+    assert!(refused.to_string().contains("AccessDenied"), "{refused}");
+}

@@ -528,25 +528,29 @@ fn only_signing_functions_may_open_the_sealed_seed() {
         .collect();
     assert_eq!(
         all_decrypters.len(),
-        2,
-        "two statements grant Decrypt, the seed's and the validator key's: {policy}"
+        3,
+        "three statements grant Decrypt: the seed's, the validator key's, the receiver authorizer's: {policy}"
     );
     let who = |s: &Json| s["Condition"]["ArnEquals"]["aws:PrincipalArn"].to_string();
-    // The validator's key: the worker alone, with its own context.
-    let validator: Vec<&&Json> = all_decrypters
-        .iter()
-        .filter(|s| s.to_string().contains("umpire-validator-key"))
-        .collect();
-    assert_eq!(validator.len(), 1, "{policy}");
-    assert!(
-        who(validator[0]).contains("WorkerFunctionRole")
-            && !validator[0]["Condition"]["ArnEquals"]["aws:PrincipalArn"].is_array(),
-        "only the worker opens the validator key: {}",
-        validator[0]
-    );
+    // The validator's key and the receiver authorizer's: the worker alone, each with its
+    // own context.
+    let worker_only = ["umpire-validator-key", "umpire-receiver-authorizer"];
+    for context in worker_only {
+        let opening: Vec<&&Json> = all_decrypters
+            .iter()
+            .filter(|s| s.to_string().contains(context))
+            .collect();
+        assert_eq!(opening.len(), 1, "{context}: {policy}");
+        assert!(
+            who(opening[0]).contains("WorkerFunctionRole")
+                && !opening[0]["Condition"]["ArnEquals"]["aws:PrincipalArn"].is_array(),
+            "only the worker opens {context}: {}",
+            opening[0]
+        );
+    }
     let decrypters: Vec<&Json> = all_decrypters
         .into_iter()
-        .filter(|s| !s.to_string().contains("umpire-validator-key"))
+        .filter(|s| !worker_only.iter().any(|c| s.to_string().contains(c)))
         .collect();
     for role in [
         "VerdictsFunctionRole",

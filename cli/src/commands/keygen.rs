@@ -19,38 +19,69 @@ pub struct Keygen {
     /// the same KMS key (encryption context purpose=umpire-validator-key, which only
     /// the worker may decrypt), printed as ValidatorKeyCiphertext and ValidatorAddress.
     /// Fund the address with a little ETH for gas.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "receiver_authorizer")]
     validator: bool,
+    /// Make the batch-settlement receiver authorizer's key instead: a fresh secp256k1
+    /// key sealed under the same KMS key (encryption context
+    /// purpose=umpire-receiver-authorizer), printed as ReceiverAuthorizerKeyCiphertext
+    /// and ReceiverAuthorizerAddress. It signs claims of our channels; it is never the
+    /// pay-to key and needs no ETH.
+    #[arg(long)]
+    receiver_authorizer: bool,
 }
 
 impl Keygen {
     pub async fn run(self) -> ExitCode {
         if self.validator {
-            validator(&self.kms_key_id).await
+            secp256k1_key(&self.kms_key_id, &VALIDATOR).await
+        } else if self.receiver_authorizer {
+            secp256k1_key(&self.kms_key_id, &RECEIVER_AUTHORIZER).await
         } else {
             run(&self.kms_key_id).await
         }
     }
 }
 
-async fn validator(kms_key_id: &str) -> ExitCode {
+/// A sealed secp256k1 key: what it is for, the parameters it prints, the next step.
+struct KeyKind {
+    purpose: umpire_keys::Purpose,
+    ciphertext_parameter: &'static str,
+    address_parameter: &'static str,
+    /// Said after the deploy command; `{address}` is the new key's address.
+    next: &'static str,
+}
+
+const VALIDATOR: KeyKind = KeyKind {
+    purpose: umpire_keys::Purpose::ValidatorKey,
+    ciphertext_parameter: "ValidatorKeyCiphertext",
+    address_parameter: "ValidatorAddress",
+    next: "Deploy both values together with ValidationRegistry and ValidationRpcUrlSecretArn (the guided prompts offer these two, press Enter), and send {address} a little ETH for gas (docs/erc8004.md).",
+};
+
+const RECEIVER_AUTHORIZER: KeyKind = KeyKind {
+    purpose: umpire_keys::Purpose::ReceiverAuthorizer,
+    ciphertext_parameter: "ReceiverAuthorizerKeyCiphertext",
+    address_parameter: "ReceiverAuthorizerAddress",
+    next: "Deploy both values together: {address} signs the claims of this deployment's batch-settlement channels (it needs no ETH; docs/paying.md).",
+};
+
+async fn secp256k1_key(kms_key_id: &str, kind: &KeyKind) -> ExitCode {
     let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let kms = aws_sdk_kms::Client::new(&aws);
     let signer = alloy::signers::local::PrivateKeySigner::random();
     let secret: [u8; 32] = signer.credential().to_bytes().into();
-    match umpire_keys::seal_secret(&kms, kms_key_id, secret, umpire_keys::Purpose::ValidatorKey)
-        .await
-    {
+    match umpire_keys::seal_secret(&kms, kms_key_id, secret, kind.purpose).await {
         Ok(ciphertext) => {
-            println!("ValidatorKeyCiphertext={ciphertext}");
-            println!("ValidatorAddress={}", signer.address());
             let address = signer.address().to_string();
+            println!("{}={ciphertext}", kind.ciphertext_parameter);
+            println!("{}={address}", kind.address_parameter);
             eprintln!(
-                "umpire: new validator {address} sealed under {kms_key_id}. Deploy both values together with ValidationRegistry and ValidationRpcUrlSecretArn (the guided prompts offer these two, press Enter):\n  {}\nand send the address a little ETH for gas (docs/erc8004.md).",
+                "umpire: new key {address} sealed under {kms_key_id}.\n  {}\n{}",
                 deploy_command(&[
-                    ("ValidatorKeyCiphertext", &ciphertext),
-                    ("ValidatorAddress", &address),
+                    (kind.ciphertext_parameter, &ciphertext),
+                    (kind.address_parameter, &address),
                 ]),
+                kind.next.replace("{address}", &address),
             );
             ExitCode::SUCCESS
         }

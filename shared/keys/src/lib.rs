@@ -22,6 +22,9 @@ pub enum Purpose {
     SigningSeed,
     /// The ERC-8004 validator's secp256k1 key (the worker alone).
     ValidatorKey,
+    /// The batch-settlement receiver authorizer's secp256k1 key: it signs claims and
+    /// refunds of our channels (the one function that claims).
+    ReceiverAuthorizer,
 }
 
 impl Purpose {
@@ -30,6 +33,7 @@ impl Purpose {
         match self {
             Purpose::SigningSeed => ENCRYPTION_CONTEXT_VALUE,
             Purpose::ValidatorKey => "umpire-validator-key",
+            Purpose::ReceiverAuthorizer => "umpire-receiver-authorizer",
         }
     }
 }
