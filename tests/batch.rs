@@ -94,3 +94,261 @@ fn a_payer_who_withdraws_right_after_buying_takes_back_only_what_was_not_claimed
     let altered = ChannelPayload::from_json(&altered).expect("reads");
     assert!(terms.signer(altered.config(), altered.voucher()).is_err());
 }
+
+/// The seller's side against the devnet, with what the reference client signs: one
+/// deposit for ten purchases, vouchers checked locally against the channel as we keep
+/// it (the chain read once), one request at a time per channel, the charge committed
+/// only by the holder (its retry recognised), and every voucher that should not buy
+/// refused: replayed (with the corrective state), signed by another key, over the
+/// balance, for a channel paying someone else or authorized by someone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn vouchers_buy_one_at_a_time_and_every_forgery_is_refused() {
+    use std::sync::Arc;
+    use umpire_api::checkout::channels::{ChannelSeller, ContractReader, Take};
+    use umpire_store::channels::{ChannelCommit, ChannelStore};
+    use umpire_x402::reason::FailureReason;
+
+    let devnet = tokio::task::spawn_blocking(Devnet::start)
+        .await
+        .expect("devnet");
+    let price = 1_000_000u128;
+    let dn = devnet.devnet_json();
+    let v = tokio::task::spawn_blocking(move || {
+        node_json(
+            "tests/js/batch_channel.mjs",
+            &[
+                "vouchers", "--devnet", &dn, "--price", "1000000", "--units", "10", "--count", "10",
+            ],
+        )
+    })
+    .await
+    .expect("vouchers");
+    let chain_id = devnet.info["chain_id"].as_u64().expect("chain_id");
+    let chain = umpire_pay::evm::EvmChain::connect(
+        text(&devnet.info, "rpc_url"),
+        chain_id,
+        None,
+        std::time::Duration::from_secs(10),
+        std::time::Duration::ZERO,
+    )
+    .await
+    .expect("rpc");
+    let store: Arc<dyn ChannelStore> =
+        Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store"));
+    let seller = Arc::new(ChannelSeller {
+        terms: Terms {
+            chain_id,
+            contract: BATCH_SETTLEMENT_ADDRESS,
+            token: text(&devnet.info, "asset").parse().expect("asset"),
+            receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
+            receiver_authorizer: text(&devnet.info, "receiver_authorizer")
+                .parse()
+                .expect("authorizer"),
+            withdraw_delay_secs: 900,
+        },
+        network: text(&devnet.info, "network").to_owned(),
+        store: store.clone(),
+        chain: Arc::new(ContractReader {
+            chain,
+            contract: BATCH_SETTLEMENT_ADDRESS,
+        }),
+        fresh_secs: 60,
+    });
+    let now = umpire_host::Clock::system().now();
+    let payload = |config: &Value, voucher: &Value| {
+        ChannelPayload::from_json(
+            &json!({"type": "voucher", "channelConfig": config, "voucher": voucher}),
+        )
+        .expect("reads")
+    };
+    let ours = |k: usize| payload(&v["channel_config"], &v["vouchers"][k]);
+    let reason = |t: &Take| match t {
+        Take::Refused(f) | Take::Corrective { failure: f, .. } | Take::Busy { failure: f, .. } => {
+            Some(f.reason.clone())
+        }
+        Take::Held(_) => None,
+    };
+
+    // The first purchase: held, charged with the answer, its retry not charged again.
+    let Take::Held(first) = seller.take(&ours(0), price, "p1", now + 30, now).await else {
+        panic!("the first voucher buys")
+    };
+    assert_eq!(
+        seller.commit(&first).await.expect("commit"),
+        ChannelCommit::Committed
+    );
+    assert_eq!(
+        seller.commit(&first).await.expect("retry"),
+        ChannelCommit::Already
+    );
+    let answer = serde_json::to_value(seller.response(&first)).expect("json");
+    assert_eq!(answer["transaction"], "");
+    assert_eq!(answer["extra"]["chargedAmount"], price.to_string());
+    assert_eq!(
+        answer["extra"]["channelState"]["chargedCumulativeAmount"],
+        price.to_string()
+    );
+    assert_eq!(
+        answer["extra"]["channelState"]["balance"],
+        text(&v, "deposited")
+    );
+
+    // Replayed: the channel has moved on; the corrective state says where it stands and
+    // proves it with the payer's own last voucher.
+    let replay = seller
+        .take(&ours(0), price, "p1-again", now + 30, now)
+        .await;
+    assert_eq!(
+        reason(&replay),
+        Some(FailureReason::BatchCumulativeMismatch)
+    );
+    let Take::Corrective { extra, .. } = &replay else {
+        panic!("{replay:?}")
+    };
+    assert_eq!(
+        extra["channelState"]["chargedCumulativeAmount"],
+        price.to_string()
+    );
+    assert_eq!(
+        extra["voucherState"]["signature"],
+        v["vouchers"][0]["signature"]
+    );
+    assert_eq!(
+        extra["voucherState"]["signedMaxClaimable"],
+        price.to_string()
+    );
+
+    // Twenty requests with the next voucher at once: one holds the channel, the others
+    // are told it is busy and when to come back.
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let (s, p) = (seller.clone(), ours(1));
+            tokio::spawn(async move { s.take(&p, price, &format!("p2-{i}"), now + 30, now).await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for t in tasks {
+        match t.await.expect("join") {
+            Take::Held(h) => held.push(h),
+            Take::Busy {
+                retry_after_secs,
+                failure,
+            } => {
+                assert_eq!(failure.reason, FailureReason::BatchChannelBusy);
+                assert!((1..=30).contains(&retry_after_secs), "{retry_after_secs}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(held.len(), 1, "one holder");
+    assert_eq!(
+        seller.commit(&held[0]).await.expect("commit"),
+        ChannelCommit::Committed
+    );
+    // A holder whose request failed charges nothing: the next voucher is still the third.
+    let Take::Held(third) = seller.take(&ours(2), price, "p3", now + 30, now).await else {
+        panic!("the third voucher buys")
+    };
+    seller.release(&third).await.expect("release");
+    assert_eq!(
+        store
+            .get_channel(text(&v, "channel_id"))
+            .await
+            .expect("get")
+            .expect("kept")
+            .charge
+            .charged,
+        2 * price
+    );
+
+    // Forgeries and vouchers for channels that are not ours.
+    let other_key = seller
+        .take(
+            &payload(&v["channel_config"], &v["other_key"]),
+            price,
+            "x1",
+            now + 30,
+            now,
+        )
+        .await;
+    assert_eq!(
+        reason(&other_key),
+        Some(FailureReason::BatchVoucherSignature)
+    );
+    let other_receiver = &v["other_receiver"];
+    let t = seller
+        .take(
+            &payload(&other_receiver["channelConfig"], &other_receiver["voucher"]),
+            price,
+            "x2",
+            now + 30,
+            now,
+        )
+        .await;
+    assert_eq!(reason(&t), Some(FailureReason::BatchReceiverMismatch));
+    let other_authorizer = &v["other_authorizer"];
+    let t = seller
+        .take(
+            &payload(
+                &other_authorizer["channelConfig"],
+                &other_authorizer["voucher"],
+            ),
+            price,
+            "x3",
+            now + 30,
+            now,
+        )
+        .await;
+    assert_eq!(
+        reason(&t),
+        Some(FailureReason::BatchReceiverAuthorizerMismatch)
+    );
+    // A voucher for another channel's id with our config: refused before any state.
+    let mut swapped = v["vouchers"][2].clone();
+    swapped["channelId"] = other_receiver["voucher"]["channelId"].clone();
+    let t = seller
+        .take(
+            &payload(&v["channel_config"], &swapped),
+            price,
+            "x4",
+            now + 30,
+            now,
+        )
+        .await;
+    assert_eq!(reason(&t), Some(FailureReason::BatchChannelIdMismatch));
+
+    // The rest of the deposit bought, then one past it.
+    for k in 2..10 {
+        let Take::Held(h) = seller
+            .take(&ours(k), price, &format!("p{}", k + 1), now + 30, now)
+            .await
+        else {
+            panic!("voucher {k} buys")
+        };
+        assert_eq!(
+            seller.commit(&h).await.expect("commit"),
+            ChannelCommit::Committed
+        );
+    }
+    let over = seller
+        .take(
+            &payload(&v["channel_config"], &v["over_balance"]),
+            price,
+            "x5",
+            now + 30,
+            now,
+        )
+        .await;
+    assert_eq!(
+        reason(&over),
+        Some(FailureReason::BatchCumulativeExceedsBalance)
+    );
+    let kept = store
+        .get_channel(text(&v, "channel_id"))
+        .await
+        .expect("get")
+        .expect("kept");
+    assert_eq!(kept.charge.charged, 10 * price);
+    assert_eq!(kept.unclaimed(), 10 * price, "what a claim will take");
+    assert_eq!(kept.charge.signature, text(&v["vouchers"][9], "signature"));
+}

@@ -12,6 +12,12 @@
 //     settle, the delay elapsed, the withdrawal finalized; and the contract's answers to
 //     a replayed claim, a voucher signed by another key and a claim over the balance;
 //     the channel's config and last voucher as the reference client wrote them
+//   node tests/js/batch_channel.mjs vouchers --devnet devnet.json --price UNITS --units N
+//       --count M [--receiver-authorizer 0x…]
+//     a deposit of N × price (the reference client's payload, relayed), then what a
+//     seller is sent: the config, vouchers for 1..M purchases, and attacks: the first
+//     voucher signed by another key, one over the balance, and the first voucher of
+//     channels with another receiver and another receiver authorizer
 import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -42,6 +48,9 @@ const { values: args, positionals } = parseArgs({
     devnet: { type: "string" },
     price: { type: "string", default: "1000000" },
     purchases: { type: "string", default: "5" },
+    units: { type: "string", default: "10" },
+    count: { type: "string", default: "3" },
+    "receiver-authorizer": { type: "string" },
   },
 });
 const ours = compile("x402BatchSettlement.sol", "x402BatchSettlement").abi;
@@ -237,7 +246,68 @@ async function lifecycleMode() {
   );
 }
 
+async function vouchersMode() {
+  const devnet = JSON.parse(readFileSync(args.devnet, "utf8"));
+  const price = BigInt(args.price);
+  const transport = http(devnet.rpc_url);
+  const chain = devnetChain(devnet.chain_id, devnet.rpc_url);
+  const pub = createPublicClient({ chain, transport });
+  const signer = toClientEvmSigner(privateKeyToAccount(devnet.payer_private_key), pub);
+  const requirementsFor = (payTo, receiverAuthorizer) => ({
+    scheme: "batch-settlement",
+    network: devnet.network,
+    amount: price.toString(),
+    asset: devnet.asset,
+    payTo,
+    maxTimeoutSeconds: 300,
+    extra: { receiverAuthorizer, withdrawDelay: 900, name: devnet.asset_name, version: devnet.asset_version },
+  });
+  const authorizer = args["receiver-authorizer"] ?? devnet.receiver_authorizer;
+  const requirements = requirementsFor(devnet.pay_to, authorizer);
+  const salt = `0x${"00".repeat(32)}`;
+  const config = buildChannelConfig({ signer, salt }, requirements);
+  const channelId = computeChannelId(config, devnet.network);
+  const deposit = price * BigInt(args.units);
+  const deposited = await createBatchSettlementEIP3009DepositPayload(
+    signer, 2, requirements, config, deposit.toString(), price.toString(),
+  );
+  const a = deposited.payload.deposit.authorization.erc3009Authorization;
+  const collectorData = encodeAbiParameters(
+    [{ type: "uint256" }, { type: "uint256" }, { type: "uint256" }, { type: "bytes" }],
+    [BigInt(a.validAfter), BigInt(a.validBefore), BigInt(a.salt), a.signature],
+  );
+  const relayer = createWalletClient({ account: privateKeyToAccount(devnet.facilitator_private_key), chain, transport });
+  const { request } = await pub.simulateContract({
+    account: relayer.account, address: devnet.batch_settlement, abi: ours, functionName: "deposit",
+    args: [config, deposit, devnet.erc3009_deposit_collector, collectorData],
+  });
+  await pub.waitForTransactionReceipt({ hash: await relayer.writeContract(request) });
+  const vouchers = [];
+  for (let k = 1n; k <= BigInt(args.count); k++) {
+    vouchers.push(await signVoucher(signer, channelId, (k * price).toString(), devnet.network));
+  }
+  const stranger = toClientEvmSigner(privateKeyToAccount(devnet.settler_private_key), pub);
+  const elsewhere = async (payTo, receiverAuthorizer) => {
+    const c = buildChannelConfig({ signer, salt }, requirementsFor(payTo, receiverAuthorizer));
+    const id = computeChannelId(c, devnet.network);
+    return { channelConfig: c, voucher: await signVoucher(signer, id, price.toString(), devnet.network) };
+  };
+  console.log(
+    JSON.stringify({
+      channel_id: channelId,
+      channel_config: config,
+      deposited: deposit.toString(),
+      vouchers,
+      other_key: await signVoucher(stranger, channelId, price.toString(), devnet.network),
+      over_balance: await signVoucher(signer, channelId, (deposit + price).toString(), devnet.network),
+      other_receiver: await elsewhere(devnet.merchant, authorizer),
+      other_authorizer: await elsewhere(devnet.pay_to, devnet.validator),
+    }),
+  );
+}
+
 if (positionals[0] === "abi") await abiMode();
+else if (positionals[0] === "vouchers" && args.devnet) await vouchersMode();
 else if (positionals[0] === "lifecycle" && args.devnet) await lifecycleMode();
 else {
   console.error("usage: batch_channel.mjs abi | lifecycle --devnet devnet.json [--price UNITS] [--purchases N]");

@@ -151,6 +151,7 @@ impl FakeChain {
             payer: ctx.claimed_payer(),
             error_reason: None,
             extensions: Default::default(),
+            extra: Default::default(),
         }
     }
 

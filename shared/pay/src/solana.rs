@@ -239,6 +239,7 @@ fn settled(ctx: &PaymentContext, tx: &Transaction) -> SettlementResponse {
         payer: Some(Account::Solana(tx.message.fee_payer())),
         error_reason: None,
         extensions: Default::default(),
+        extra: Default::default(),
     }
 }
 
@@ -359,6 +360,7 @@ pub async fn find_spl_settlement(
             payer: ctx.claimed_payer(),
             error_reason: None,
             extensions: Default::default(),
+            extra: Default::default(),
         })),
         Landed::Failed(err) => Err(failed_on_chain(&err)),
         // Processed, not confirmed yet: it may still land (or be dropped).

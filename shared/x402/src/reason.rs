@@ -124,6 +124,17 @@ reasons! {
     BatchWithdrawDelayOutOfRange => "invalid_batch_settlement_evm_withdraw_delay_out_of_range",
     /// batch-settlement: a deposit authorized otherwise than by EIP-3009 (we offer that only).
     BatchErc3009Required => "invalid_batch_settlement_evm_erc3009_authorization_required",
+    /// batch-settlement: the voucher's ceiling is not what the channel has charged plus
+    /// this price (the corrective 402 says what it has charged).
+    BatchCumulativeMismatch => "invalid_batch_settlement_evm_cumulative_amount_mismatch",
+    /// batch-settlement: the voucher asks more than the channel holds.
+    BatchCumulativeExceedsBalance => "invalid_batch_settlement_evm_cumulative_exceeds_balance",
+    /// batch-settlement: the voucher is at or below what was already claimed on chain.
+    BatchCumulativeBelowClaimed => "invalid_batch_settlement_evm_cumulative_below_claimed",
+    /// batch-settlement: another request on the channel is being answered.
+    BatchChannelBusy => "invalid_batch_settlement_evm_channel_busy",
+    /// batch-settlement: nothing was deposited in the channel.
+    BatchChannelNotFound => "invalid_batch_settlement_evm_channel_not_found",
     /// batch-settlement: the voucher's signature is not the payer authorizer's.
     BatchVoucherSignature => "invalid_batch_settlement_evm_voucher_signature",
 }

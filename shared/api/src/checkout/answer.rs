@@ -166,6 +166,7 @@ pub(super) fn settlement_unknown(
         payer: ctx.claimed_payer(),
         error_reason: Some(FailureReason::SettlementPending),
         extensions: Default::default(),
+        extra: Default::default(),
     };
     if let (name, Some(v)) = settlement_header(answer_in, &pending) {
         r.headers_mut().insert(name, v);

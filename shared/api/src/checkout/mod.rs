@@ -43,6 +43,7 @@
 
 mod answer;
 mod asking;
+pub mod channels;
 mod claim;
 pub mod discovery;
 mod front;

@@ -59,6 +59,7 @@ pub(super) fn answer(answer_in: AnswerHeader, p: &PendingState) -> Response {
         payer: p.payer,
         error_reason: Some(FailureReason::SettlementPending),
         extensions: Default::default(),
+        extra: Default::default(),
     };
     if let (name, Some(v)) = settlement_header(answer_in, &pending) {
         r.headers_mut().insert(name, v);

@@ -339,6 +339,7 @@ async fn settlement(
             payer: ctx.claimed_payer(),
             error_reason: None,
             extensions: Default::default(),
+            extra: Default::default(),
         }));
     }
     if !state.payments.reads_chain(ctx) {

@@ -199,6 +199,7 @@ impl<'a> Sale<'a> {
             payer,
             error_reason: Some(failure.reason.clone()),
             extensions: Default::default(),
+            extra: Default::default(),
         };
         if let (name, Some(v)) = settlement_header(answer_in, &settlement) {
             r.headers_mut().insert(name, v);

@@ -98,6 +98,7 @@ async fn settled_in_ledger(state: &AppState, ctx: &PaymentContext) -> Option<Pay
             payer: Some(payer),
             error_reason: None,
             extensions: Default::default(),
+            extra: Default::default(),
         }),
         payer,
         payment_key,

@@ -29,6 +29,7 @@ use alloy::primitives::{Address, B256, Bytes};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use alloy::signers::local::PrivateKeySigner;
 
+mod channels;
 mod fees;
 mod send;
 mod verify;

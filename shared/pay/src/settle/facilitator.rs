@@ -333,6 +333,7 @@ impl Settler for FacilitatorClient {
             payer: payer_of(answer.payer.as_deref(), ctx),
             error_reason: None,
             extensions: Default::default(),
+            extra: Default::default(),
         })
     }
 

@@ -40,6 +40,7 @@ pub(super) fn settled(ctx: &PaymentContext, p: &Eip3009Payment, hash: B256) -> S
         payer: Some(Account::Evm(p.payer())),
         error_reason: None,
         extensions: Default::default(),
+        extra: Default::default(),
     }
 }
 

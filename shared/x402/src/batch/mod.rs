@@ -78,6 +78,26 @@ sol! {
     struct ClaimBatch {
         ClaimEntry[] claims;
     }
+
+    /// The parts of the contract a seller reads.
+    interface IBatchSettlement {
+        function channels(bytes32 channelId) external view returns (uint128 balance, uint128 totalClaimed);
+        function pendingWithdrawals(bytes32 channelId) external view returns (uint128 amount, uint40 initiatedAt);
+        function refundNonce(bytes32 channelId) external view returns (uint256);
+    }
+}
+
+/// A channel as the contract holds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OnChainChannel {
+    /// Deposited, less withdrawals and refunds.
+    pub balance: u128,
+    pub total_claimed: u128,
+    /// A timed withdrawal under way: when it started (unix seconds) and how much; 0, 0
+    /// when none.
+    pub withdraw_initiated_at: u64,
+    pub withdraw_amount: u128,
+    pub refund_nonce: U256,
 }
 
 /// The contract's EIP-712 domain on `chain_id` at `contract`.

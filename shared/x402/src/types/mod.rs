@@ -253,6 +253,9 @@ pub struct SettlementResponse {
     /// What extensions add to the answer (`offer-receipt`'s signed receipt).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extensions: Map<String, Value>,
+    /// What the scheme adds (batch-settlement: `chargedAmount`, `channelState`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub extra: Map<String, Value>,
 }
 
 /// `SettlementResponse.network`: the spec requires the field, so a refusal that
@@ -351,6 +354,7 @@ mod tests {
             ),
             error_reason: Some("insufficient_funds".into()),
             extensions: Default::default(),
+            extra: Default::default(),
         };
         let v = serde_json::to_value(&s).expect("json");
         assert_eq!(v["errorReason"], "insufficient_funds");
