@@ -103,57 +103,16 @@ fn a_payer_who_withdraws_right_after_buying_takes_back_only_what_was_not_claimed
 /// balance, for a channel paying someone else or authorized by someone else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vouchers_buy_one_at_a_time_and_every_forgery_is_refused() {
-    use std::sync::Arc;
-    use umpire_api::checkout::channels::{ChannelSeller, ContractReader, Take};
-    use umpire_store::channels::{ChannelCommit, ChannelStore};
+    use umpire_api::checkout::channels::Take;
+    use umpire_store::channels::ChannelCommit;
     use umpire_x402::reason::FailureReason;
 
     let devnet = tokio::task::spawn_blocking(Devnet::start)
         .await
         .expect("devnet");
     let price = 1_000_000u128;
-    let dn = devnet.devnet_json();
-    let v = tokio::task::spawn_blocking(move || {
-        node_json(
-            "tests/js/batch_channel.mjs",
-            &[
-                "vouchers", "--devnet", &dn, "--price", "1000000", "--units", "10", "--count", "10",
-            ],
-        )
-    })
-    .await
-    .expect("vouchers");
-    let chain_id = devnet.info["chain_id"].as_u64().expect("chain_id");
-    let chain = umpire_pay::evm::EvmChain::connect(
-        text(&devnet.info, "rpc_url"),
-        chain_id,
-        None,
-        std::time::Duration::from_secs(10),
-        std::time::Duration::ZERO,
-    )
-    .await
-    .expect("rpc");
-    let store: Arc<dyn ChannelStore> =
-        Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store"));
-    let seller = Arc::new(ChannelSeller {
-        terms: Terms {
-            chain_id,
-            contract: BATCH_SETTLEMENT_ADDRESS,
-            token: text(&devnet.info, "asset").parse().expect("asset"),
-            receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
-            receiver_authorizer: text(&devnet.info, "receiver_authorizer")
-                .parse()
-                .expect("authorizer"),
-            withdraw_delay_secs: 900,
-        },
-        network: text(&devnet.info, "network").to_owned(),
-        store: store.clone(),
-        chain: Arc::new(ContractReader {
-            chain,
-            contract: BATCH_SETTLEMENT_ADDRESS,
-        }),
-        fresh_secs: 60,
-    });
+    let v = vouchers(&devnet, 10).await;
+    let (seller, store) = seller_on(&devnet).await;
     let now = umpire_host::Clock::system().now();
     let payload = |config: &Value, voucher: &Value| {
         ChannelPayload::from_json(
@@ -351,4 +310,149 @@ async fn vouchers_buy_one_at_a_time_and_every_forgery_is_refused() {
     assert_eq!(kept.charge.charged, 10 * price);
     assert_eq!(kept.unclaimed(), 10 * price, "what a claim will take");
     assert_eq!(kept.charge.signature, text(&v["vouchers"][9], "signature"));
+}
+
+/// A deposit of ten purchases and the reference client's vouchers for the first
+/// `count` (tests/js/batch_channel.mjs vouchers).
+async fn vouchers(devnet: &Devnet, count: u32) -> Value {
+    let dn = devnet.devnet_json();
+    tokio::task::spawn_blocking(move || {
+        let count = count.to_string();
+        node_json(
+            "tests/js/batch_channel.mjs",
+            &[
+                "vouchers", "--devnet", &dn, "--price", "1000000", "--units", "10", "--count",
+                &count,
+            ],
+        )
+    })
+    .await
+    .expect("vouchers")
+}
+
+/// A seller of the devnet's channels to its pay-to, on an embedded store.
+async fn seller_on(
+    devnet: &Devnet,
+) -> (
+    std::sync::Arc<umpire_api::checkout::channels::ChannelSeller>,
+    std::sync::Arc<dyn umpire_store::channels::ChannelStore>,
+) {
+    use std::sync::Arc;
+    use umpire_api::checkout::channels::{ChannelSeller, ContractReader};
+    let chain_id = devnet.info["chain_id"].as_u64().expect("chain_id");
+    let chain = umpire_pay::evm::EvmChain::connect(
+        text(&devnet.info, "rpc_url"),
+        chain_id,
+        None,
+        std::time::Duration::from_secs(10),
+        std::time::Duration::ZERO,
+    )
+    .await
+    .expect("rpc");
+    let store: Arc<dyn umpire_store::channels::ChannelStore> =
+        Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store"));
+    let seller = Arc::new(ChannelSeller {
+        terms: Terms {
+            chain_id,
+            contract: BATCH_SETTLEMENT_ADDRESS,
+            token: text(&devnet.info, "asset").parse().expect("asset"),
+            receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
+            receiver_authorizer: text(&devnet.info, "receiver_authorizer")
+                .parse()
+                .expect("authorizer"),
+            withdraw_delay_secs: 900,
+        },
+        network: text(&devnet.info, "network").to_owned(),
+        store: store.clone(),
+        chain: Arc::new(ContractReader {
+            chain,
+            contract: BATCH_SETTLEMENT_ADDRESS,
+        }),
+        fresh_secs: 60,
+    });
+    (seller, store)
+}
+
+alloy::sol! {
+    struct WithdrawConfig {
+        address payer;
+        address payerAuthorizer;
+        address receiver;
+        address receiverAuthorizer;
+        address token;
+        uint40 withdrawDelay;
+        bytes32 salt;
+    }
+    function initiateWithdraw(WithdrawConfig config, uint128 amount) external;
+}
+
+/// A payer who starts a timed withdrawal gets nothing more on the channel: the next
+/// voucher, once the chain is read again (at most a minute later), is refused, so
+/// everything sold is sold before the withdrawal and can be claimed inside its delay.
+/// And a hold that would be born lapsed, or last past a request, is not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_started_stops_the_sales_on_its_channel() {
+    use alloy::sol_types::SolCall;
+    use umpire_api::checkout::channels::{MAX_HOLD_SECS, Take};
+    use umpire_x402::reason::{FailureKind, FailureReason};
+
+    let devnet = tokio::task::spawn_blocking(Devnet::start)
+        .await
+        .expect("devnet");
+    let price = 1_000_000u128;
+    let v = vouchers(&devnet, 3).await;
+    let (seller, _) = seller_on(&devnet).await;
+    let now = umpire_host::Clock::system().now();
+    let ours = |k: usize| {
+        ChannelPayload::from_json(&json!({"type": "voucher", "channelConfig": v["channel_config"], "voucher": v["vouchers"][k]}))
+            .expect("reads")
+    };
+    for until in [now, now + MAX_HOLD_SECS + 1] {
+        let t = seller.take(&ours(0), price, "bad-hold", until, now).await;
+        assert!(
+            matches!(&t, Take::Refused(f) if f.kind == FailureKind::Config),
+            "{t:?}"
+        );
+    }
+    let Take::Held(first) = seller.take(&ours(0), price, "p1", now + 30, now).await else {
+        panic!("the first voucher buys")
+    };
+    seller.commit(&first).await.expect("commit");
+    // The payer (an unlocked devnet account) starts withdrawing what is left.
+    let c = &v["channel_config"];
+    let addr = |k: &str| text(c, k).parse::<alloy::primitives::Address>().expect(k);
+    let call = initiateWithdrawCall {
+        config: WithdrawConfig {
+            payer: addr("payer"),
+            payerAuthorizer: addr("payerAuthorizer"),
+            receiver: addr("receiver"),
+            receiverAuthorizer: addr("receiverAuthorizer"),
+            token: addr("token"),
+            withdrawDelay: alloy::primitives::aliases::U40::from(900u64),
+            salt: text(c, "salt").parse().expect("salt"),
+        },
+        amount: 9 * price,
+    };
+    let data = format!("0x{}", hex::encode(call.abi_encode()));
+    let tx = devnet.rpc(
+        "eth_sendTransaction",
+        json!([{"from": text(&devnet.info, "payer"), "to": BATCH_SETTLEMENT_ADDRESS.to_string(), "data": data}]),
+    );
+    let mut receipt = Value::Null;
+    for _ in 0..100 {
+        receipt = devnet.rpc("eth_getTransactionReceipt", json!([tx]));
+        if !receipt.is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(receipt["status"], "0x1", "initiateWithdraw {tx}: {receipt}");
+    // Within the freshness bound the record is believed; past it the chain is read
+    // again and the withdrawal seen.
+    let later = now + 61;
+    let t = seller.take(&ours(1), price, "p2", later + 30, later).await;
+    assert!(
+        matches!(&t, Take::Refused(f) if f.reason == FailureReason::BatchWithdrawalPending),
+        "{t:?}"
+    );
 }

@@ -28,7 +28,7 @@ pub struct ChannelChain {
 /// A request holding a channel: charging from `base`, until `until`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChannelHold {
-    /// Unique to the request's payment (the voucher's ledger key).
+    /// Unique to the request (two requests with the same voucher hold under two ids).
     pub id: String,
     pub base: u128,
     pub until: Unix,
@@ -57,6 +57,9 @@ pub struct ChannelRecord {
     pub charge: ChannelCharge,
     pub chain: ChannelChain,
     pub hold: Option<ChannelHold>,
+    /// The hold whose commit charged `charge` (None for a record as first made): only
+    /// that request's retry is told its charge stands.
+    pub committed_by: Option<String>,
 }
 
 impl ChannelRecord {
@@ -90,7 +93,7 @@ pub enum ChannelTake {
 pub enum ChannelCommit {
     /// The charge is recorded now.
     Committed,
-    /// It was already (this very charge, with this voucher: a retry).
+    /// It was already, by this very hold (a retry of this request's commit).
     Already,
     /// The hold was lost (it lapsed and another request took the channel): nothing
     /// charged.

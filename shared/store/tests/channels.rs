@@ -34,6 +34,7 @@ fn record(id: &str, charged: u128, hold: Option<ChannelHold>) -> ChannelRecord {
             synced_at: NOW,
         },
         hold,
+        committed_by: None,
     }
 }
 
@@ -185,6 +186,16 @@ async fn one_request_at_a_time(store: &dyn ChannelStore) {
             .charge,
         charge(2 * PRICE)
     );
+    // The lapsed holder with the very same charge (the same voucher, sent twice) is not
+    // told it stands: that charge is the other request's. Only the committer's retry is.
+    let late = store
+        .commit_channel(id, "e", PRICE, &charge(2 * PRICE))
+        .await;
+    assert_eq!(late.expect("late"), ChannelCommit::Lost);
+    let retry = store
+        .commit_channel(id, "f", PRICE, &charge(2 * PRICE))
+        .await;
+    assert_eq!(retry.expect("retry"), ChannelCommit::Already);
 }
 
 async fn unclaimed_until_the_chain_shows_the_claim(store: &dyn ChannelStore) {

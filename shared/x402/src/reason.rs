@@ -133,6 +133,9 @@ reasons! {
     BatchCumulativeBelowClaimed => "invalid_batch_settlement_evm_cumulative_below_claimed",
     /// batch-settlement: another request on the channel is being answered.
     BatchChannelBusy => "invalid_batch_settlement_evm_channel_busy",
+    /// batch-settlement: the payer started a timed withdrawal; nothing more is sold on
+    /// the channel (our own code: the scheme names none).
+    BatchWithdrawalPending => "invalid_batch_settlement_evm_withdrawal_pending",
     /// batch-settlement: nothing was deposited in the channel.
     BatchChannelNotFound => "invalid_batch_settlement_evm_channel_not_found",
     /// batch-settlement: the voucher's signature is not the payer authorizer's.

@@ -44,6 +44,14 @@ impl ChannelReader for ContractReader {
     }
 }
 
+/// The longest one request may hold a channel (seconds): an API Gateway request's 30 s,
+/// with room for the commit.
+pub const MAX_HOLD_SECS: u64 = 60;
+
+/// The most the mirrored chain state may lag (seconds), whatever the seller is given: a
+/// withdrawal started on chain is seen within it, far inside the 15-minute minimum delay.
+pub const MAX_FRESH_SECS: u64 = 60;
+
 /// Sells against the channels of one rail.
 pub struct ChannelSeller {
     pub terms: Terms,
@@ -148,6 +156,14 @@ impl ChannelSeller {
         hold_until: u64,
         now: u64,
     ) -> Take {
+        // A hold born lapsed lets a twin in at once; one without end locks the payer's
+        // channel if the request dies.
+        if price == 0 || hold_until <= now || hold_until > now + MAX_HOLD_SECS {
+            return Take::Refused(PaymentFailure::config(format!(
+                "a channel is taken for a positive price and at most {MAX_HOLD_SECS} s (price {price}, {} s)",
+                hold_until.saturating_sub(now)
+            )));
+        }
         let ChannelPayload::Voucher { config, voucher } = payload else {
             return refuse(
                 FailureReason::BatchPayloadType,
@@ -180,19 +196,45 @@ impl ChannelSeller {
             base: record.charge.charged,
             until: hold_until,
         };
+        self.hold(record, hold, config.payer, voucher, price, now)
+            .await
+    }
+
+    /// Takes the checked channel for the request `hold` names: held, busy, or moved
+    /// since it was read.
+    async fn hold(
+        &self,
+        record: ChannelRecord,
+        hold: ChannelHold,
+        payer: Address,
+        voucher: &SignedVoucher,
+        price: u128,
+        now: u64,
+    ) -> Take {
         match self
             .store
             .take_channel(&record.channel_id, &hold, now)
             .await
         {
-            Ok(ChannelTake::Won(before)) => Take::Held(Box::new(Held {
-                channel_id: record.channel_id,
-                hold,
-                before,
-                payer: config.payer,
-                voucher: voucher.clone(),
-                price,
-            })),
+            Ok(ChannelTake::Won(before)) => {
+                // The record may have moved between the check and the take (a mirror
+                // showing a withdrawal): checked again as taken.
+                if let Some(refusal) = self.against(&before, voucher, price) {
+                    let _ = self
+                        .store
+                        .release_channel(&record.channel_id, &hold.id)
+                        .await;
+                    return refusal;
+                }
+                Take::Held(Box::new(Held {
+                    channel_id: record.channel_id,
+                    hold,
+                    before,
+                    payer,
+                    voucher: voucher.clone(),
+                    price,
+                }))
+            }
             Ok(ChannelTake::Busy(r)) => {
                 let until = r.hold.as_ref().map_or(now + 1, |h| h.until);
                 Take::Busy {
@@ -226,7 +268,7 @@ impl ChannelSeller {
         let key = id.to_string();
         let kept = self.store.get_channel(&key).await.map_err(unavailable)?;
         if let Some(r) = &kept
-            && now.saturating_sub(r.chain.synced_at) <= self.fresh_secs
+            && now.saturating_sub(r.chain.synced_at) <= self.fresh_secs.min(MAX_FRESH_SECS)
         {
             return Ok(r.clone());
         }
@@ -252,6 +294,7 @@ impl ChannelSeller {
                     },
                     chain,
                     hold: None,
+                    committed_by: None,
                 };
                 if self.store.create_channel(&new).await.map_err(unavailable)? {
                     return Ok(new);
@@ -271,6 +314,17 @@ impl ChannelSeller {
     /// The voucher against the channel's state: `None` when it may be taken.
     fn against(&self, r: &ChannelRecord, voucher: &SignedVoucher, price: u128) -> Option<Take> {
         let max = voucher.max_claimable;
+        // A payer withdrawing takes back at the delay's end whatever is not claimed by
+        // then: nothing more is sold on the channel (what was sold is claimed first).
+        if r.chain.withdraw_requested_at != 0 {
+            return Some(refuse(
+                FailureReason::BatchWithdrawalPending,
+                format!(
+                    "a withdrawal from channel {} started at {}: nothing more is sold on it (open a new channel, or wait for the withdrawal to end)",
+                    r.channel_id, r.chain.withdraw_requested_at
+                ),
+            ));
+        }
         if r.chain.balance == 0 {
             return Some(refuse(
                 FailureReason::BatchChannelNotFound,

@@ -59,6 +59,7 @@ fn from_item(item: &Item) -> Result<ChannelRecord> {
             synced_at: get_n(item, "synced_at")?,
         },
         hold,
+        committed_by: opt_s(item, "committed_by"),
     })
 }
 
@@ -83,6 +84,9 @@ fn to_item(r: &ChannelRecord) -> Result<Item> {
         item.insert("hold_id".to_owned(), s(&h.id));
         item.insert("hold_base".to_owned(), amount(h.base)?);
         item.insert("hold_until".to_owned(), n(h.until));
+    }
+    if let Some(by) = &r.committed_by {
+        item.insert("committed_by".to_owned(), s(by));
     }
     if r.unclaimed() > 0 {
         item.insert("unclaimed".to_owned(), s("1"));
@@ -170,7 +174,8 @@ impl ChannelStore for DynamoStore {
     ) -> Result<ChannelCommit> {
         // A charge only grows what the channel owes: above its base, and the base is at
         // least what was claimed, so the channel has something unclaimed after it.
-        let mut update = "SET charged = :c, signed_max = :m, signature = :sig".to_owned();
+        let mut update =
+            "SET charged = :c, signed_max = :m, signature = :sig, committed_by = :hid".to_owned();
         if charge.charged > base {
             update.push_str(", unclaimed = :one");
         }
@@ -199,7 +204,9 @@ impl ChannelStore for DynamoStore {
                         .item()
                         .map(from_item)
                         .transpose()?
-                        .is_some_and(|r| r.charge == *charge);
+                        .is_some_and(|r| {
+                            r.charge == *charge && r.committed_by.as_deref() == Some(hold_id)
+                        });
                     Ok(if already { ChannelCommit::Already } else { ChannelCommit::Lost })
                 }
                 _ => Err(sdk(e)),
@@ -234,7 +241,8 @@ impl ChannelStore for DynamoStore {
             .update_expression(
                 "SET balance = :b, total_claimed = :tc, withdraw_requested_at = :w, refund_nonce = :rn, synced_at = :at",
             )
-            .condition_expression("attribute_exists(channel_id)")
+            // Never back in time: a slower read of older state loses to a newer one.
+            .condition_expression("attribute_exists(channel_id) AND synced_at <= :at")
             .expression_attribute_values(":b", amount(chain.balance)?)
             .expression_attribute_values(":tc", amount(chain.total_claimed)?)
             .expression_attribute_values(":w", n(chain.withdraw_requested_at))

@@ -30,18 +30,20 @@ CREATE TABLE IF NOT EXISTS channels (
     hold_id               TEXT,
     hold_base             TEXT,
     hold_until            INTEGER,
+    committed_by          TEXT,
     unclaimed             INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS channels_unclaimed ON channels (unclaimed);
 ";
 
-const COLUMNS: &str = "channel_id, network, config, charged, signed_max, signature, balance, total_claimed, withdraw_requested_at, refund_nonce, synced_at, hold_id, hold_base, hold_until";
+const COLUMNS: &str = "channel_id, network, config, charged, signed_max, signature, balance, total_claimed, withdraw_requested_at, refund_nonce, synced_at, hold_id, hold_base, hold_until, committed_by";
 
 type Raw = (
     [String; 6],
     [String; 2],
     [u64; 3],
     (Option<String>, Option<String>, Option<u64>),
+    Option<String>,
 );
 
 fn raw(r: &Row<'_>) -> rusqlite::Result<Raw> {
@@ -57,6 +59,7 @@ fn raw(r: &Row<'_>) -> rusqlite::Result<Raw> {
         [r.get(6)?, r.get(7)?],
         [r.get(8)?, r.get(9)?, r.get(10)?],
         (r.get(11)?, r.get(12)?, r.get(13)?),
+        r.get(14)?,
     ))
 }
 
@@ -66,8 +69,13 @@ fn amount(s: &str) -> Result<u128> {
 }
 
 fn record(raw: Raw) -> Result<ChannelRecord> {
-    let ([channel_id, network, config, charged, signed_max, signature], [balance, claimed], n, h) =
-        raw;
+    let (
+        [channel_id, network, config, charged, signed_max, signature],
+        [balance, claimed],
+        n,
+        h,
+        committed_by,
+    ) = raw;
     let hold = match h {
         (Some(id), Some(base), Some(until)) => Some(ChannelHold {
             id,
@@ -93,6 +101,7 @@ fn record(raw: Raw) -> Result<ChannelRecord> {
             synced_at: n[2],
         },
         hold,
+        committed_by,
     })
 }
 
@@ -109,7 +118,7 @@ fn read(c: &Connection, id: &str) -> rusqlite::Result<Option<Raw>> {
 fn write(c: &Connection, r: &ChannelRecord) -> rusqlite::Result<usize> {
     let hold = r.hold.as_ref();
     c.execute(
-        &format!("INSERT OR REPLACE INTO channels ({COLUMNS}, unclaimed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"),
+        &format!("INSERT OR REPLACE INTO channels ({COLUMNS}, unclaimed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
         params![
             r.channel_id,
             r.network,
@@ -125,6 +134,7 @@ fn write(c: &Connection, r: &ChannelRecord) -> rusqlite::Result<usize> {
             hold.map(|h| h.id.clone()),
             hold.map(|h| h.base.to_string()),
             hold.map(|h| h.until),
+            r.committed_by,
             r.unclaimed() > 0,
         ],
     )
@@ -211,11 +221,14 @@ impl ChannelStore for SqliteStore {
                 let next = ChannelRecord {
                     charge,
                     hold: None,
+                    committed_by: Some(hold_id),
                     ..r
                 };
                 (Some(next), ChannelCommit::Committed)
             }
-            Some(r) if r.charge == charge => (None, ChannelCommit::Already),
+            Some(r) if r.charge == charge && r.committed_by.as_deref() == Some(&hold_id) => {
+                (None, ChannelCommit::Already)
+            }
             _ => (None, ChannelCommit::Lost),
         })
         .await
@@ -234,9 +247,12 @@ impl ChannelStore for SqliteStore {
 
     async fn mirror_channel(&self, channel_id: &str, chain: &ChannelChain) -> Result<()> {
         let chain = chain.clone();
+        // Never back in time: a slower read of older state loses to a newer one.
         self.step_channel(channel_id, move |current| match current {
-            Some(r) => (Some(ChannelRecord { chain, ..r }), ()),
-            None => (None, ()),
+            Some(r) if r.chain.synced_at <= chain.synced_at => {
+                (Some(ChannelRecord { chain, ..r }), ())
+            }
+            _ => (None, ()),
         })
         .await
     }

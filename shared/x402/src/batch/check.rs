@@ -124,6 +124,16 @@ impl Terms {
             });
         }
         let bad = |why: String| refuse(FailureReason::BatchVoucherSignature, why);
+        // The contract's ECDSA (OpenZeppelin's recoverCalldata) hands v to ecrecover as
+        // it is: only 27 and 28 recover. A voucher with v = 0/1 (or an EIP-155 v)
+        // recovers here and not at claim time, where it would revert the whole batch.
+        let v = voucher.signature.last().copied();
+        if voucher.signature.len() != 65 || !matches!(v, Some(27 | 28)) {
+            return Err(bad(format!(
+                "the voucher's signature must be 65 bytes ending in v = 27 or 28 (the contract's ECDSA), not {} bytes ending in {v:?}",
+                voucher.signature.len()
+            )));
+        }
         let sig = Signature::from_raw(&voucher.signature).map_err(|e| {
             bad(format!(
                 "the voucher's signature is not a 65-byte ECDSA signature: {e}"

@@ -164,6 +164,17 @@ fn a_voucher_not_signed_by_the_payer_authorizer_is_refused() {
         }),
         Err(sig.clone())
     );
+    // The same signature with v = 0/1: recovers to the payer, refused by the
+    // contract's ECDSA at claim time, so refused here.
+    let mut zero_one = VOUCHER_SIGNATURE.to_vec();
+    zero_one[64] -= 27;
+    assert_eq!(
+        refused(SignedVoucher {
+            signature: Bytes::from(zero_one),
+            ..voucher()
+        }),
+        Err(sig.clone())
+    );
     // Not a signature at all.
     assert_eq!(
         refused(SignedVoucher {

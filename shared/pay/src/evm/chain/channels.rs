@@ -1,5 +1,6 @@
 //! A batch-settlement channel as the contract holds it: three reads in one JSON-RPC
-//! batch (one round trip), against the latest block.
+//! batch, all at one block (the latest when asked), so a withdrawal finalized between
+//! them cannot show a balance it took away beside no withdrawal.
 
 use alloy::eips::BlockNumberOrTag;
 use alloy::network::TransactionBuilder;
@@ -33,12 +34,17 @@ impl EvmChain {
                 .abi_encode()
                 .into(),
         ];
+        let block = self
+            .provider
+            .get_block_number()
+            .await
+            .map_err(|e| rpc_error("eth_blockNumber", e))?;
         let mut batch = BatchRequest::new(self.provider.client());
         let [a, b, c] = inputs.map(|input| {
             let tx = TransactionRequest::default()
                 .with_to(contract)
                 .with_input(input);
-            batch.add_call::<_, Bytes>("eth_call", &(tx, BlockNumberOrTag::Latest))
+            batch.add_call::<_, Bytes>("eth_call", &(tx, BlockNumberOrTag::Number(block)))
         });
         let err = |e| rpc_error("eth_call", e);
         let (a, b, c) = (a.map_err(err)?, b.map_err(err)?, c.map_err(err)?);
