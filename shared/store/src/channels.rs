@@ -68,6 +68,20 @@ impl ChannelRecord {
         self.charge.charged.saturating_sub(self.chain.total_claimed)
     }
 
+    /// This record with the chain's state `chain`, raised to what it shows claimed.
+    pub fn caught_up(mut self, chain: ChannelChain) -> ChannelRecord {
+        if chain.total_claimed > self.charge.charged {
+            self.charge = ChannelCharge {
+                charged: chain.total_claimed,
+                signed_max: chain.total_claimed,
+                signature: String::new(),
+            };
+            self.committed_by = None;
+        }
+        self.chain = chain;
+        self
+    }
+
     /// Whether a request holds the channel at `now`.
     pub fn held_at(&self, now: Unix) -> bool {
         self.hold.as_ref().is_some_and(|h| h.until > now)
@@ -130,7 +144,11 @@ pub trait ChannelStore: Send + Sync {
     /// Lets the channel go without charging (the request failed); a no-op when the
     /// hold is not `hold_id`'s any more.
     async fn release_channel(&self, channel_id: &str, hold_id: &str) -> Result<()>;
-    /// Writes what the chain says of the channel.
+    /// Writes what the chain says of the channel (never older than what is kept). A
+    /// record behind the chain (charged below what was claimed: a restored table, a
+    /// claim made elsewhere) is raised to it, its voucher dropped: what the chain has
+    /// claimed is proven charged, and a buyer resynchronising from the chain then
+    /// agrees with us ([`ChannelRecord::caught_up`]).
     async fn mirror_channel(&self, channel_id: &str, chain: &ChannelChain) -> Result<()>;
     /// Up to `limit` channels with charges not yet claimed on chain.
     async fn unclaimed_channels(&self, limit: usize) -> Result<Vec<ChannelRecord>>;

@@ -262,6 +262,26 @@ async fn unclaimed_until_the_chain_shows_the_claim(store: &dyn ChannelStore) {
         .await
         .expect("mirror");
     assert!(store.get_channel("0xnone").await.expect("get").is_none());
+    // A record behind the chain (charged 0, the chain shows 4 claimed: a restored
+    // table) is raised to it, its voucher dropped, and is not listed as unclaimed.
+    store
+        .mirror_channel(b, &mirror(4 * PRICE))
+        .await
+        .expect("mirror");
+    let raised = store.get_channel(b).await.expect("get").expect("kept");
+    assert_eq!(raised.charge.charged, 4 * PRICE);
+    assert_eq!(raised.charge.signature, "");
+    assert_eq!(raised.unclaimed(), 0);
+    assert!(store.unclaimed_channels(10).await.expect("list").is_empty());
+    // And an older read arriving late changes nothing.
+    let mut stale = mirror(0);
+    stale.synced_at = NOW;
+    store.mirror_channel(b, &stale).await.expect("mirror");
+    let kept = store.get_channel(b).await.expect("get").expect("kept");
+    assert_eq!(
+        (kept.chain.total_claimed, kept.chain.synced_at),
+        (4 * PRICE, NOW + 60)
+    );
 }
 
 /// Twenty requests take one channel at once: one wins, nineteen meet its hold.

@@ -280,7 +280,7 @@ impl ChannelSeller {
                     .mirror_channel(&key, &chain)
                     .await
                     .map_err(unavailable)?;
-                Ok(ChannelRecord { chain, ..r })
+                Ok(r.caught_up(chain))
             }
             None => {
                 let new = ChannelRecord {

@@ -255,6 +255,25 @@ impl ChannelStore for DynamoStore {
             Err(e) if condition_failed(&e) => return Ok(()),
             Err(e) => return Err(sdk(e)),
         }
+        // Behind the chain: raised to what it shows claimed (ChannelRecord::caught_up).
+        let r = self
+            .client
+            .update_item()
+            .table_name(&self.names.channels)
+            .key(KEY, s(channel_id))
+            .update_expression(
+                "SET charged = :tc, signed_max = :tc, signature = :none REMOVE committed_by",
+            )
+            .condition_expression("charged < :tc")
+            .expression_attribute_values(":tc", amount(chain.total_claimed)?)
+            .expression_attribute_values(":none", s(""))
+            .send()
+            .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if condition_failed(&e) => {}
+            Err(e) => return Err(sdk(e)),
+        }
         // Everything charged is claimed: out of the index, unless a charge landed in
         // between (then the condition fails and the channel stays listed).
         let r = self

@@ -249,9 +249,7 @@ impl ChannelStore for SqliteStore {
         let chain = chain.clone();
         // Never back in time: a slower read of older state loses to a newer one.
         self.step_channel(channel_id, move |current| match current {
-            Some(r) if r.chain.synced_at <= chain.synced_at => {
-                (Some(ChannelRecord { chain, ..r }), ())
-            }
+            Some(r) if r.chain.synced_at <= chain.synced_at => (Some(r.caught_up(chain)), ()),
             _ => (None, ()),
         })
         .await
