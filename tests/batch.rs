@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use umpire_blackbox::chain::{Devnet, node_json, node_json_verdict};
 use umpire_x402::batch::check::{Signer, Terms};
 use umpire_x402::batch::wire::ChannelPayload;
-use umpire_x402::batch::{BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS};
+use umpire_x402::batch::{
+    BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS, IBatchSettlement,
+};
 
 fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key].as_str().unwrap_or_else(|| panic!("{key} in {v}"))
@@ -69,18 +71,8 @@ fn a_payer_who_withdraws_right_after_buying_takes_back_only_what_was_not_claimed
 
     // Our Rust side: the same channel id the contract computes, the reference client's
     // voucher accepted, and refused once its amount is changed.
-    let terms = Terms {
-        chain_id: devnet.info["chain_id"].as_u64().expect("chain_id"),
-        contract: BATCH_SETTLEMENT_ADDRESS,
-        token: text(&devnet.info, "asset").parse().expect("asset"),
-        receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
-        receiver_authorizer: text(&devnet.info, "receiver_authorizer")
-            .parse()
-            .expect("authorizer"),
-        withdraw_delay_secs: 900,
-    };
-    let payload = json!({"type": "voucher", "channelConfig": v["channel_config"], "voucher": v["last_voucher"]});
-    let read = ChannelPayload::from_json(&payload).expect("the reference client's voucher reads");
+    let terms = terms_of(&devnet);
+    let read = payload(&v["channel_config"], &v["last_voucher"]);
     let id = terms
         .channel(read.config(), read.voucher())
         .expect("one of our channels");
@@ -89,9 +81,9 @@ fn a_payer_who_withdraws_right_after_buying_takes_back_only_what_was_not_claimed
         terms.signer(read.config(), read.voucher()),
         Ok(Signer::Verified)
     );
-    let mut altered = payload.clone();
-    altered["voucher"]["maxClaimableAmount"] = json!((6 * price).to_string());
-    let altered = ChannelPayload::from_json(&altered).expect("reads");
+    let mut voucher = v["last_voucher"].clone();
+    voucher["maxClaimableAmount"] = json!((6 * price).to_string());
+    let altered = payload(&v["channel_config"], &voucher);
     assert!(terms.signer(altered.config(), altered.voucher()).is_err());
 }
 
@@ -114,12 +106,6 @@ async fn vouchers_buy_one_at_a_time_and_every_forgery_is_refused() {
     let v = vouchers(&devnet, 10).await;
     let (seller, store) = seller_on(&devnet).await;
     let now = umpire_host::Clock::system().now();
-    let payload = |config: &Value, voucher: &Value| {
-        ChannelPayload::from_json(
-            &json!({"type": "voucher", "channelConfig": config, "voucher": voucher}),
-        )
-        .expect("reads")
-    };
     let ours = |k: usize| payload(&v["channel_config"], &v["vouchers"][k]);
     let reason = |t: &Take| match t {
         Take::Refused(f) | Take::Corrective { failure: f, .. } | Take::Busy { failure: f, .. } => {
@@ -352,16 +338,7 @@ async fn seller_on(
     let store: Arc<dyn umpire_store::channels::ChannelStore> =
         Arc::new(umpire_store::sqlite::SqliteStore::in_memory().expect("store"));
     let seller = Arc::new(ChannelSeller {
-        terms: Terms {
-            chain_id,
-            contract: BATCH_SETTLEMENT_ADDRESS,
-            token: text(&devnet.info, "asset").parse().expect("asset"),
-            receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
-            receiver_authorizer: text(&devnet.info, "receiver_authorizer")
-                .parse()
-                .expect("authorizer"),
-            withdraw_delay_secs: 900,
-        },
+        terms: terms_of(devnet),
         network: text(&devnet.info, "network").to_owned(),
         store: store.clone(),
         chain: Arc::new(ContractReader {
@@ -371,19 +348,6 @@ async fn seller_on(
         fresh_secs: 60,
     });
     (seller, store)
-}
-
-alloy::sol! {
-    struct WithdrawConfig {
-        address payer;
-        address payerAuthorizer;
-        address receiver;
-        address receiverAuthorizer;
-        address token;
-        uint40 withdrawDelay;
-        bytes32 salt;
-    }
-    function initiateWithdraw(WithdrawConfig config, uint128 amount) external;
 }
 
 /// A payer who starts a timed withdrawal gets nothing more on the channel: the next
@@ -403,10 +367,7 @@ async fn a_withdrawal_started_stops_the_sales_on_its_channel() {
     let v = vouchers(&devnet, 3).await;
     let (seller, _) = seller_on(&devnet).await;
     let now = umpire_host::Clock::system().now();
-    let ours = |k: usize| {
-        ChannelPayload::from_json(&json!({"type": "voucher", "channelConfig": v["channel_config"], "voucher": v["vouchers"][k]}))
-            .expect("reads")
-    };
+    let ours = |k: usize| payload(&v["channel_config"], &v["vouchers"][k]);
     for until in [now, now + MAX_HOLD_SECS + 1] {
         let t = seller.take(&ours(0), price, "bad-hold", until, now).await;
         assert!(
@@ -419,18 +380,8 @@ async fn a_withdrawal_started_stops_the_sales_on_its_channel() {
     };
     seller.commit(&first).await.expect("commit");
     // The payer (an unlocked devnet account) starts withdrawing what is left.
-    let c = &v["channel_config"];
-    let addr = |k: &str| text(c, k).parse::<alloy::primitives::Address>().expect(k);
-    let call = initiateWithdrawCall {
-        config: WithdrawConfig {
-            payer: addr("payer"),
-            payerAuthorizer: addr("payerAuthorizer"),
-            receiver: addr("receiver"),
-            receiverAuthorizer: addr("receiverAuthorizer"),
-            token: addr("token"),
-            withdrawDelay: alloy::primitives::aliases::U40::from(900u64),
-            salt: text(c, "salt").parse().expect("salt"),
-        },
+    let call = IBatchSettlement::initiateWithdrawCall {
+        config: ours(0).config().clone(),
         amount: 9 * price,
     };
     let data = format!("0x{}", hex::encode(call.abi_encode()));
@@ -455,4 +406,27 @@ async fn a_withdrawal_started_stops_the_sales_on_its_channel() {
         matches!(&t, Take::Refused(f) if f.reason == FailureReason::BatchWithdrawalPending),
         "{t:?}"
     );
+}
+
+/// A voucher payload as the reference client sends it.
+fn payload(config: &Value, voucher: &Value) -> ChannelPayload {
+    ChannelPayload::from_json(
+        &json!({"type": "voucher", "channelConfig": config, "voucher": voucher}),
+    )
+    .expect("the reference client's voucher reads")
+}
+
+/// Our terms for the devnet's channels: its chain, the contract at the reference
+/// address, its token, pay-to and receiver authorizer, a 15-minute delay.
+fn terms_of(devnet: &Devnet) -> Terms {
+    Terms {
+        chain_id: devnet.info["chain_id"].as_u64().expect("chain_id"),
+        contract: BATCH_SETTLEMENT_ADDRESS,
+        token: text(&devnet.info, "asset").parse().expect("asset"),
+        receiver: text(&devnet.info, "pay_to").parse().expect("pay_to"),
+        receiver_authorizer: text(&devnet.info, "receiver_authorizer")
+            .parse()
+            .expect("authorizer"),
+        withdraw_delay_secs: 900,
+    }
 }

@@ -12,7 +12,7 @@ use crate::channels::{
 };
 use crate::{Result, StoreError, Unix};
 
-use super::{DynamoStore, Item, condition_failed, get_n, get_s, n, opt_s, s, sdk};
+use super::{DynamoStore, Item, applied, get_n, get_s, n, opt_s, s, sdk};
 
 const KEY: &str = "channel_id";
 const UNCLAIMED_INDEX: &str = "by_unclaimed";
@@ -110,11 +110,7 @@ impl ChannelStore for DynamoStore {
             .condition_expression("attribute_not_exists(channel_id)")
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(true),
-            Err(e) if condition_failed(&e) => Ok(false),
-            Err(e) => Err(sdk(e)),
-        }
+        applied(r)
     }
 
     async fn take_channel(
@@ -225,11 +221,8 @@ impl ChannelStore for DynamoStore {
             .expression_attribute_values(":hid", s(hold_id))
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if condition_failed(&e) => Ok(()),
-            Err(e) => Err(sdk(e)),
-        }
+        // Not this request's hold any more: nothing to let go.
+        applied(r).map(|_| ())
     }
 
     async fn mirror_channel(&self, channel_id: &str, chain: &ChannelChain) -> Result<()> {
@@ -250,29 +243,26 @@ impl ChannelStore for DynamoStore {
             .expression_attribute_values(":at", n(chain.synced_at))
             .send()
             .await;
-        match r {
-            Ok(_) => {}
-            Err(e) if condition_failed(&e) => return Ok(()),
-            Err(e) => return Err(sdk(e)),
+        if !applied(r)? {
+            return Ok(());
         }
-        // Behind the chain: raised to what it shows claimed (ChannelRecord::caught_up).
+        // Behind the chain: raised to what it shows claimed (ChannelRecord::caught_up),
+        // which leaves nothing unclaimed.
         let r = self
             .client
             .update_item()
             .table_name(&self.names.channels)
             .key(KEY, s(channel_id))
             .update_expression(
-                "SET charged = :tc, signed_max = :tc, signature = :none REMOVE committed_by",
+                "SET charged = :tc, signed_max = :tc, signature = :none REMOVE committed_by, unclaimed",
             )
             .condition_expression("charged < :tc")
             .expression_attribute_values(":tc", amount(chain.total_claimed)?)
             .expression_attribute_values(":none", s(""))
             .send()
             .await;
-        match r {
-            Ok(_) => {}
-            Err(e) if condition_failed(&e) => {}
-            Err(e) => return Err(sdk(e)),
+        if applied(r)? {
+            return Ok(());
         }
         // Everything charged is claimed: out of the index, unless a charge landed in
         // between (then the condition fails and the channel stays listed).
@@ -286,11 +276,7 @@ impl ChannelStore for DynamoStore {
             .expression_attribute_values(":tc", amount(chain.total_claimed)?)
             .send()
             .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if condition_failed(&e) => Ok(()),
-            Err(e) => Err(sdk(e)),
-        }
+        applied(r).map(|_| ())
     }
 
     async fn unclaimed_channels(&self, limit: usize) -> Result<Vec<ChannelRecord>> {

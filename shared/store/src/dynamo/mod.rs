@@ -228,6 +228,18 @@ fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
         == Some("ConditionalCheckFailedException")
 }
 
+/// Whether a conditional write applied: `false` when its condition failed, `Err` for
+/// any other failure.
+fn applied<T, E: ProvideErrorMetadata + std::fmt::Debug>(
+    r: std::result::Result<T, SdkError<E>>,
+) -> Result<bool> {
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if condition_failed(&e) => Ok(false),
+        Err(e) => Err(sdk(e)),
+    }
+}
+
 fn find_key(spec_hash: &str, webhook_url: &str) -> String {
     format!("{spec_hash}#{webhook_url}")
 }

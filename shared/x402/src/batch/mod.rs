@@ -79,11 +79,12 @@ sol! {
         ClaimEntry[] claims;
     }
 
-    /// The parts of the contract a seller reads.
+    /// The parts of the contract a seller reads, and the payer's timed withdrawal.
     interface IBatchSettlement {
         function channels(bytes32 channelId) external view returns (uint128 balance, uint128 totalClaimed);
         function pendingWithdrawals(bytes32 channelId) external view returns (uint128 amount, uint40 initiatedAt);
         function refundNonce(bytes32 channelId) external view returns (uint256);
+        function initiateWithdraw(ChannelConfig config, uint128 amount) external;
     }
 }
 
